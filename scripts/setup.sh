@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Sets up everything cachet needs on a fresh Debian machine: system packages, a Python venv for the
+# test oracles, the default model (fetched once into a cache outside the repo), and a release build.
+# Idempotent: a second run only checks.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+apt_pkgs=(cmake ninja-build clang g++ libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+          libcli11-dev libpcre2-dev libcpp-httplib-dev libomp-dev python3-venv)
+missing=()
+for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+venv="${CACHET_VENV:-$root/.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import numpy, gguf, pytest" 2>/dev/null || [ requirements.txt -nt "$venv/.stamp" ]; then
+  "$venv/bin/pip" install -q --disable-pip-version-check -r requirements.txt
+  touch "$venv/.stamp"
+fi
+
+"$venv/bin/python" scripts/fetch_model.py >/dev/null
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build

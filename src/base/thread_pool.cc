@@ -1,0 +1,91 @@
+#include "base/thread_pool.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CACHET_PAUSE() _mm_pause()
+#else
+#define CACHET_PAUSE() ((void)0)
+#endif
+
+namespace cachet {
+
+namespace {
+constexpr int kSpinIterations = 1 << 16;
+}
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+  workers_.reserve(n_threads_ - 1);
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop(int index) {
+  uint32_t seen = 0;
+  for (;;) {
+    uint32_t g;
+    int spins = 0;
+    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinIterations) {
+        CACHET_PAUSE();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_acquire)) return;
+    (*job_)(index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+  }
+}
+
+void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0);
+    return;
+  }
+  job_ = &fn;
+  pending_.store(n_threads_ - 1, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  fn(0);
+  int spins = 0;
+  int p;
+  while ((p = pending_.load(std::memory_order_acquire)) != 0) {
+    if (++spins < kSpinIterations) {
+      CACHET_PAUSE();
+    } else {
+      pending_.wait(p, std::memory_order_acquire);
+    }
+  }
+  job_ = nullptr;
+}
+
+void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
+  if (n <= 0) return;
+  CACHET_CHECK(grain >= 1);
+  int64_t n_chunks = (n + grain - 1) / grain;
+  if (n_threads_ == 1 || n_chunks == 1) {
+    fn(0, 0, n);
+    return;
+  }
+  const int nt = n_threads_;
+  run_on_all([&](int t) {
+    int64_t c0 = n_chunks * t / nt;
+    int64_t c1 = n_chunks * (t + 1) / nt;
+    int64_t b = std::min(n, c0 * grain);
+    int64_t e = std::min(n, c1 * grain);
+    if (b < e) fn(t, b, e);
+  });
+}
+
+}  // namespace cachet

@@ -1,0 +1,44 @@
+// A fixed pool of worker threads for data-parallel kernels. The caller is worker 0; parallel_for splits
+// [0, n) into one contiguous range per thread and returns when all are done. Workers spin briefly and then
+// sleep on an atomic wait, so a decode step's dozens of parallel regions each cost microseconds.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace cachet {
+
+class ThreadPool {
+ public:
+  // fn(thread_index, begin, end)
+  using RangeFn = std::function<void(int, int64_t, int64_t)>;
+
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+
+  // Splits [0, n) into n_threads contiguous ranges (some may be empty), each a multiple of `grain`
+  // except the last. Runs fn on each; returns after all have finished.
+  void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
+
+  // Runs fn(thread_index) once on every thread.
+  void run_on_all(const std::function<void(int)>& fn);
+
+ private:
+  void worker_loop(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int)>* job_ = nullptr;
+  alignas(64) std::atomic<uint32_t> generation_{0};
+  alignas(64) std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace cachet

@@ -1,0 +1,97 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "kv/kv_cache.h"
+
+namespace cachet {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+double GenerateResult::decode_tok_per_s() const {
+  return decode_ms > 0 && token_ids.size() > 1 ? (token_ids.size() - 1) * 1000.0 / decode_ms : 0.0;
+}
+
+double GenerateResult::tbt_mean_ms() const {
+  if (tbt_ms.empty()) return 0.0;
+  return std::accumulate(tbt_ms.begin(), tbt_ms.end(), 0.0) / tbt_ms.size();
+}
+
+double GenerateResult::tbt_percentile_ms(double p) const {
+  if (tbt_ms.empty()) return 0.0;
+  std::vector<double> v = tbt_ms;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(std::clamp(p / 100.0, 0.0, 1.0) * (v.size() - 1) + 0.5);
+  return v[i];
+}
+
+Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                                const std::function<bool(int32_t)>& on_token) {
+  const ModelConfig& cfg = model.config();
+  CACHET_RETURN_IF_ERROR(opts.sampling.validate());
+  if (prompt.empty()) return invalid_argument("the prompt is empty");
+  if (opts.max_tokens < 0) return invalid_argument("max_tokens must be >= 0");
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + opts.max_tokens;
+  if (capacity > (int64_t{1} << 30)) return invalid_argument("prompt plus max_tokens is too long");
+
+  GenerateResult res;
+  res.n_prompt = static_cast<int>(prompt.size());
+  if (opts.max_tokens == 0) return res;
+  Sampler sampler(opts.sampling);
+  std::vector<float> logits(cfg.n_vocab);
+  std::vector<int32_t> seq = prompt;
+
+  auto is_stop = [&](int32_t id) {
+    const SpecialTokens& sp = model.special_tokens();
+    if (opts.stop_at_eos && ((sp.eos && id == *sp.eos) || (sp.eot && id == *sp.eot))) return true;
+    return std::find(opts.stop_ids.begin(), opts.stop_ids.end(), id) != opts.stop_ids.end();
+  };
+
+  std::unique_ptr<ContiguousKvCache> cache;
+  if (opts.use_kv_cache) cache = std::make_unique<ContiguousKvCache>(cfg, static_cast<int>(capacity), opts.kv_type);
+
+  const auto t0 = Clock::now();
+  auto last = t0;
+  for (int step = 0; step < opts.max_tokens; ++step) {
+    if (opts.use_kv_cache) {
+      // Step 0 prefills the whole prompt in one pass; later steps feed only the newest token.
+      std::vector<int32_t> feed = step == 0 ? prompt : std::vector<int32_t>{seq.back()};
+      int pos0 = step == 0 ? 0 : static_cast<int>(seq.size()) - 1;
+      ForwardBatch b = ForwardBatch::single(cache.get(), feed, pos0, false);
+      CACHET_RETURN_IF_ERROR(model.forward(b, logits.data()));
+    } else {
+      // Naive: a fresh cache and the whole sequence every step.
+      ContiguousKvCache scratch(cfg, static_cast<int>(seq.size()), opts.kv_type);
+      ForwardBatch b = ForwardBatch::single(&scratch, seq, 0, false);
+      CACHET_RETURN_IF_ERROR(model.forward(b, logits.data()));
+    }
+    const int32_t id = sampler.sample(logits.data(), cfg.n_vocab);
+    const auto now = Clock::now();
+    if (step == 0) {
+      res.ttft_ms = ms_between(t0, now);
+      res.prefill_ms = res.ttft_ms;
+    } else {
+      res.tbt_ms.push_back(ms_between(last, now));
+    }
+    last = now;
+    seq.push_back(id);
+    res.token_ids.push_back(id);
+    bool keep_going = on_token ? on_token(id) : true;
+    if (is_stop(id)) {
+      res.finish = FinishReason::kStop;
+      break;
+    }
+    if (!keep_going) break;
+  }
+  res.decode_ms = ms_between(t0, last) - res.ttft_ms;
+  return res;
+}
+
+}  // namespace cachet

@@ -1,0 +1,64 @@
+// The kernel table: every hot operation, one implementation per ISA, chosen once at start from cpuid.
+// ref/ holds the scalar implementations, which are the specification; x86/ the SIMD ones. Tests run every
+// table the CPU supports against the scalar one.
+//
+// Reduction order contract (batch invariance): within one table, the dot product of a weight row with an
+// activation row is computed by the same sequence of operations whether it comes from `dot_rows` (decode)
+// or from `gemm_nt` over a dequantized tile (prefill): weights are dequantized to exactly the same floats
+// (`dequantize_row`), accumulated lane-wise in k order, then reduced by one fixed tree. So a token's logits
+// never depend on how many other tokens share its batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+
+namespace cachet {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+const char* isa_name(Isa isa);
+
+struct Kernels {
+  Isa isa;
+  // Lane width of the f32 accumulation; gemm tiles pad k to a multiple of it.
+  int lanes;
+
+  // dst[0..n) = the row's values as f32, exactly. n is a multiple of the type's block size.
+  void (*dequantize_row)(DType t, const void* src, float* dst, int64_t n);
+
+  // out[r] = dot(row r of w, x) for r < n_rows; rows are `row_stride` bytes apart, each n elements.
+  void (*dot_rows)(DType t, const void* w, size_t row_stride, int n_rows, const float* x, int64_t n, float* out);
+
+  // C[i*ldc + j] = dot(A row i, B row j), i < m, j < n, rows of k floats (A stride lda, B stride ldb).
+  void (*gemm_nt)(int m, int n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                  int64_t ldc);
+
+  // Attention over one contiguous run of cached positions; kv_type is kF32 or kF16, rows `stride` bytes apart.
+  // scores[i] = scale * dot(q, k_i), i < n.
+  void (*kv_scores)(DType kv_type, const void* k, size_t stride, int n, const float* q, int d, float scale,
+                    float* scores);
+  // out[0..d) += sum_i p[i] * v_i, i < n.
+  void (*kv_accumulate)(DType kv_type, const void* v, size_t stride, int n, const float* p, int d, float* out);
+  // dst[0..n) = src as kv_type (f32 copy or f16 round-to-nearest-even).
+  void (*kv_store)(DType kv_type, const float* src, void* dst, int n);
+};
+
+// The best table for this CPU (CACHET_ISA=scalar|avx2|avx512 forces a lower one, for tests and benches).
+const Kernels& kernels();
+// Every table this CPU can run, scalar first.
+std::vector<const Kernels*> supported_kernels();
+
+namespace ref {
+extern const Kernels kKernels;
+}
+namespace avx2 {
+extern const Kernels kKernels;
+}
+namespace avx512 {
+extern const Kernels kKernels;
+}
+
+}  // namespace cachet

@@ -1,0 +1,124 @@
+// Scalar kernels: the specification every SIMD table is tested against. Plain loops, no intrinsics.
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
+
+namespace cachet::ref {
+
+namespace {
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(s[i]);
+      return;
+    }
+    case DType::kBF16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      auto* b = static_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < n / kQK; ++i) {
+        float d = fp16_to_f32(b[i].d);
+        for (int j = 0; j < kQK; ++j) dst[i * kQK + j] = static_cast<float>(b[i].qs[j]) * d;
+      }
+      return;
+    }
+    case DType::kQ4_0: {
+      auto* b = static_cast<const BlockQ4_0*>(src);
+      for (int64_t i = 0; i < n / kQK; ++i) {
+        float d = fp16_to_f32(b[i].d);
+        for (int j = 0; j < kQK / 2; ++j) {
+          dst[i * kQK + j] = static_cast<float>((b[i].qs[j] & 0x0f) - 8) * d;
+          dst[i * kQK + j + kQK / 2] = static_cast<float>((b[i].qs[j] >> 4) - 8) * d;
+        }
+      }
+      return;
+    }
+    case DType::kQ4_1: {
+      auto* b = static_cast<const BlockQ4_1*>(src);
+      for (int64_t i = 0; i < n / kQK; ++i) {
+        float d = fp16_to_f32(b[i].d);
+        float m = fp16_to_f32(b[i].m);
+        for (int j = 0; j < kQK / 2; ++j) {
+          dst[i * kQK + j] = std::fma(static_cast<float>(b[i].qs[j] & 0x0f), d, m);
+          dst[i * kQK + j + kQK / 2] = std::fma(static_cast<float>(b[i].qs[j] >> 4), d, m);
+        }
+      }
+      return;
+    }
+    default:
+      CACHET_CHECK_MSG(false, "dequantize_row: type %s not computable", dtype_name(t));
+  }
+}
+
+void dot_rows(DType t, const void* w, size_t row_stride, int n_rows, const float* x, int64_t n, float* out) {
+  float buf[kQK];
+  const int64_t bs = traits(t).block_size == 1 ? kQK : traits(t).block_size;
+  const size_t chunk_bytes = *row_bytes(t, bs);
+  for (int r = 0; r < n_rows; ++r) {
+    auto* row = static_cast<const uint8_t*>(w) + r * row_stride;
+    float acc = 0.0f;
+    for (int64_t k0 = 0; k0 < n; k0 += bs) {
+      int64_t len = std::min<int64_t>(bs, n - k0);
+      dequantize_row(t, row + (k0 / bs) * chunk_bytes, buf, len);
+      for (int64_t j = 0; j < len; ++j) acc += buf[j] * x[k0 + j];
+    }
+    out[r] = acc;
+  }
+}
+
+void gemm_nt(int m, int n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+             int64_t ldc) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t p = 0; p < k; ++p) acc += a[i * lda + p] * b[j * ldb + p];
+      c[i * ldc + j] = acc;
+    }
+}
+
+float kv_at(DType t, const void* row, int i) {
+  return t == DType::kF16 ? fp16_to_f32(static_cast<const uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
+}
+
+void kv_scores(DType t, const void* k, size_t stride, int n, const float* q, int d, float scale, float* scores) {
+  for (int i = 0; i < n; ++i) {
+    const void* row = static_cast<const uint8_t*>(k) + i * stride;
+    float acc = 0.0f;
+    for (int j = 0; j < d; ++j) acc += q[j] * kv_at(t, row, j);
+    scores[i] = acc * scale;
+  }
+}
+
+void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p, int d, float* out) {
+  for (int i = 0; i < n; ++i) {
+    const void* row = static_cast<const uint8_t*>(v) + i * stride;
+    for (int j = 0; j < d; ++j) out[j] += p[i] * kv_at(t, row, j);
+  }
+}
+
+void kv_store(DType t, const float* src, void* dst, int n) {
+  if (t == DType::kF32) {
+    std::memcpy(dst, src, n * sizeof(float));
+  } else {
+    auto* h = static_cast<uint16_t*>(dst);
+    for (int i = 0; i < n; ++i) h[i] = f32_to_fp16(src[i]);
+  }
+}
+
+}  // namespace
+
+const Kernels kKernels = {Isa::kScalar, 1, dequantize_row, dot_rows, gemm_nt, kv_scores, kv_accumulate, kv_store};
+
+}  // namespace cachet::ref

@@ -1,0 +1,112 @@
+// AVX2 + FMA + F16C kernels: 8 f32 lanes. Compiled with -mavx2 -mfma -mf16c; only called when cpuid says
+// the CPU has them.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "base/check.h"
+#include "base/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
+
+namespace cachet::avx2 {
+
+namespace {
+
+struct V {
+  using reg = __m256;
+  static constexpr Isa kIsa = Isa::kAvx2;
+  static constexpr int kW = 8;
+  static constexpr int kMR = 3;  // gemm register block: 3 x 4 accumulators + 4 operands <= 16 registers
+  static constexpr int kNR = 4;
+
+  static __m256i tail_mask(int64_t n) {
+    alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMask + 8 - n));
+  }
+
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg set1(float x) { return _mm256_set1_ps(x); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static reg load_tail(const float* p, int64_t n) { return _mm256_maskload_ps(p, tail_mask(n)); }
+  static void store(float* p, reg r) { _mm256_storeu_ps(p, r); }
+  static void store_tail(float* p, reg r, int64_t n) { _mm256_maskstore_ps(p, tail_mask(n), r); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static float reduce(reg r) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+
+  static __m128i load_u16_tail(const uint16_t* p, int64_t n) {
+    alignas(16) uint16_t buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(buf, p, n * sizeof(uint16_t));
+    return _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+  }
+  static reg cvt_bf16(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+
+  template <DType T>
+  static reg load_w(const uint8_t* row, int64_t k) {
+    if constexpr (T == DType::kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + k));
+    if constexpr (T == DType::kF16) return _mm256_cvtph_ps(h);
+    if constexpr (T == DType::kBF16) return cvt_bf16(h);
+  }
+  template <DType T>
+  static reg load_w_tail(const uint8_t* row, int64_t k, int64_t n) {
+    if constexpr (T == DType::kF32) return _mm256_maskload_ps(reinterpret_cast<const float*>(row) + k, tail_mask(n));
+    __m128i h = load_u16_tail(reinterpret_cast<const uint16_t*>(row) + k, n);
+    if constexpr (T == DType::kF16) return _mm256_cvtph_ps(h);
+    if constexpr (T == DType::kBF16) return cvt_bf16(h);
+  }
+
+  static void dequant_q8_0(const BlockQ8_0* b, reg* out) {
+    reg d = _mm256_set1_ps(_cvtsh_ss(b->d));
+    for (int i = 0; i < 4; ++i) {
+      __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + 8 * i));
+      out[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+    }
+  }
+  // Nibble values of the 32 elements, 8 per register, in element order.
+  static void nibbles(const uint8_t* qs, __m256i* q) {
+    __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    __m128i m = _mm_set1_epi8(0x0f);
+    __m128i lo = _mm_and_si128(raw, m);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+    q[0] = _mm256_cvtepu8_epi32(lo);
+    q[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
+    q[2] = _mm256_cvtepu8_epi32(hi);
+    q[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
+  }
+  static void dequant_q4_0(const BlockQ4_0* b, reg* out) {
+    reg d = _mm256_set1_ps(_cvtsh_ss(b->d));
+    __m256i q[4];
+    nibbles(b->qs, q);
+    __m256i eight = _mm256_set1_epi32(8);
+    for (int i = 0; i < 4; ++i) out[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q[i], eight)), d);
+  }
+  static void dequant_q4_1(const BlockQ4_1* b, reg* out) {
+    reg d = _mm256_set1_ps(_cvtsh_ss(b->d));
+    reg m = _mm256_set1_ps(_cvtsh_ss(b->m));
+    __m256i q[4];
+    nibbles(b->qs, q);
+    for (int i = 0; i < 4; ++i) out[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[i]), d, m);
+  }
+
+  static reg kv_load(DType t, const uint8_t* row, int j) {
+    return t == DType::kF16 ? load_w<DType::kF16>(row, j) : load_w<DType::kF32>(row, j);
+  }
+  static reg kv_load_tail(DType t, const uint8_t* row, int j, int n) {
+    return t == DType::kF16 ? load_w_tail<DType::kF16>(row, j, n) : load_w_tail<DType::kF32>(row, j, n);
+  }
+  static void store_f16(uint16_t* dst, reg r) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+
+}  // namespace
+
+#include "kernels/x86/kernels_impl.inc"
+
+}  // namespace cachet::avx2

@@ -1,0 +1,98 @@
+// AVX-512 (F, BW, VL, DQ) kernels: 16 f32 lanes. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
+// -mf16c -mfma; only called when cpuid says the CPU has them.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "base/check.h"
+#include "base/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/quant_blocks.h"
+
+namespace cachet::avx512 {
+
+namespace {
+
+struct V {
+  using reg = __m512;
+  static constexpr Isa kIsa = Isa::kAvx512;
+  static constexpr int kW = 16;
+  static constexpr int kMR = 4;  // gemm register block: 4 x 4 accumulators + 8 operands <= 32 registers
+  static constexpr int kNR = 4;
+
+  static __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg set1(float x) { return _mm512_set1_ps(x); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static reg load_tail(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(tail_mask(n), p); }
+  static void store(float* p, reg r) { _mm512_storeu_ps(p, r); }
+  static void store_tail(float* p, reg r, int64_t n) { _mm512_mask_storeu_ps(p, tail_mask(n), r); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static float reduce(reg r) { return _mm512_reduce_add_ps(r); }
+
+  static reg cvt_f16(__m256i h) { return _mm512_cvtph_ps(h); }
+  static reg cvt_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+  template <DType T>
+  static reg load_w(const uint8_t* row, int64_t k) {
+    if constexpr (T == DType::kF32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+    if constexpr (T == DType::kF16)
+      return cvt_f16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + k)));
+    if constexpr (T == DType::kBF16)
+      return cvt_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + k)));
+  }
+  template <DType T>
+  static reg load_w_tail(const uint8_t* row, int64_t k, int64_t n) {
+    if constexpr (T == DType::kF32) return _mm512_maskz_loadu_ps(tail_mask(n), reinterpret_cast<const float*>(row) + k);
+    __m256i h = _mm256_maskz_loadu_epi16(tail_mask(n), reinterpret_cast<const uint16_t*>(row) + k);
+    if constexpr (T == DType::kF16) return cvt_f16(h);
+    if constexpr (T == DType::kBF16) return cvt_bf16(h);
+  }
+
+  static void dequant_q8_0(const BlockQ8_0* b, reg* out) {
+    reg d = _mm512_set1_ps(_cvtsh_ss(b->d));
+    __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
+    __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs + 16));
+    out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+    out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+  }
+  static void nibbles(const uint8_t* qs, __m512i* lo, __m512i* hi) {
+    __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    __m128i m = _mm_set1_epi8(0x0f);
+    *lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, m));
+    *hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), m));
+  }
+  static void dequant_q4_0(const BlockQ4_0* b, reg* out) {
+    reg d = _mm512_set1_ps(_cvtsh_ss(b->d));
+    __m512i lo, hi;
+    nibbles(b->qs, &lo, &hi);
+    __m512i eight = _mm512_set1_epi32(8);
+    out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight)), d);
+    out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight)), d);
+  }
+  static void dequant_q4_1(const BlockQ4_1* b, reg* out) {
+    reg d = _mm512_set1_ps(_cvtsh_ss(b->d));
+    reg m = _mm512_set1_ps(_cvtsh_ss(b->m));
+    __m512i lo, hi;
+    nibbles(b->qs, &lo, &hi);
+    out[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), d, m);
+    out[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), d, m);
+  }
+
+  static reg kv_load(DType t, const uint8_t* row, int j) {
+    return t == DType::kF16 ? load_w<DType::kF16>(row, j) : load_w<DType::kF32>(row, j);
+  }
+  static reg kv_load_tail(DType t, const uint8_t* row, int j, int n) {
+    return t == DType::kF16 ? load_w_tail<DType::kF16>(row, j, n) : load_w_tail<DType::kF32>(row, j, n);
+  }
+  static void store_f16(uint16_t* dst, reg r) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+
+}  // namespace
+
+#include "kernels/x86/kernels_impl.inc"
+
+}  // namespace cachet::avx512

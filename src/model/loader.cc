@@ -1,0 +1,50 @@
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "base/mmap_file.h"
+#include "io/gguf.h"
+#include "io/llama2c.h"
+#include "model/llama.h"
+#include "model/model.h"
+
+namespace cachet {
+
+namespace {
+
+std::map<std::string, ArchFactory>& registry() {
+  static std::map<std::string, ArchFactory> r;
+  return r;
+}
+
+void register_builtin_archs() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_llama_arch(); });
+}
+
+}  // namespace
+
+bool register_arch(const std::string& name, ArchFactory factory) {
+  return registry().emplace(name, std::move(factory)).second;
+}
+
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& opts) {
+  register_builtin_archs();
+  int n_threads = opts.n_threads > 0 ? opts.n_threads : static_cast<int>(std::thread::hardware_concurrency());
+  auto pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
+  {
+    CACHET_ASSIGN_OR_RETURN(MappedFile probe, MappedFile::open(path));
+    bool gguf_magic = probe.size() >= 4 && std::memcmp(probe.data(), "GGUF", 4) == 0;
+    if (!gguf_magic && looks_like_llama2c(probe.data(), probe.size())) return load_llama2c(path, pool);
+  }
+  CACHET_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
+  CACHET_ASSIGN_OR_RETURN(std::string arch, f->get_string("general.architecture"));
+  auto it = registry().find(arch);
+  if (it == registry().end()) return unimplemented(path + ": architecture '" + arch + "' is not supported");
+  auto m = it->second(std::move(f), pool);
+  if (!m.is_ok()) return m.status().with_context(path);
+  return m;
+}
+
+}  // namespace cachet

@@ -1,0 +1,51 @@
+// Model: a loaded network that runs ForwardBatches. One implementation file per architecture registers
+// itself by GGUF `general.architecture` name; shared code never switches on the architecture.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "cachet/status.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/tensor.h"
+
+namespace cachet {
+
+class GgufFile;
+
+struct SpecialTokens {
+  std::optional<int32_t> bos, eos, eot, pad, unk;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Runs every token of the batch: writes its K and V into its sequence's cache, then, for each token with
+  // want_logits, writes n_vocab next-token logits to `logits` (rows in batch order).
+  virtual Status forward(const ForwardBatch& batch, float* logits) = 0;
+  // The weights in file order (for `cachet info`).
+  virtual const std::vector<TensorView>& tensors() const = 0;
+  virtual const SpecialTokens& special_tokens() const = 0;
+  // The GGUF file behind the model, if it came from one (tokenizer, chat template); else nullptr.
+  virtual const GgufFile* gguf() const = 0;
+  virtual ThreadPool& pool() = 0;
+};
+
+struct LoadOptions {
+  int n_threads = 0;  // 0: all cores
+};
+
+// Opens a GGUF file or a llama2.c checkpoint (by its contents), validates everything, and builds the model.
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& opts = {});
+
+// Architecture registry.
+using ArchFactory =
+    std::function<Result<std::unique_ptr<Model>>(std::unique_ptr<GgufFile>, std::shared_ptr<ThreadPool>)>;
+bool register_arch(const std::string& name, ArchFactory factory);
+
+}  // namespace cachet

@@ -1,0 +1,48 @@
+// The transformer's building blocks over row-major f32 activations, parallel on a ThreadPool and calling
+// the kernel table for the hot loops. Shapes in comments: [rows, cols].
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "model/tensor.h"
+
+namespace cachet {
+
+// y[t] = x[t] / rms(x[t]) * w, for t < n_rows; x, y: [n_rows, n]; w: [n] (f32). y may alias x.
+void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, float eps);
+
+// Rotates each head of x in place. x: [n_tokens, n_heads * head_dim]; cos_sin: [n_tokens, rope_dim]
+// holding (cos, sin) pairs for each rotated pair of the token's position.
+void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_dim, int rope_dim, bool neox);
+// cos_sin table for the given positions: [n_tokens, rope_dim] as (cos, sin) pairs.
+void rope_table(const int32_t* positions, int n_tokens, int rope_dim, double theta, float* cos_sin);
+
+// g[i] = silu(g[i]) * u[i]; g, u: [n]
+void silu_mul(float* g, const float* u, int64_t n);
+
+// Y = X W^T: X [n_tokens, K] f32, W a weight [K, N] in any computable type, Y [n_tokens, N].
+// Bitwise independent of n_tokens (see the reduction contract in kernels/kernels.h).
+void matmul(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y);
+
+// Causal attention for a batch. q: [n_tokens, n_head * head_dim] (already rotated);
+// out: [n_tokens, n_head * head_dim]. Token t attends to positions [0, positions[t]] of seqs[seq_index[t]]
+// in layer `layer`.
+struct AttentionArgs {
+  const float* q;
+  float* out;
+  int n_tokens;
+  const int32_t* positions;
+  const int32_t* seq_index;
+  KvSequence* const* seqs;
+  int layer;
+  int n_head;
+  int n_head_kv;
+  int head_dim;
+};
+void attention(ThreadPool& pool, const AttentionArgs& a);
+
+}  // namespace cachet

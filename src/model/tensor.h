@@ -1,0 +1,25 @@
+// TensorView: a non-owning view of a weight tensor in its stored type (usually inside a memory-mapped file).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/dtype.h"
+
+namespace cachet {
+
+struct TensorView {
+  std::string name;
+  DType type = DType::kF32;
+  std::array<int64_t, 4> ne{1, 1, 1, 1};  // ne[0] innermost: a matmul weight is [n_in, n_out]
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;                    // bytes of one ne[0]-row
+
+  int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
+  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
+  size_t n_bytes() const { return row_bytes * n_rows(); }
+};
+
+}  // namespace cachet

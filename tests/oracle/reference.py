@@ -1,0 +1,180 @@
+"""An independent numpy reference forward for Llama-family models.
+
+Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
+with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
+sequence. Shares no code with cachet; it exists to disagree with us when we are wrong.
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Config:
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    rope_dim: int
+    rope_theta: float
+    rope_neox: bool
+    eps: float
+
+
+class Model:
+    def __init__(self, cfg: Config, w: dict[str, np.ndarray]):
+        self.cfg = cfg
+        self.w = w  # name -> float64 array shaped [out, in] (numpy order) or [n]
+
+    # ---- loading -------------------------------------------------------------------------------------
+    @staticmethod
+    def from_gguf(path: str) -> "Model":
+        from gguf import GGUFReader
+        from gguf.quants import dequantize
+
+        r = GGUFReader(path)
+        arch = r.fields["general.architecture"].contents()
+
+        def get(key, default=None):
+            f = r.fields.get(f"{arch}.{key}")
+            return default if f is None else f.contents()
+
+        n_embd = int(get("embedding_length"))
+        n_head = int(get("attention.head_count"))
+        head_dim = int(get("attention.key_length", n_embd // n_head))
+        neox_field = r.fields.get("cachet.rope.neox")
+        w = {}
+        for t in r.tensors:
+            shape = tuple(int(x) for x in reversed(t.shape.tolist()))  # numpy order: outermost first
+            arr = dequantize(t.data, t.tensor_type).reshape(shape)
+            w[t.name] = arr.astype(np.float64)
+        cfg = Config(
+            n_vocab=w["token_embd.weight"].shape[0],
+            n_embd=n_embd,
+            n_layer=int(get("block_count")),
+            n_head=n_head,
+            n_head_kv=int(get("attention.head_count_kv", n_head)),
+            head_dim=head_dim,
+            n_ff=int(get("feed_forward_length")),
+            rope_dim=int(get("rope.dimension_count", head_dim)),
+            rope_theta=float(get("rope.freq_base", 10000.0)),
+            rope_neox=bool(neox_field.contents()) if neox_field is not None else False,
+            eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        )
+        if "output.weight" not in w:
+            w["output.weight"] = w["token_embd.weight"]
+        return Model(cfg, w)
+
+    @staticmethod
+    def from_llama2c(path: str) -> "Model":
+        raw = open(path, "rb").read()
+        dim, hidden, n_layer, n_head, n_kv, vocab, seq_len = struct.unpack("<7i", raw[:28])
+        shared = vocab > 0
+        vocab = abs(vocab)
+        hs = dim // n_head
+        data = np.frombuffer(raw, dtype="<f4", offset=28).astype(np.float64)
+        pos = 0
+
+        def take(*shape):
+            nonlocal pos
+            n = int(np.prod(shape))
+            a = data[pos:pos + n].reshape(shape)
+            pos += n
+            return a
+
+        w = {"token_embd.weight": take(vocab, dim)}
+        rms_att = take(n_layer, dim)
+        wq = take(n_layer, n_head * hs, dim)
+        wk = take(n_layer, n_kv * hs, dim)
+        wv = take(n_layer, n_kv * hs, dim)
+        wo = take(n_layer, dim, n_head * hs)
+        rms_ffn = take(n_layer, dim)
+        w1 = take(n_layer, hidden, dim)
+        w2 = take(n_layer, dim, hidden)
+        w3 = take(n_layer, hidden, dim)
+        w["output_norm.weight"] = take(dim)
+        take(seq_len, hs)  # freq_cis real + imag
+        w["output.weight"] = w["token_embd.weight"] if shared else take(vocab, dim)
+        for l in range(n_layer):
+            p = f"blk.{l}."
+            w[p + "attn_norm.weight"] = rms_att[l]
+            w[p + "attn_q.weight"] = wq[l]
+            w[p + "attn_k.weight"] = wk[l]
+            w[p + "attn_v.weight"] = wv[l]
+            w[p + "attn_output.weight"] = wo[l]
+            w[p + "ffn_norm.weight"] = rms_ffn[l]
+            w[p + "ffn_gate.weight"] = w1[l]
+            w[p + "ffn_down.weight"] = w2[l]
+            w[p + "ffn_up.weight"] = w3[l]
+        cfg = Config(vocab, dim, n_layer, n_head, n_kv, hs, hidden, hs, 10000.0, False, 1e-5)
+        return Model(cfg, w)
+
+    @staticmethod
+    def load(path: str) -> "Model":
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        return Model.from_gguf(path) if magic == b"GGUF" else Model.from_llama2c(path)
+
+    # ---- forward -------------------------------------------------------------------------------------
+    def _rms(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.cfg.eps) * w
+
+    def _rope(self, x, n_heads):
+        c = self.cfg
+        T = x.shape[0]
+        x = x.reshape(T, n_heads, c.head_dim).copy()
+        half = c.rope_dim // 2
+        inv = c.rope_theta ** (-2.0 * np.arange(half) / c.rope_dim)
+        ang = np.arange(T)[:, None] * inv[None, :]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        if c.rope_neox:
+            a, b = x[..., :half].copy(), x[..., half:c.rope_dim].copy()
+            x[..., :half] = a * cos - b * sin
+            x[..., half:c.rope_dim] = a * sin + b * cos
+        else:
+            a, b = x[..., 0:c.rope_dim:2].copy(), x[..., 1:c.rope_dim:2].copy()
+            x[..., 0:c.rope_dim:2] = a * cos - b * sin
+            x[..., 1:c.rope_dim:2] = a * sin + b * cos
+        return x.reshape(T, n_heads * c.head_dim)
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        """Next-token logits at every position: [len(ids), n_vocab] float64."""
+        c, w = self.cfg, self.w
+        T = len(ids)
+        x = w["token_embd.weight"][np.asarray(ids)]
+        mask = np.triu(np.full((T, T), -np.inf), k=1)
+        group = c.n_head // c.n_head_kv
+        for l in range(c.n_layer):
+            p = f"blk.{l}."
+            h = self._rms(x, w[p + "attn_norm.weight"])
+            q = self._rope(h @ w[p + "attn_q.weight"].T, c.n_head).reshape(T, c.n_head, c.head_dim)
+            k = self._rope(h @ w[p + "attn_k.weight"].T, c.n_head_kv).reshape(T, c.n_head_kv, c.head_dim)
+            v = (h @ w[p + "attn_v.weight"].T).reshape(T, c.n_head_kv, c.head_dim)
+            out = np.empty((T, c.n_head, c.head_dim))
+            for hh in range(c.n_head):
+                kv = hh // group
+                s = q[:, hh, :] @ k[:, kv, :].T / np.sqrt(c.head_dim) + mask
+                s = np.exp(s - s.max(axis=-1, keepdims=True))
+                s /= s.sum(axis=-1, keepdims=True)
+                out[:, hh, :] = s @ v[:, kv, :]
+            x = x + out.reshape(T, -1) @ w[p + "attn_output.weight"].T
+            h = self._rms(x, w[p + "ffn_norm.weight"])
+            g = h @ w[p + "ffn_gate.weight"].T
+            u = h @ w[p + "ffn_up.weight"].T
+            x = x + ((g / (1.0 + np.exp(-g))) * u) @ w[p + "ffn_down.weight"].T
+        return self._rms(x, w["output_norm.weight"]) @ w["output.weight"].T
+
+    def greedy(self, ids: list[int], n: int) -> list[int]:
+        seq = list(ids)
+        out = []
+        for _ in range(n):
+            nxt = int(np.argmax(self.logits(seq)[-1]))
+            out.append(nxt)
+            seq.append(nxt)
+        return out

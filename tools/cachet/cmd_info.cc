@@ -1,0 +1,79 @@
+// cachet info: load and validate everything `run` would, then print the config, tensors and KV cost.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "base/cpu_features.h"
+#include "io/gguf.h"
+#include "kernels/kernels.h"
+#include "tools/cachet/common.h"
+
+namespace cachet::cli {
+
+namespace {
+
+std::string shape_of(const TensorView& t) {
+  std::string s = "[" + std::to_string(t.ne[0]);
+  int last = 3;
+  while (last > 0 && t.ne[last] == 1) --last;
+  for (int d = 1; d <= last; ++d) s += ", " + std::to_string(t.ne[d]);
+  return s + "]";
+}
+
+int info(const std::string& model_flag, bool json) {
+  auto m = load(model_flag, 1);
+  if (!m.is_ok()) return fail(m.status());
+  const Model& model = **m;
+  const ModelConfig& c = model.config();
+  size_t total = 0;
+  for (const auto& t : model.tensors()) total += t.n_bytes();
+  if (json) {
+    nlohmann::json j;
+    nlohmann::json cfg;
+#define CACHET_JSON_FIELD(type, name, desc) cfg[#name] = c.name;
+    CACHET_MODEL_CONFIG_FIELDS(CACHET_JSON_FIELD)
+#undef CACHET_JSON_FIELD
+    j["config"] = cfg;
+    j["tensors"] = nlohmann::json::array();
+    for (const auto& t : model.tensors()) {
+      std::vector<int64_t> ne(t.ne.begin(), t.ne.end());
+      while (ne.size() > 1 && ne.back() == 1) ne.pop_back();
+      j["tensors"].push_back({{"name", t.name}, {"type", dtype_name(t.type)}, {"shape", ne}, {"bytes", t.n_bytes()}});
+    }
+    j["weight_bytes"] = total;
+    j["kv_bytes_per_token"] = {{"f16", c.kv_bytes_per_token(2)}, {"f32", c.kv_bytes_per_token(4)}};
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("model: %s\n", resolve_model_path(model_flag).c_str());
+  if (const GgufFile* g = model.gguf()) {
+    std::printf("format: GGUF v%u, %zu metadata keys, %zu tensors, alignment %llu\n", g->version(), g->keys().size(),
+                g->tensors().size(), static_cast<unsigned long long>(g->alignment()));
+    for (const auto& k : g->keys()) std::printf("  %-40s %s\n", k.c_str(), g->find(k)->to_display().c_str());
+  } else {
+    std::printf("format: llama2.c checkpoint\n");
+  }
+  std::printf("config:\n%s", c.to_string().c_str());
+  std::printf("tensors:\n  %-32s %-6s %-18s %12s\n", "name", "type", "shape", "bytes");
+  for (const auto& t : model.tensors())
+    std::printf("  %-32s %-6s %-18s %12zu\n", t.name.c_str(), dtype_name(t.type), shape_of(t).c_str(), t.n_bytes());
+  std::printf("weights: %zu bytes (%.2f MiB)\n", total, total / 1048576.0);
+  std::printf("KV cache per token: %lld bytes in f16, %lld in f32 (2 x %lld layers x %lld kv_dim)\n",
+              static_cast<long long>(c.kv_bytes_per_token(2)), static_cast<long long>(c.kv_bytes_per_token(4)),
+              static_cast<long long>(c.n_layer), static_cast<long long>(c.kv_dim()));
+  std::printf("kernels: %s (cpu: %s)\n", isa_name(kernels().isa), cpu_features().to_string().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app, int* exit_code) {
+  auto model = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* c = app.add_subcommand("info", "validate a model file and print its config, tensors and KV cost");
+  c->add_option("-m,--model", *model, "GGUF file or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
+  c->add_flag("--json", *json, "print JSON");
+  c->callback([model, json, exit_code] { *exit_code = info(*model, *json); });
+}
+
+}  // namespace cachet::cli

@@ -1,0 +1,62 @@
+// cachet synth: write a synthetic Llama GGUF (random weights, fixed seed) of a chosen shape and type.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "model/synthetic.h"
+#include "tools/cachet/common.h"
+
+namespace cachet::cli {
+
+void add_synth_command(CLI::App& app, int* exit_code) {
+  struct Args {
+    SyntheticSpec spec;
+    std::string out, type = "F32", embd_type, preset;
+    bool untied = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand("synth", "write a synthetic Llama GGUF with random weights (tests, benches)");
+  c->add_option("-o,--output", a->out, "output path")->required();
+  c->add_option("--preset", a->preset, "a real model's shape")
+      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "tiny"}));
+  c->add_option("--type", a->type, "matmul weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1)");
+  c->add_option("--embd-type", a->embd_type, "token embedding type (default: Q8_0 for 4-bit types, else --type)");
+  c->add_option("--n-vocab", a->spec.n_vocab);
+  c->add_option("--n-embd", a->spec.n_embd);
+  c->add_option("--n-layer", a->spec.n_layer);
+  c->add_option("--n-head", a->spec.n_head);
+  c->add_option("--n-head-kv", a->spec.n_head_kv);
+  c->add_option("--n-ff", a->spec.n_ff);
+  c->add_option("--n-ctx", a->spec.n_ctx);
+  c->add_option("--seed", a->spec.seed);
+  c->add_flag("--untied", a->untied, "separate output head");
+  c->add_flag("--neox", a->spec.rope_neox, "NeoX RoPE layout");
+  c->callback([a, exit_code] {
+    SyntheticSpec s = a->spec;
+    if (a->preset == "smollm2-135m") {
+      s.n_vocab = 49152, s.n_embd = 576, s.n_layer = 30, s.n_head = 9, s.n_head_kv = 3, s.n_ff = 1536;
+      s.n_ctx = 8192, s.rope_theta = 100000.0;
+    } else if (a->preset == "llama-3.2-1b") {
+      s.n_vocab = 128256, s.n_embd = 2048, s.n_layer = 16, s.n_head = 32, s.n_head_kv = 8, s.n_ff = 8192;
+      s.n_ctx = 131072, s.rope_theta = 500000.0;
+    }
+    s.tied_output = !a->untied;
+    auto t = dtype_from_name(a->type);
+    if (!t || !dtype_computable(*t)) {
+      *exit_code = fail(invalid_argument("unsupported --type " + a->type));
+      return;
+    }
+    s.type = *t;
+    std::string et = a->embd_type;
+    if (et.empty()) et = (*t == DType::kQ4_0 || *t == DType::kQ4_1) ? "Q8_0" : a->type;
+    auto e = dtype_from_name(et);
+    if (!e || !dtype_computable(*e)) {
+      *exit_code = fail(invalid_argument("unsupported --embd-type " + et));
+      return;
+    }
+    s.embd_type = *e;
+    Status st = write_synthetic_llama(s, a->out);
+    *exit_code = st.is_ok() ? 0 : fail(st);
+  });
+}
+
+}  // namespace cachet::cli

@@ -1,0 +1,82 @@
+// cachet: run, serve and inspect LLMs on the CPU.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "tools/cachet/common.h"
+
+namespace cachet::cli {
+
+std::string default_model_path() {
+  const char* cache = std::getenv("CACHET_CACHE_DIR");
+  std::string dir;
+  if (cache && *cache) {
+    dir = cache;
+  } else {
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    dir = (xdg && *xdg) ? std::string(xdg) + "/cachet" : std::string(home ? home : ".") + "/.cache/cachet";
+  }
+  return dir + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::string resolve_model_path(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv("CACHET_MODEL");
+  if (env && *env) return env;
+  return default_model_path();
+}
+
+Result<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::istringstream is(text);
+  std::string tok;
+  while (is >> tok) {
+    for (char& c : tok)
+      if (c == ',') c = ' ';
+    std::istringstream inner(tok);
+    std::string part;
+    while (inner >> part) {
+      char* end = nullptr;
+      long long v = std::strtoll(part.c_str(), &end, 10);
+      if (*end != '\0' || v < 0 || v > INT32_MAX) return invalid_argument("'" + part + "' is not a token id");
+      ids.push_back(static_cast<int32_t>(v));
+    }
+  }
+  return ids;
+}
+
+Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads) {
+  std::string path = resolve_model_path(model_flag);
+  if (model_flag.empty() && !std::filesystem::exists(path))
+    return not_found("no model given and the default model is not at " + path +
+                     " (run scripts/setup.sh, or pass -m MODEL)");
+  LoadOptions o;
+  o.n_threads = n_threads;
+  return load_model(path, o);
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.message().c_str());
+  return 1;
+}
+
+}  // namespace cachet::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"cachet: an LLM inference engine for CPUs"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  cachet::cli::add_run_command(app, &exit_code);
+  cachet::cli::add_info_command(app, &exit_code);
+  cachet::cli::add_synth_command(app, &exit_code);
+  cachet::cli::add_logits_command(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}
