@@ -62,6 +62,55 @@ void GgufWriter::set_f32_array(const std::string& key, const std::vector<float>&
   for (float x : v) put(kv_bytes_, x);
 }
 
+namespace {
+
+void put_scalar(std::vector<uint8_t>& out, GgufType t, const GgufValue& v) {
+  switch (t) {
+    case GgufType::kU8: put<uint8_t>(out, static_cast<uint8_t>(v.i)); break;
+    case GgufType::kI8: put<int8_t>(out, static_cast<int8_t>(v.i)); break;
+    case GgufType::kU16: put<uint16_t>(out, static_cast<uint16_t>(v.i)); break;
+    case GgufType::kI16: put<int16_t>(out, static_cast<int16_t>(v.i)); break;
+    case GgufType::kU32: put<uint32_t>(out, static_cast<uint32_t>(v.i)); break;
+    case GgufType::kI32: put<int32_t>(out, static_cast<int32_t>(v.i)); break;
+    case GgufType::kU64: put<uint64_t>(out, v.u); break;
+    case GgufType::kI64: put<int64_t>(out, v.i); break;
+    case GgufType::kF32: put<float>(out, static_cast<float>(v.f)); break;
+    case GgufType::kF64: put<double>(out, v.f); break;
+    case GgufType::kBool: put<uint8_t>(out, v.i ? 1 : 0); break;
+    case GgufType::kString: put_str(out, v.str); break;
+    case GgufType::kArray: break;
+  }
+}
+
+void put_value(std::vector<uint8_t>& out, const GgufValue& v) {
+  if (v.type != GgufType::kArray) {
+    put_scalar(out, v.type, v);
+    return;
+  }
+  put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
+  put<uint64_t>(out, v.array_size());
+  GgufValue e;
+  for (int64_t x : v.ints) {
+    e.i = x;
+    e.u = static_cast<uint64_t>(x);
+    put_scalar(out, v.elem_type, e);
+  }
+  for (double x : v.floats) {
+    e.f = x;
+    put_scalar(out, v.elem_type, e);
+  }
+  for (const auto& s : v.strs) put_str(out, s);
+  for (const auto& item : v.items) put_value(out, item);
+}
+
+}  // namespace
+
+void GgufWriter::set_value(const std::string& key, const GgufValue& v) {
+  if (key == "general.alignment" && v.type == GgufType::kU32) alignment_ = static_cast<uint32_t>(v.u);
+  put_key(key, v.type);
+  put_value(kv_bytes_, v);
+}
+
 Status GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne,
                               std::vector<uint8_t> data) {
   if (ne.empty() || ne.size() > 4) return invalid_argument("tensor '" + name + "': 1 to 4 dims");
@@ -121,11 +170,11 @@ Status GgufWriter::write(const std::string& path) const {
   bool ok = true;
   std::vector<uint8_t> header = serialize_header();
   ok &= std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  static const uint8_t kZeros[256] = {};
+  const std::vector<uint8_t> zeros(alignment_, 0);
   for (const auto& t : tensors_) {
     ok &= std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size();
     size_t pad = align_up(t.data.size()) - t.data.size();
-    ok &= std::fwrite(kZeros, 1, pad, f) == pad;
+    ok &= std::fwrite(zeros.data(), 1, pad, f) == pad;
   }
   ok &= std::fclose(f) == 0;
   if (!ok) return io_error("short write to '" + path + "'");

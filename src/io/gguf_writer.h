@@ -24,6 +24,8 @@ class GgufWriter {
   void set_string_array(const std::string& key, const std::vector<std::string>& v);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& v);
   void set_f32_array(const std::string& key, const std::vector<float>& v);
+  // Any value as read by GgufFile (copying metadata between files).
+  void set_value(const std::string& key, const GgufValue& v);
 
   // Raw bytes already in `type`'s layout; ne[0] innermost.
   Status add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, std::vector<uint8_t> data);

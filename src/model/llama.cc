@@ -157,6 +157,10 @@ Status check_tensor(const TensorView& t, const char* what, int64_t ne0, int64_t 
     return invalid_argument("tensor '" + name + "' has shape [" + std::to_string(t.ne[0]) + ", " +
                             std::to_string(t.ne[1]) + "], expected [" + std::to_string(ne0) + ", " +
                             std::to_string(ne1) + "] from the model config");
+  const uintptr_t align = t.type == DType::kF32 ? 4 : 2;
+  if (reinterpret_cast<uintptr_t>(t.data) % align != 0)
+    return invalid_argument("tensor '" + name + "' is not aligned to " + std::to_string(align) +
+                            " bytes in the file (general.alignment too small)");
   if (!dtype_computable(t.type))
     return unimplemented("tensor '" + name + "' has type " + dtype_name(t.type) +
                          ", which cachet cannot compute with yet");

@@ -143,8 +143,10 @@ class Model:
             x[..., 1:c.rope_dim:2] = a * sin + b * cos
         return x.reshape(T, n_heads * c.head_dim)
 
-    def logits(self, ids: list[int]) -> np.ndarray:
-        """Next-token logits at every position: [len(ids), n_vocab] float64."""
+    def logits(self, ids: list[int], kv_f16: bool = False) -> np.ndarray:
+        """Next-token logits at every position: [len(ids), n_vocab] float64.
+
+        kv_f16 rounds keys (after RoPE) and values to IEEE half, as an f16 KV cache stores them."""
         c, w = self.cfg, self.w
         T = len(ids)
         x = w["token_embd.weight"][np.asarray(ids)]
@@ -156,6 +158,9 @@ class Model:
             q = self._rope(h @ w[p + "attn_q.weight"].T, c.n_head).reshape(T, c.n_head, c.head_dim)
             k = self._rope(h @ w[p + "attn_k.weight"].T, c.n_head_kv).reshape(T, c.n_head_kv, c.head_dim)
             v = (h @ w[p + "attn_v.weight"].T).reshape(T, c.n_head_kv, c.head_dim)
+            if kv_f16:
+                k = k.astype(np.float32).astype(np.float16).astype(np.float64)
+                v = v.astype(np.float32).astype(np.float16).astype(np.float64)
             out = np.empty((T, c.n_head, c.head_dim))
             for hh in range(c.n_head):
                 kv = hh // group

@@ -1,0 +1,152 @@
+// cachet_bench: prefill (pp) and decode (tg) tokens/s for a model file at a thread count, as medians of
+// several runs, plus the cached vs no-cache speed-up and the machine's memory read bandwidth (the decode
+// roofline's denominator). Prints one JSON object per measurement (bench/compare_llamacpp.py reads them).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "base/aligned_buffer.h"
+#include "base/thread_pool.h"
+#include "engine/generate.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+using namespace cachet;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Read bandwidth: threads sum disjoint slices of a buffer much larger than the caches.
+double measure_bandwidth_gbs(int threads, int reps) {
+  const size_t n = size_t{1} << 28;  // 1 GiB of floats
+  AlignedBuffer<float> buf(n);
+  ThreadPool pool(threads);
+  pool.parallel_for(static_cast<int64_t>(n), [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<float>(i & 7);
+  });
+  std::vector<double> gbs;
+  std::vector<double> sums(threads);
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    pool.parallel_for(static_cast<int64_t>(n), [&](int t, int64_t b, int64_t e) {
+      const auto& k = kernels();
+      // dot with a tiny vector re-used from L1 (stride 0 would be optimized away; use 64 floats).
+      alignas(64) float ones[1024];
+      std::fill(ones, ones + 1024, 1.0f);
+      float acc = 0.0f;
+      for (int64_t i = b; i + 1024 <= e; i += 1024) {
+        float out;
+        k.dot_rows(DType::kF32, buf.data() + i, 0, 1, ones, 1024, &out);
+        acc += out;
+      }
+      sums[t] += acc;
+    });
+    gbs.push_back(n * 4.0 / seconds_since(t0) / 1e9);
+  }
+  return median(gbs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cachet_bench: prefill/decode throughput of a model"};
+  std::string model_path;
+  int threads = 2, n_prompt = 128, n_gen = 256, reps = 5;
+  bool no_cache = false, bandwidth = false;
+  std::string kv = "f16";
+  app.add_option("-m,--model", model_path, "model file");
+  app.add_option("-t,--threads", threads);
+  app.add_option("-p,--n-prompt", n_prompt, "prompt tokens for pp and before tg");
+  app.add_option("-n,--n-gen", n_gen, "generated tokens for tg");
+  app.add_option("-r,--reps", reps, "repetitions (median reported)");
+  app.add_option("--kv-type", kv)->check(CLI::IsMember({"f16", "f32"}));
+  app.add_flag("--no-cache", no_cache, "also time the no-cache recompute and report the speed-up");
+  app.add_flag("--bandwidth", bandwidth, "measure memory read bandwidth");
+  CLI11_PARSE(app, argc, argv);
+
+  if (bandwidth) {
+    nlohmann::json j = {{"what", "bandwidth"}, {"threads", threads}, {"read_gbs", measure_bandwidth_gbs(threads, reps)}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  if (model_path.empty()) return 0;
+
+  LoadOptions lo;
+  lo.n_threads = threads;
+  auto m = load_model(model_path, lo);
+  if (!m.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", m.status().message().c_str());
+    return 1;
+  }
+  Model& model = **m;
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(1);
+  std::vector<int32_t> prompt(n_prompt);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.n_vocab);
+  size_t weight_bytes = 0;
+  for (const auto& t : model.tensors()) weight_bytes += t.n_bytes();
+
+  GenerateOptions o;
+  o.max_tokens = n_gen;
+  o.stop_at_eos = false;
+  o.kv_type = kv == "f32" ? DType::kF32 : DType::kF16;
+  generate(model, prompt, GenerateOptions{.max_tokens = 8, .stop_at_eos = false});  // warm-up: page in weights
+  std::vector<double> pp, tg;
+  for (int r = 0; r < reps; ++r) {
+    auto res = generate(model, prompt, o);
+    if (!res.is_ok()) {
+      std::fprintf(stderr, "error: %s\n", res.status().message().c_str());
+      return 1;
+    }
+    pp.push_back(res->prefill_tok_per_s());
+    tg.push_back(res->decode_tok_per_s());
+  }
+  nlohmann::json j = {{"what", "generate"},
+                      {"model", model_path},
+                      {"threads", threads},
+                      {"isa", isa_name(kernels().isa)},
+                      {"n_prompt", n_prompt},
+                      {"n_gen", n_gen},
+                      {"weight_bytes", weight_bytes},
+                      {"kv_bytes_per_token", c.kv_bytes_per_token(o.kv_type == DType::kF32 ? 4 : 2)},
+                      {"pp_tok_s", median(pp)},
+                      {"tg_tok_s", median(tg)},
+                      {"pp_runs", pp},
+                      {"tg_runs", tg}};
+  if (no_cache) {
+    // Wall time to generate n_gen tokens after the prompt, with and without the cache.
+    std::vector<double> with, without;
+    for (int r = 0; r < std::max(1, reps / 2); ++r) {
+      auto t0 = Clock::now();
+      auto a = generate(model, prompt, o);
+      with.push_back(seconds_since(t0));
+      GenerateOptions nc = o;
+      nc.use_kv_cache = false;
+      t0 = Clock::now();
+      auto b = generate(model, prompt, nc);
+      without.push_back(seconds_since(t0));
+      if (!a.is_ok() || !b.is_ok() || a->token_ids != b->token_ids) {
+        std::fprintf(stderr, "error: cached and no-cache runs disagree\n");
+        return 1;
+      }
+    }
+    j["cached_s"] = median(with);
+    j["no_cache_s"] = median(without);
+    j["cache_speedup"] = median(without) / median(with);
+  }
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}

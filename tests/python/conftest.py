@@ -1,0 +1,31 @@
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "oracle"))
+
+
+@pytest.fixture(scope="session")
+def cachet_bin() -> str:
+    b = os.environ.get("CACHET_BIN", str(ROOT / "build" / "cachet"))
+    assert os.path.exists(b), f"cachet binary not found at {b}: build first"
+    return b
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("CACHET_SHARED_DIR", str(ROOT.parent / "shared")))
+
+
+@pytest.fixture(scope="session")
+def default_model() -> str:
+    """The default model; scripts/setup.sh fetches it, so its absence is a failure, not a skip."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_model.py")], check=True,
+                         capture_output=True, text=True)
+    path = out.stdout.strip().splitlines()[-1]
+    assert os.path.exists(path), path
+    return path

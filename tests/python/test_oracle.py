@@ -1,0 +1,73 @@
+"""cachet's logits and greedy ids against the independent numpy reference (tests/oracle/reference.py)."""
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from reference import Model
+
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"]
+
+
+def our_logits(cachet_bin, model, ids, tmp_path, kv="f32"):
+    out = tmp_path / "logits.f32"
+    subprocess.run([cachet_bin, "logits", "-m", str(model), "--prompt-ids", " ".join(map(str, ids)),
+                    "-o", str(out), "--kv-type", kv], check=True)
+    return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+
+
+def assert_agrees(ours, ref, what):
+    scale = np.abs(ref).max()
+    diff = np.abs(ours - ref).max()
+    assert diff <= 1e-3 * scale, f"{what}: max |diff| {diff:.3g} > 1e-3 x max |logit| {scale:.3g}"
+    mismatch = np.nonzero(ours.argmax(axis=1) != ref.argmax(axis=1))[0]
+    assert len(mismatch) == 0, f"{what}: argmax differs at positions {mismatch.tolist()}"
+
+
+@pytest.mark.parametrize("wtype", TYPES)
+@pytest.mark.parametrize("layout", ["gqa", "neox-untied"])
+def test_synthetic_logits_match_numpy(cachet_bin, tmp_path, wtype, layout):
+    path = tmp_path / f"synth_{wtype}.gguf"
+    cmd = [cachet_bin, "synth", "-o", str(path), "--type", wtype, "--embd-type", wtype, "--n-vocab", "320",
+           "--n-embd", "128", "--n-layer", "3", "--n-head", "8", "--n-head-kv", "2", "--n-ff", "256", "--seed", "7"]
+    if layout == "neox-untied":
+        cmd += ["--neox", "--untied"]
+    subprocess.run(cmd, check=True)
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 320, size=32).tolist()
+    ref = Model.load(str(path)).logits(ids)
+    assert_agrees(our_logits(cachet_bin, path, ids, tmp_path), ref, f"{wtype} {layout}")
+
+
+def test_default_model_logits_match_numpy(cachet_bin, default_model, tmp_path):
+    # 32 tokens of a real chat prompt's ids (SmolLM2 vocabulary).
+    ids = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
+           8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2]
+    ref = Model.load(default_model).logits(ids)
+    assert_agrees(our_logits(cachet_bin, default_model, ids, tmp_path), ref, "SmolLM2-135M Q4_1")
+    # And with the default f16 KV cache, against the reference rounding K and V the same way.
+    ref16 = Model.load(default_model).logits(ids, kv_f16=True)
+    assert_agrees(our_logits(cachet_bin, default_model, ids, tmp_path, kv="f16"), ref16, "SmolLM2-135M Q4_1 f16 KV")
+
+
+def test_stories260k_greedy_200_matches_numpy(cachet_bin, shared_dir):
+    path = shared_dir / "models" / "stories260K.bin"
+    out = subprocess.run([cachet_bin, "run", "-m", str(path), "--prompt-ids", "1", "-n", "200", "--ignore-eos",
+                          "--kv-type", "f32", "--format", "json"], check=True, capture_output=True, text=True)
+    ours = json.loads(out.stdout)["token_ids"]
+    ref = Model.load(str(path)).greedy([1], 200)
+    assert len(ours) == 200
+    first_diff = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), None)
+    assert first_diff is None, f"first difference at token {first_diff}: ours {ours[first_diff]}, numpy {ref[first_diff]}"
+
+
+def test_run_no_kv_cache_gives_the_same_ids(cachet_bin, shared_dir):
+    path = shared_dir / "models" / "stories260K.bin"
+    runs = []
+    for flag in ([], ["--no-kv-cache"]):
+        out = subprocess.run([cachet_bin, "run", "-m", str(path), "--prompt-ids", "1 400 300", "-n", "64",
+                              "--ignore-eos", "--format", "json"] + flag, check=True, capture_output=True, text=True)
+        runs.append(json.loads(out.stdout))
+    assert runs[0]["token_ids"] == runs[1]["token_ids"]
+    assert runs[0]["kv_cache"] is True and runs[1]["kv_cache"] is False

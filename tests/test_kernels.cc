@@ -1,0 +1,225 @@
+// Every SIMD kernel table against the scalar reference: sizes 0 .. 2x the vector width plus tails,
+// misaligned sources and destinations, tolerances derived from the data's norms.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/quantize.h"
+#include "tests/test_util.h"
+
+namespace cachet {
+namespace {
+
+using testing::random_floats;
+
+const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+
+std::vector<const Kernels*> simd_tables() {
+  std::vector<const Kernels*> v;
+  for (const Kernels* k : supported_kernels())
+    if (k->isa != Isa::kScalar) v.push_back(k);
+  return v;
+}
+
+// Row lengths to test for a type: every length up to 2x the widest vector plus tails for element types,
+// 0..4 blocks plus a long row for block types.
+std::vector<int64_t> lengths(DType t) {
+  std::vector<int64_t> v;
+  const int64_t bs = traits(t).block_size;
+  if (bs == 1) {
+    for (int64_t n = 0; n <= 2 * 16 + 3; ++n) v.push_back(n);
+    v.push_back(100);
+    v.push_back(577);
+  } else {
+    for (int64_t b = 0; b <= 4; ++b) v.push_back(b * bs);
+    v.push_back(18 * bs);
+  }
+  return v;
+}
+
+// `rows` quantized rows of n elements, starting `misalign` bytes into the returned buffer.
+struct QuantRows {
+  std::vector<uint8_t> storage;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+};
+QuantRows make_rows(DType t, int rows, int64_t n, uint64_t seed, size_t misalign) {
+  QuantRows q;
+  q.row_bytes = *row_bytes(t, n);
+  q.storage.resize(q.row_bytes * rows + misalign + 64);
+  auto vals = random_floats(static_cast<size_t>(rows) * n + 1, seed, -2.0f, 2.0f);
+  for (int r = 0; r < rows; ++r)
+    EXPECT_TRUE(quantize_row(t, vals.data() + r * n, q.storage.data() + misalign + r * q.row_bytes, n).is_ok());
+  q.data = q.storage.data() + misalign;
+  return q;
+}
+
+// Rows in files are aligned to their element (f32: 4, f16/bf16 and the blocks' fp16 scales: 2); the tests
+// offset by multiples of that, which misaligns them against every vector width.
+size_t natural_align(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+float tol(const float* w, const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(w[i]) * x[i]);
+  return static_cast<float>(2e-6 * s + 1e-6);
+}
+
+TEST(Kernels, ScalarTableIsAlwaysSupported) {
+  auto all = supported_kernels();
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all.front()->isa, Isa::kScalar);
+}
+
+TEST(Kernels, DequantizeMatchesScalarBitwise) {
+  for (const Kernels* k : simd_tables()) {
+    for (DType t : kTypes) {
+      for (int64_t n : lengths(t)) {
+        for (size_t mis : {0, 1, 3}) {
+          QuantRows q = make_rows(t, 1, n, 11 + n, mis * natural_align(t));
+          std::vector<float> ref(n + 4, -7.0f), got(n + 4 + mis, -7.0f);
+          ref::kKernels.dequantize_row(t, q.data, ref.data(), n);
+          k->dequantize_row(t, q.data, got.data() + mis, n);
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(f32_to_bits(ref[i]), f32_to_bits(got[mis + i]))
+                << isa_name(k->isa) << " " << dtype_name(t) << " n=" << n << " i=" << i;
+          EXPECT_EQ(got[mis + n], -7.0f) << "wrote past the end";
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, DotRowsMatchesScalar) {
+  for (const Kernels* k : simd_tables()) {
+    for (DType t : kTypes) {
+      for (int64_t n : lengths(t)) {
+        for (int rows : {1, 3, 4, 7}) {
+          QuantRows q = make_rows(t, rows, n, 5 + n, (n % 3) * natural_align(t));
+          auto xs = random_floats(n + 3, 99 + n);
+          const float* x = xs.data() + (n % 3);  // misaligned activations
+          std::vector<float> ref(rows), got(rows);
+          ref::kKernels.dot_rows(t, q.data, q.row_bytes, rows, x, n, ref.data());
+          k->dot_rows(t, q.data, q.row_bytes, rows, x, n, got.data());
+          std::vector<float> w(n);
+          for (int r = 0; r < rows; ++r) {
+            ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), n);
+            ASSERT_NEAR(got[r], ref[r], tol(w.data(), x, n))
+                << isa_name(k->isa) << " " << dtype_name(t) << " n=" << n << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The batch-invariance contract: gemm over dequantized rows == dot_rows, bit for bit, for any m and n.
+TEST(Kernels, GemmEqualsDotRowsBitwise) {
+  for (const Kernels* k : supported_kernels()) {
+    for (DType t : kTypes) {
+      for (int64_t K : {static_cast<int64_t>(traits(t).block_size * 3), int64_t{64 * 9}}) {
+        if (K % traits(t).block_size) continue;
+        const int N = 11, M = 9;
+        QuantRows q = make_rows(t, N, K, 3 + K, 0);
+        std::vector<float> wf(static_cast<size_t>(N) * K);
+        for (int j = 0; j < N; ++j) k->dequantize_row(t, q.data + j * q.row_bytes, wf.data() + j * K, K);
+        auto x = random_floats(static_cast<size_t>(M) * K, 77);
+        for (int m = 1; m <= M; m += 2) {
+          std::vector<float> c(static_cast<size_t>(m) * N);
+          k->gemm_nt(m, N, K, x.data(), K, wf.data(), K, c.data(), N);
+          for (int i = 0; i < m; ++i) {
+            std::vector<float> d(N);
+            k->dot_rows(t, q.data, q.row_bytes, N, x.data() + i * K, K, d.data());
+            for (int j = 0; j < N; ++j)
+              ASSERT_EQ(f32_to_bits(c[i * N + j]), f32_to_bits(d[j]))
+                  << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " m=" << m << " (" << i << ","
+                  << j << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, GemmMatchesScalar) {
+  for (const Kernels* k : simd_tables()) {
+    for (int m : {0, 1, 2, 3, 4, 5, 9}) {
+      for (int n : {0, 1, 4, 5, 13}) {
+        for (int64_t K : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{35}, int64_t{128}}) {
+          auto a = random_floats(static_cast<size_t>(m) * (K + 1) + 1, 1 + m);
+          auto b = random_floats(static_cast<size_t>(n) * (K + 2) + 1, 2 + n);
+          std::vector<float> ref(static_cast<size_t>(m) * n + 1), got(static_cast<size_t>(m) * n + 1);
+          // Strides larger than K and misaligned bases.
+          ref::kKernels.gemm_nt(m, n, K, a.data() + 1, K + 1, b.data() + 1, K + 2, ref.data(), n);
+          k->gemm_nt(m, n, K, a.data() + 1, K + 1, b.data() + 1, K + 2, got.data(), n);
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j)
+              ASSERT_NEAR(got[i * n + j], ref[i * n + j],
+                          tol(a.data() + 1 + i * (K + 1), b.data() + 1 + j * (K + 2), K))
+                  << isa_name(k->isa) << " m=" << m << " n=" << n << " K=" << K;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, KvKernelsMatchScalar) {
+  for (const Kernels* k : simd_tables()) {
+    for (DType t : {DType::kF32, DType::kF16}) {
+      const size_t elem = t == DType::kF32 ? 4 : 2;
+      for (int d : {1, 7, 8, 15, 16, 17, 33, 64, 128}) {
+        for (int n : {0, 1, 5, 40}) {
+          const size_t stride = (d + 3) * elem;  // rows padded, like several heads in one row
+          std::vector<uint8_t> cache(stride * (n + 1) + 16);
+          auto vals = random_floats(static_cast<size_t>(d) * (n + 1), 3 + d);
+          uint8_t* base = cache.data() + elem;  // misaligned by one element
+          for (int i = 0; i < n; ++i) {
+            std::vector<uint8_t> ref_row(d * elem), got_row(d * elem);
+            ref::kKernels.kv_store(t, vals.data() + i * d, ref_row.data(), d);
+            k->kv_store(t, vals.data() + i * d, got_row.data(), d);
+            ASSERT_EQ(0, std::memcmp(ref_row.data(), got_row.data(), d * elem)) << "kv_store d=" << d;
+            std::memcpy(base + i * stride, got_row.data(), d * elem);
+          }
+          auto q = random_floats(d + 1, 5);
+          std::vector<float> rs(n + 1), gs(n + 1);
+          ref::kKernels.kv_scores(t, base, stride, n, q.data() + 1, d, 0.125f, rs.data());
+          k->kv_scores(t, base, stride, n, q.data() + 1, d, 0.125f, gs.data());
+          for (int i = 0; i < n; ++i) ASSERT_NEAR(gs[i], rs[i], 1e-5f * d) << "kv_scores d=" << d;
+          auto p = random_floats(n + 1, 9, 0.0f, 1.0f);
+          std::vector<float> ro(d + 1, 0.5f), go(d + 1, 0.5f);
+          ref::kKernels.kv_accumulate(t, base, stride, n, p.data(), d, ro.data());
+          k->kv_accumulate(t, base, stride, n, p.data(), d, go.data());
+          for (int j = 0; j <= d; ++j) ASSERT_NEAR(go[j], ro[j], 1e-5f * (n + 1)) << "kv_accumulate d=" << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(Quantize, RoundTripErrorIsBounded) {
+  auto x = random_floats(32 * 64, 3);
+  for (DType t : kTypes) {
+    std::vector<uint8_t> q(*row_bytes(t, x.size()));
+    ASSERT_TRUE(quantize_row(t, x.data(), q.data(), x.size()).is_ok());
+    std::vector<float> y(x.size());
+    ref::kKernels.dequantize_row(t, q.data(), y.data(), y.size());
+    // Half a quantization step for values in [-1, 1] (Q4_0: a whole step where the top level is clamped).
+    float bound = 0.0f;
+    switch (t) {
+      case DType::kF16: bound = 1.0f / 2048; break;
+      case DType::kBF16: bound = 1.0f / 256; break;
+      case DType::kQ8_0: bound = 1.0f / 254 * 1.15f; break;  // + the fp16 rounding of the scale
+      case DType::kQ4_0: bound = 1.0f / 8; break;
+      case DType::kQ4_1: bound = 1.0f / 15; break;
+      default: break;
+    }
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_LE(std::fabs(x[i] - y[i]), bound * 1.05f) << dtype_name(t);
+  }
+  EXPECT_FALSE(quantize_row(DType::kQ4_0, x.data(), nullptr, 31).is_ok());
+}
+
+}  // namespace
+}  // namespace cachet

@@ -1,0 +1,206 @@
+// The two phases and the cache, on synthetic models of every type and head layout:
+// cached decode == the no-cache recompute; one-pass prefill == feeding the prompt one token at a time.
+#include <cmath>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "engine/generate.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "tests/test_util.h"
+
+namespace cachet {
+namespace {
+
+struct Variant {
+  DType type;
+  int n_head, n_head_kv;
+  bool neox;
+};
+
+std::string name_of(const Variant& v) {
+  return std::string(dtype_name(v.type)) + "_h" + std::to_string(v.n_head) + "_kv" + std::to_string(v.n_head_kv) +
+         (v.neox ? "_neox" : "");
+}
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    v.push_back({t, 4, 4, false});  // multi-head
+    v.push_back({t, 4, 2, false});  // GQA
+  }
+  v.push_back({DType::kF32, 4, 1, false});  // MQA
+  v.push_back({DType::kF32, 4, 2, true});   // NeoX rotation
+  v.push_back({DType::kQ4_0, 8, 2, true});
+  return v;
+}
+
+std::unique_ptr<Model> synth(const Variant& v, int threads = 2) {
+  SyntheticSpec s;
+  s.type = v.type;
+  s.embd_type = v.type;
+  s.n_head = v.n_head;
+  s.n_head_kv = v.n_head_kv;
+  s.n_embd = 64;
+  s.n_ff = 160;
+  s.n_layer = 2;
+  s.rope_neox = v.neox;
+  s.tied_output = v.type != DType::kQ4_1;  // exercise both heads
+  std::string path = testing::temp_path(name_of(v) + ".gguf");
+  EXPECT_TRUE(write_synthetic_llama(s, path).is_ok());
+  LoadOptions o;
+  o.n_threads = threads;
+  auto m = load_model(path, o);
+  EXPECT_TRUE(m.is_ok()) << m.status().message();
+  return std::move(m).value();
+}
+
+std::vector<int32_t> prompt_for(const Model& m, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>(rng() % m.config().n_vocab));
+  return p;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+void expect_cached_equals_uncached(Model& m, const std::string& label) {
+  const auto prompt = prompt_for(m, 7, 1);
+  GenerateOptions o;
+  o.max_tokens = 64;
+  o.kv_type = DType::kF32;
+  o.stop_at_eos = false;
+  auto cached = generate(m, prompt, o);
+  o.use_kv_cache = false;
+  auto naive = generate(m, prompt, o);
+  ASSERT_TRUE(cached.is_ok() && naive.is_ok());
+  ASSERT_EQ(cached->token_ids.size(), 64u);
+  EXPECT_EQ(cached->token_ids, naive->token_ids) << label;
+
+  // Last-position logits: decode step by step against the cache vs one recompute of everything.
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), cached->token_ids.begin(), cached->token_ids.end() - 1);
+  const int64_t V = m.config().n_vocab;
+  std::vector<float> a(V), b(V);
+  ContiguousKvCache cache(m.config(), static_cast<int>(seq.size()), DType::kF32);
+  ForwardBatch pre = ForwardBatch::single(&cache, prompt, 0, false);
+  ASSERT_TRUE(m.forward(pre, a.data()).is_ok());
+  for (size_t i = prompt.size(); i < seq.size(); ++i) {
+    ForwardBatch step = ForwardBatch::single(&cache, {seq[i]}, static_cast<int>(i), false);
+    ASSERT_TRUE(m.forward(step, a.data()).is_ok());
+  }
+  ContiguousKvCache fresh(m.config(), static_cast<int>(seq.size()), DType::kF32);
+  ForwardBatch all = ForwardBatch::single(&fresh, seq, 0, false);
+  ASSERT_TRUE(m.forward(all, b.data()).is_ok());
+  EXPECT_LE(max_abs_diff(a, b), 1e-4f) << label;
+}
+
+TEST(Model, CachedDecodeEqualsNoCacheRecompute) {
+  for (const Variant& v : variants()) {
+    auto m = synth(v);
+    expect_cached_equals_uncached(*m, name_of(v));
+  }
+}
+
+TEST(Model, CachedDecodeEqualsNoCacheOnStories260K) {
+  auto m = load_model(testing::shared_dir() + "/models/stories260K.bin");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  expect_cached_equals_uncached(**m, "stories260K");
+}
+
+TEST(Model, PrefillInOnePassEqualsOneTokenAtATime) {
+  for (const Variant& v : variants()) {
+    auto m = synth(v);
+    const ModelConfig& c = m->config();
+    const auto prompt = prompt_for(*m, 33, 2);
+    const int n = static_cast<int>(prompt.size());
+    for (DType kv : {DType::kF32, DType::kF16}) {
+      ContiguousKvCache one(c, n, kv), step(c, n, kv);
+      std::vector<float> la(static_cast<size_t>(n) * c.n_vocab), lb(la.size());
+      ASSERT_TRUE(m->forward(ForwardBatch::single(&one, prompt, 0, true), la.data()).is_ok());
+      for (int i = 0; i < n; ++i)
+        ASSERT_TRUE(m->forward(ForwardBatch::single(&step, {prompt[i]}, i, true), lb.data() + i * c.n_vocab).is_ok());
+      EXPECT_LE(max_abs_diff(la, lb), 1e-4f) << name_of(v);
+      // The kernels' reduction-order contract makes this exact, not just close.
+      EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float))) << name_of(v) << " not bitwise";
+      const size_t elem = kv == DType::kF32 ? 4 : 2;
+      for (int l = 0; l < c.n_layer; ++l) {
+        for (int p = 0; p < n; ++p) {
+          const size_t bytes = c.kv_dim() * elem;
+          if (kv == DType::kF32) {
+            auto* ka = reinterpret_cast<const float*>(one.k_row(l, p));
+            auto* kb = reinterpret_cast<const float*>(step.k_row(l, p));
+            auto* va = reinterpret_cast<const float*>(one.v_row(l, p));
+            auto* vb = reinterpret_cast<const float*>(step.v_row(l, p));
+            for (int64_t j = 0; j < c.kv_dim(); ++j) {
+              ASSERT_NEAR(ka[j], kb[j], 1e-4f);
+              ASSERT_NEAR(va[j], vb[j], 1e-4f);
+            }
+          }
+          EXPECT_EQ(0, std::memcmp(one.k_row(l, p), step.k_row(l, p), bytes)) << name_of(v) << " K l" << l << " p" << p;
+          EXPECT_EQ(0, std::memcmp(one.v_row(l, p), step.v_row(l, p), bytes)) << name_of(v) << " V l" << l << " p" << p;
+        }
+      }
+    }
+  }
+}
+
+TEST(Model, TwoSequencesInOneBatchEqualSeparateRuns) {
+  auto m = synth({DType::kQ4_0, 4, 2, false});
+  const ModelConfig& c = m->config();
+  auto pa = prompt_for(*m, 9, 3), pb = prompt_for(*m, 5, 4);
+  ContiguousKvCache ca(c, 16, DType::kF16), cb(c, 16, DType::kF16), sa(c, 16, DType::kF16), sb(c, 16, DType::kF16);
+  ForwardBatch both;
+  both.seqs = {&ca, &cb};
+  for (size_t i = 0; i < std::max(pa.size(), pb.size()); ++i) {  // interleaved tokens of both sequences
+    if (i < pa.size()) {
+      both.token_ids.push_back(pa[i]), both.positions.push_back(i), both.seq_index.push_back(0);
+      both.want_logits.push_back(i + 1 == pa.size());
+    }
+    if (i < pb.size()) {
+      both.token_ids.push_back(pb[i]), both.positions.push_back(i), both.seq_index.push_back(1);
+      both.want_logits.push_back(i + 1 == pb.size());
+    }
+  }
+  std::vector<float> lboth(2 * c.n_vocab), la(c.n_vocab), lb(c.n_vocab);
+  ASSERT_TRUE(m->forward(both, lboth.data()).is_ok());
+  ASSERT_TRUE(m->forward(ForwardBatch::single(&sa, pa, 0, false), la.data()).is_ok());
+  ASSERT_TRUE(m->forward(ForwardBatch::single(&sb, pb, 0, false), lb.data()).is_ok());
+  // Logit rows come in batch order: b's last token (i = 4) precedes a's (i = 8).
+  EXPECT_EQ(0, std::memcmp(lboth.data(), lb.data(), lb.size() * 4));
+  EXPECT_EQ(0, std::memcmp(lboth.data() + c.n_vocab, la.data(), la.size() * 4));
+}
+
+TEST(Model, ThreadCountDoesNotChangeResults) {
+  auto m1 = synth({DType::kQ8_0, 4, 2, false}, 1);
+  auto m2 = synth({DType::kQ8_0, 4, 2, false}, 2);
+  const auto prompt = prompt_for(*m1, 20, 5);
+  GenerateOptions o;
+  o.max_tokens = 32;
+  o.stop_at_eos = false;
+  auto a = generate(*m1, prompt, o);
+  auto b = generate(*m2, prompt, o);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(a->token_ids, b->token_ids);
+}
+
+TEST(Model, BadBatchesAreErrors) {
+  auto m = synth({DType::kF32, 4, 2, false});
+  ContiguousKvCache c(m->config(), 4, DType::kF32);
+  std::vector<float> logits(m->config().n_vocab);
+  EXPECT_FALSE(m->forward(ForwardBatch::single(&c, {1, 2, 3, 4, 5}, 0, false), logits.data()).is_ok());
+  EXPECT_FALSE(m->forward(ForwardBatch::single(&c, {static_cast<int32_t>(m->config().n_vocab)}, 0, false),
+                          logits.data()).is_ok());
+  EXPECT_FALSE(m->forward(ForwardBatch::single(&c, {-1}, 0, false), logits.data()).is_ok());
+  auto empty = generate(*m, {}, GenerateOptions{});
+  EXPECT_FALSE(empty.is_ok());
+}
+
+}  // namespace
+}  // namespace cachet
