@@ -8,6 +8,7 @@
 
 #include "base/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "kernels/quantize.h"
 #include "tests/test_util.h"
 
@@ -219,6 +220,82 @@ TEST(Quantize, RoundTripErrorIsBounded) {
     for (size_t i = 0; i < x.size(); ++i) ASSERT_LE(std::fabs(x[i] - y[i]), bound * 1.05f) << dtype_name(t);
   }
   EXPECT_FALSE(quantize_row(DType::kQ4_0, x.data(), nullptr, 31).is_ok());
+}
+
+}  // namespace
+}  // namespace cachet
+
+namespace cachet {
+namespace {
+
+// The integer path: SIMD == scalar bit for bit, and the scalar one == the plain dot product of the
+// dequantized weights with the dequantized activations (up to float rounding).
+TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
+  for (int64_t n : {32, 64, 32 * 18}) {
+    auto x = random_floats(n, 21 + n, -3.0f, 3.0f);
+    x[5] = 0.0f;
+    std::vector<float> zeros(32, 0.0f);
+    std::vector<ActQ8> ref(n / 32), got(n / 32);
+    ref::kKernels.quantize_act(x.data(), n, ref.data());
+    for (const Kernels* k : simd_tables()) {
+      k->quantize_act(x.data(), n, got.data());
+      ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * sizeof(ActQ8))) << isa_name(k->isa);
+      ActQ8 z;
+      k->quantize_act(zeros.data(), 32, &z);
+      EXPECT_EQ(z.d, 0.0f);
+      EXPECT_EQ(z.sum, 0);
+    }
+    for (size_t b = 0; b < ref.size(); ++b) {
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) {
+        s += ref[b].q[i];
+        EXPECT_NEAR(ref[b].q[i] * ref[b].d, x[b * 32 + i], ref[b].d * 0.5f + 1e-7f);
+      }
+      EXPECT_EQ(s, ref[b].sum);
+    }
+  }
+}
+
+TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+    for (int64_t K : {32, 96, 576}) {
+      for (int rows : {16, 5}) {
+        const int64_t nb = K / 32;
+        QuantRows q = make_rows(t, rows, K, 40 + K + rows, 0);
+        std::vector<uint8_t> group(nb * packed_block_bytes(t));
+        repack_group(t, q.data, q.row_bytes, rows, K, group.data());
+        const int T = 6;
+        auto x = random_floats(T * K, 8 + K, -2.0f, 2.0f);
+        std::vector<ActQ8> act(T * nb);
+        for (int tok = 0; tok < T; ++tok) ref::kKernels.quantize_act(x.data() + tok * K, K, act.data() + tok * nb);
+        std::vector<float> ref(T * kPackRows);
+        ref::kKernels.packed_dot(t, group.data(), nb, act.data(), nb, T, ref.data(), kPackRows);
+        // Against the plain dot of dequantized operands.
+        std::vector<float> w(K), xa(K);
+        for (int tok = 0; tok < T; ++tok) {
+          for (int64_t b = 0; b < nb; ++b)
+            for (int i = 0; i < 32; ++i) xa[b * 32 + i] = act[tok * nb + b].q[i] * act[tok * nb + b].d;
+          for (int r = 0; r < kPackRows; ++r) {
+            double want = 0;
+            if (r < rows) {
+              ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
+              for (int64_t i = 0; i < K; ++i) want += static_cast<double>(w[i]) * xa[i];
+            }
+            ASSERT_NEAR(ref[tok * kPackRows + r], want, 1e-4 * K)
+                << dtype_name(t) << " K=" << K << " row " << r << " tok " << tok;
+          }
+        }
+        for (const Kernels* k : simd_tables()) {
+          for (int nt : {1, 3, 4, 6}) {  // token counts exercise the 4-token and 1-token kernels
+            std::vector<float> got(T * kPackRows, -1.0f);
+            k->packed_dot(t, group.data(), nb, act.data(), nb, nt, got.data(), kPackRows);
+            ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
+                << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

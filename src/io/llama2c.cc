@@ -63,7 +63,8 @@ bool looks_like_llama2c(const uint8_t* data, size_t size) {
   return n && checked_mul(*n, 4).value_or(0) + kHeaderBytes == size;
 }
 
-Result<std::unique_ptr<Model>> load_llama2c(const std::string& path, std::shared_ptr<ThreadPool> pool) {
+Result<std::unique_ptr<Model>> load_llama2c(const std::string& path, std::shared_ptr<ThreadPool> pool,
+                                           const LoadOptions& opts) {
   CACHET_ASSIGN_OR_RETURN(MappedFile mf, MappedFile::open(path));
   if (mf.size() < kHeaderBytes) return invalid_argument(path + ": too small for a llama2.c checkpoint");
   Llama2cHeader h;
@@ -148,7 +149,8 @@ Result<std::unique_ptr<Model>> load_llama2c(const std::string& path, std::shared
     sp.bos = 1;  // llama2.c's sentencepiece convention
     sp.eos = 2;
   }
-  return make_llama_model(std::move(c), std::move(w), std::move(all), sp, std::move(file), nullptr, std::move(pool));
+  return make_llama_model(std::move(c), std::move(w), std::move(all), sp, std::move(file), nullptr, std::move(pool),
+                          opts);
 }
 
 }  // namespace cachet

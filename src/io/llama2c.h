@@ -18,6 +18,7 @@ struct Llama2cHeader {
 // True when the file's size matches the size its header implies (how load_model recognizes the format).
 bool looks_like_llama2c(const uint8_t* data, size_t size);
 
-Result<std::unique_ptr<Model>> load_llama2c(const std::string& path, std::shared_ptr<ThreadPool> pool);
+Result<std::unique_ptr<Model>> load_llama2c(const std::string& path, std::shared_ptr<ThreadPool> pool,
+                                           const LoadOptions& opts);
 
 }  // namespace cachet

@@ -19,7 +19,7 @@ std::vector<const Kernels*> supported_kernels() {
   const CpuFeatures& f = cpu_features();
   std::vector<const Kernels*> v{&ref::kKernels};
   if (f.avx2 && f.fma && f.f16c) v.push_back(&avx2::kKernels);
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.f16c) v.push_back(&avx512::kKernels);
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.f16c) v.push_back(&avx512::kKernels);
   return v;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "kernels/packed.h"
 
 namespace cachet {
 
@@ -44,6 +45,13 @@ struct Kernels {
   void (*kv_accumulate)(DType kv_type, const void* v, size_t stride, int n, const float* p, int d, float* out);
   // dst[0..n) = src as kv_type (f32 copy or f16 round-to-nearest-even).
   void (*kv_store)(DType kv_type, const float* src, void* dst, int n);
+
+  // The integer path (kernels/packed.h). x[0..n) -> n/32 ActQ8 blocks; bitwise identical in every table.
+  void (*quantize_act)(const float* x, int64_t n, ActQ8* out);
+  // For one packed 16-row group of n_blocks blocks and n_tokens activation rows (x + t * x_stride):
+  // out[t * out_stride + r] = dot(row r, token t) for r < 16. Bitwise identical in every table.
+  void (*packed_dot)(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
+                     int n_tokens, float* out, int64_t out_stride);
 };
 
 // The best table for this CPU (CACHET_ISA=scalar|avx2|avx512 forces a lower one, for tests and benches).

@@ -16,9 +16,10 @@ class LlamaModel final : public Model {
  public:
   LlamaModel(ModelConfig cfg, LlamaWeights w, std::vector<TensorView> all, SpecialTokens special,
              std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf, std::shared_ptr<ThreadPool> pool,
-             std::vector<AlignedBuffer<float>> owned)
+             std::vector<AlignedBuffer<float>> owned, std::vector<AlignedBuffer<uint8_t>> packed)
       : cfg_(std::move(cfg)), w_(std::move(w)), all_(std::move(all)), special_(special),
-        storage_(std::move(storage)), gguf_(std::move(gguf)), pool_(std::move(pool)), owned_(std::move(owned)) {}
+        storage_(std::move(storage)), gguf_(std::move(gguf)), pool_(std::move(pool)), owned_(std::move(owned)),
+        packed_(std::move(packed)) {}
 
   const ModelConfig& config() const override { return cfg_; }
   const std::vector<TensorView>& tensors() const override { return all_; }
@@ -39,7 +40,8 @@ class LlamaModel final : public Model {
   std::shared_ptr<void> storage_;
   std::unique_ptr<GgufFile> gguf_;
   std::shared_ptr<ThreadPool> pool_;
-  std::vector<AlignedBuffer<float>> owned_;
+  std::vector<AlignedBuffer<float>> owned_;          // f32 copies of norm weights stored in other types
+  std::vector<AlignedBuffer<uint8_t>> packed_;       // repacked matmul weights (kernels/packed.h)
 
   // Activations for the current batch (n_tokens rows each).
   int scratch_tokens_ = 0;
@@ -191,7 +193,8 @@ TensorView view_of(const GgufTensorInfo* ti) {
   return v;
 }
 
-Result<std::unique_ptr<Model>> llama_from_gguf(std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool) {
+Result<std::unique_ptr<Model>> llama_from_gguf(std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool,
+                                               const LoadOptions& opts) {
   CACHET_ASSIGN_OR_RETURN(std::string arch, f->get_string("general.architecture"));
   CACHET_ASSIGN_OR_RETURN(ModelConfig cfg, llama_config_from_gguf(*f, arch));
   LlamaWeights w;
@@ -236,7 +239,8 @@ Result<std::unique_ptr<Model>> llama_from_gguf(std::unique_ptr<GgufFile> f, std:
   }
   std::vector<TensorView> all;
   for (const auto& ti : f->tensors()) all.push_back(view_of(&ti));
-  return make_llama_model(std::move(cfg), std::move(w), std::move(all), sp, nullptr, std::move(f), std::move(pool));
+  return make_llama_model(std::move(cfg), std::move(w), std::move(all), sp, nullptr, std::move(f), std::move(pool),
+                          opts);
 }
 
 }  // namespace
@@ -265,12 +269,22 @@ Status validate_llama_weights(const ModelConfig& c, LlamaWeights* w, std::vector
 Result<std::unique_ptr<Model>> make_llama_model(ModelConfig cfg, LlamaWeights weights,
                                                 std::vector<TensorView> all_tensors, SpecialTokens special,
                                                 std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf,
-                                                std::shared_ptr<ThreadPool> pool) {
+                                                std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
   std::vector<AlignedBuffer<float>> owned;
   CACHET_RETURN_IF_ERROR(validate_llama_weights(cfg, &weights, &owned));
+  // Matmul weights of the block types are repacked once for the integer path.
+  std::vector<AlignedBuffer<uint8_t>> packed;
+  auto pack = [&](TensorView* t) {
+    if (opts.precise || !packable(t->type)) return;
+    packed.emplace_back();
+    pack_weight(*pool, t, &packed.back());
+  };
+  for (auto& L : weights.layers)
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(t);
+  pack(&weights.output);
   return std::unique_ptr<Model>(new LlamaModel(std::move(cfg), std::move(weights), std::move(all_tensors), special,
                                                std::move(storage), std::move(gguf), std::move(pool),
-                                               std::move(owned)));
+                                               std::move(owned), std::move(packed)));
 }
 
 void register_llama_arch() { register_arch("llama", llama_from_gguf); }

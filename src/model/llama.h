@@ -36,7 +36,7 @@ Status validate_llama_weights(const ModelConfig& cfg, LlamaWeights* w, std::vect
 Result<std::unique_ptr<Model>> make_llama_model(ModelConfig cfg, LlamaWeights weights,
                                                 std::vector<TensorView> all_tensors, SpecialTokens special,
                                                 std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf,
-                                                std::shared_ptr<ThreadPool> pool);
+                                                std::shared_ptr<ThreadPool> pool, const LoadOptions& opts);
 
 void register_llama_arch();
 

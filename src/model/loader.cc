@@ -36,13 +36,13 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   {
     CACHET_ASSIGN_OR_RETURN(MappedFile probe, MappedFile::open(path));
     bool gguf_magic = probe.size() >= 4 && std::memcmp(probe.data(), "GGUF", 4) == 0;
-    if (!gguf_magic && looks_like_llama2c(probe.data(), probe.size())) return load_llama2c(path, pool);
+    if (!gguf_magic && looks_like_llama2c(probe.data(), probe.size())) return load_llama2c(path, pool, opts);
   }
   CACHET_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
   CACHET_ASSIGN_OR_RETURN(std::string arch, f->get_string("general.architecture"));
   auto it = registry().find(arch);
   if (it == registry().end()) return unimplemented(path + ": architecture '" + arch + "' is not supported");
-  auto m = it->second(std::move(f), pool);
+  auto m = it->second(std::move(f), pool, opts);
   if (!m.is_ok()) return m.status().with_context(path);
   return m;
 }

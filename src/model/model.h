@@ -38,14 +38,18 @@ class Model {
 
 struct LoadOptions {
   int n_threads = 0;  // 0: all cores
+  // Q4_0 / Q4_1 / Q8_0 matmuls quantize activations to 8 bits per 32-block and use integer dot products
+  // (kernels/packed.h), as llama.cpp does. `precise` keeps f32 activations (dequantize-on-the-fly FMA):
+  // slower, and what the f32 reference oracle is compared against (docs/numerics.md).
+  bool precise = false;
 };
 
 // Opens a GGUF file or a llama2.c checkpoint (by its contents), validates everything, and builds the model.
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& opts = {});
 
 // Architecture registry.
-using ArchFactory =
-    std::function<Result<std::unique_ptr<Model>>(std::unique_ptr<GgufFile>, std::shared_ptr<ThreadPool>)>;
+using ArchFactory = std::function<Result<std::unique_ptr<Model>>(std::unique_ptr<GgufFile>,
+                                                                 std::shared_ptr<ThreadPool>, const LoadOptions&)>;
 bool register_arch(const std::string& name, ArchFactory factory);
 
 }  // namespace cachet

@@ -73,7 +73,59 @@ constexpr int kGemmMinTokens = 4;
 
 }  // namespace
 
+void pack_weight(ThreadPool& pool, TensorView* w, AlignedBuffer<uint8_t>* storage) {
+  if (!packable(w->type)) return;
+  const int64_t K = w->ne[0], N = w->n_rows();
+  const int64_t n_groups = (N + kPackRows - 1) / kPackRows;
+  const size_t gb = (K / 32) * packed_block_bytes(w->type);
+  storage->resize(gb * n_groups);
+  uint8_t* dst = storage->data();
+  pool.parallel_for(n_groups, [&](int, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int rows = static_cast<int>(std::min<int64_t>(kPackRows, N - g * kPackRows));
+      repack_group(w->type, w->row(g * kPackRows), w->row_bytes, rows, K, dst + g * gb);
+    }
+  });
+  w->packed = dst;
+  w->packed_group_bytes = gb;
+}
+
+namespace {
+
+thread_local AlignedBuffer<ActQ8> t_act;
+
+// The integer path: activations to int8 blocks once, then each thread takes whole 16-row groups.
+void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
+  const Kernels& k = kernels();
+  const int64_t K = w.ne[0], N = w.n_rows(), nb = K / 32;
+  const int64_t n_groups = (N + kPackRows - 1) / kPackRows;
+  if (t_act.size() < static_cast<size_t>(n_tokens * nb)) t_act.resize(n_tokens * nb);
+  ActQ8* act = t_act.data();
+  for (int t = 0; t < n_tokens; ++t) k.quantize_act(x + t * K, K, act + t * nb);
+  constexpr int kTokenChunk = 64;
+  pool.parallel_for(n_groups, [&](int, int64_t g0, int64_t g1) {
+    float tmp[kTokenChunk * kPackRows];
+    for (int t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+      const int nt = std::min(kTokenChunk, n_tokens - t0);
+      for (int64_t g = g0; g < g1; ++g) {
+        const uint8_t* grp = w.packed + g * w.packed_group_bytes;
+        const int64_t r0 = g * kPackRows;
+        if (r0 + kPackRows <= N) {
+          k.packed_dot(w.type, grp, nb, act + t0 * nb, nb, nt, y + t0 * N + r0, N);
+        } else {
+          k.packed_dot(w.type, grp, nb, act + t0 * nb, nb, nt, tmp, kPackRows);
+          for (int t = 0; t < nt; ++t)
+            for (int64_t r = 0; r < N - r0; ++r) y[(t0 + t) * N + r0 + r] = tmp[t * kPackRows + r];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void matmul(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
+  if (w.packed) return matmul_packed(pool, w, x, n_tokens, y);
   const Kernels& k = kernels();
   const int64_t K = w.ne[0];
   const int64_t N = w.n_rows();

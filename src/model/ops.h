@@ -24,6 +24,9 @@ void rope_table(const int32_t* positions, int n_tokens, int rope_dim, double the
 // g[i] = silu(g[i]) * u[i]; g, u: [n]
 void silu_mul(float* g, const float* u, int64_t n);
 
+// Repacks a Q4_0 / Q4_1 / Q8_0 matmul weight for the integer path into `storage` (no-op for other types).
+void pack_weight(ThreadPool& pool, TensorView* w, AlignedBuffer<uint8_t>* storage);
+
 // Y = X W^T: X [n_tokens, K] f32, W a weight [K, N] in any computable type, Y [n_tokens, N].
 // Bitwise independent of n_tokens (see the reduction contract in kernels/kernels.h).
 void matmul(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y);

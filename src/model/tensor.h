@@ -16,6 +16,10 @@ struct TensorView {
   std::array<int64_t, 4> ne{1, 1, 1, 1};  // ne[0] innermost: a matmul weight is [n_in, n_out]
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;                    // bytes of one ne[0]-row
+  // The same matrix repacked for the integer path (kernels/packed.h), when its type has one: groups of 16
+  // rows, packed_group_bytes apart. Owned by the model; nullptr when not packed.
+  const uint8_t* packed = nullptr;
+  size_t packed_group_bytes = 0;
 
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }

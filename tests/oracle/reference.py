@@ -28,9 +28,28 @@ class Config:
 
 
 class Model:
-    def __init__(self, cfg: Config, w: dict[str, np.ndarray]):
+    # Weight types whose matmuls take 8-bit activations (quantized per 32-block) in cachet, as in llama.cpp.
+    INT8_ACTIVATION_TYPES = {"Q4_0", "Q4_1", "Q8_0"}
+
+    def __init__(self, cfg: Config, w: dict[str, np.ndarray], types: dict[str, str] | None = None):
         self.cfg = cfg
         self.w = w  # name -> float64 array shaped [out, in] (numpy order) or [n]
+        self.types = types or {}  # name -> stored type name
+        self.quantize_activations = True
+
+    @staticmethod
+    def q8_blocks(x: np.ndarray) -> np.ndarray:
+        """x with each 32-block rounded to int8 levels: d = max|x| / 127 (float32), q = round-half-even(x / d)."""
+        x32 = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+        d = (np.abs(x32).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+        inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+        q = np.rint((x32 * inv).astype(np.float32))
+        return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+    def _mm(self, x, name):
+        if self.quantize_activations and self.types.get(name) in self.INT8_ACTIVATION_TYPES:
+            x = self.q8_blocks(x)
+        return x @ self.w[name].T
 
     # ---- loading -------------------------------------------------------------------------------------
     @staticmethod
@@ -50,7 +69,9 @@ class Model:
         head_dim = int(get("attention.key_length", n_embd // n_head))
         neox_field = r.fields.get("cachet.rope.neox")
         w = {}
+        types = {}
         for t in r.tensors:
+            types[t.name] = t.tensor_type.name
             shape = tuple(int(x) for x in reversed(t.shape.tolist()))  # numpy order: outermost first
             arr = dequantize(t.data, t.tensor_type).reshape(shape)
             w[t.name] = arr.astype(np.float64)
@@ -69,7 +90,8 @@ class Model:
         )
         if "output.weight" not in w:
             w["output.weight"] = w["token_embd.weight"]
-        return Model(cfg, w)
+            types["output.weight"] = types["token_embd.weight"]
+        return Model(cfg, w, types)
 
     @staticmethod
     def from_llama2c(path: str) -> "Model":
@@ -155,9 +177,9 @@ class Model:
         for l in range(c.n_layer):
             p = f"blk.{l}."
             h = self._rms(x, w[p + "attn_norm.weight"])
-            q = self._rope(h @ w[p + "attn_q.weight"].T, c.n_head).reshape(T, c.n_head, c.head_dim)
-            k = self._rope(h @ w[p + "attn_k.weight"].T, c.n_head_kv).reshape(T, c.n_head_kv, c.head_dim)
-            v = (h @ w[p + "attn_v.weight"].T).reshape(T, c.n_head_kv, c.head_dim)
+            q = self._rope(self._mm(h, p + "attn_q.weight"), c.n_head).reshape(T, c.n_head, c.head_dim)
+            k = self._rope(self._mm(h, p + "attn_k.weight"), c.n_head_kv).reshape(T, c.n_head_kv, c.head_dim)
+            v = self._mm(h, p + "attn_v.weight").reshape(T, c.n_head_kv, c.head_dim)
             if kv_f16:
                 k = k.astype(np.float32).astype(np.float16).astype(np.float64)
                 v = v.astype(np.float32).astype(np.float16).astype(np.float64)
@@ -168,12 +190,12 @@ class Model:
                 s = np.exp(s - s.max(axis=-1, keepdims=True))
                 s /= s.sum(axis=-1, keepdims=True)
                 out[:, hh, :] = s @ v[:, kv, :]
-            x = x + out.reshape(T, -1) @ w[p + "attn_output.weight"].T
+            x = x + self._mm(out.reshape(T, -1), p + "attn_output.weight")
             h = self._rms(x, w[p + "ffn_norm.weight"])
-            g = h @ w[p + "ffn_gate.weight"].T
-            u = h @ w[p + "ffn_up.weight"].T
-            x = x + ((g / (1.0 + np.exp(-g))) * u) @ w[p + "ffn_down.weight"].T
-        return self._rms(x, w["output_norm.weight"]) @ w["output.weight"].T
+            g = self._mm(h, p + "ffn_gate.weight")
+            u = self._mm(h, p + "ffn_up.weight")
+            x = x + self._mm((g / (1.0 + np.exp(-g))) * u, p + "ffn_down.weight")
+        return self._mm(self._rms(x, w["output_norm.weight"]), "output.weight")
 
     def greedy(self, ids: list[int], n: int) -> list[int]:
         seq = list(ids)

@@ -14,6 +14,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     std::string model, ids, out, kv_type = "f32";
     int threads = 0;
     bool one_by_one = false;
+    bool precise = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("logits", "dump the logits at every prompt position (for oracles)");
@@ -22,6 +23,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   c->add_option("-o,--output", a->out, "output file (float32, [n_tokens, n_vocab])")->required();
   c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
   c->add_option("-t,--threads", a->threads);
+  c->add_flag("--precise", a->precise, "f32 activations in every matmul");
   c->add_flag("--one-by-one", a->one_by_one, "feed the prompt one token per forward pass instead of one prefill");
   c->callback([a, exit_code] {
     auto ids = parse_ids(a->ids);
@@ -29,7 +31,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
       *exit_code = fail(ids.is_ok() ? invalid_argument("no token ids") : ids.status());
       return;
     }
-    auto m = load(a->model, a->threads);
+    auto m = load(a->model, a->threads, a->precise);
     if (!m.is_ok()) {
       *exit_code = fail(m.status());
       return;

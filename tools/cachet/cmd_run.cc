@@ -22,6 +22,7 @@ struct RunArgs {
   std::string kv_type = "f16";
   std::string format = "text";
   bool ignore_eos = false;
+  bool precise = false;
 };
 
 int run(const RunArgs& a) {
@@ -30,7 +31,7 @@ int run(const RunArgs& a) {
     return fail(unimplemented("text prompts need the tokenizer, which is not built yet; use --prompt-ids"));
   auto ids = parse_ids(a.prompt_ids);
   if (!ids.is_ok()) return fail(ids.status());
-  auto model = load(a.model, a.threads);
+  auto model = load(a.model, a.threads, a.precise);
   if (!model.is_ok()) return fail(model.status());
 
   GenerateOptions o;
@@ -92,6 +93,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_option("-t,--threads", a->threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   c->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence every step (slow; for comparison)");
   c->add_option("--kv-type", a->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  c->add_flag("--precise", a->precise, "f32 activations in every matmul (slower; see docs/numerics.md)");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
   c->add_option("--format", a->format, "output format")->check(CLI::IsMember({"text", "json"}));
   c->callback([a, exit_code] { *exit_code = run(*a); });

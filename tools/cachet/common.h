@@ -20,7 +20,7 @@ std::string resolve_model_path(const std::string& flag);
 std::string default_model_path();
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text);
-Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads);
+Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads, bool precise = false);
 
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.
 int fail(const Status& s);

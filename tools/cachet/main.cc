@@ -48,13 +48,14 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
   return ids;
 }
 
-Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads) {
+Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads, bool precise) {
   std::string path = resolve_model_path(model_flag);
   if (model_flag.empty() && !std::filesystem::exists(path))
     return not_found("no model given and the default model is not at " + path +
                      " (run scripts/setup.sh, or pass -m MODEL)");
   LoadOptions o;
   o.n_threads = n_threads;
+  o.precise = precise;
   return load_model(path, o);
 }
 

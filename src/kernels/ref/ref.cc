@@ -1,4 +1,5 @@
 // Scalar kernels: the specification every SIMD table is tested against. Plain loops, no intrinsics.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -117,8 +118,60 @@ void kv_store(DType t, const float* src, void* dst, int n) {
   }
 }
 
+void quantize_act(const float* x, int64_t n, ActQ8* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      int q = static_cast<int>(std::nearbyint(xb[i] * id));  // round half to even, as cvtps2dq
+      out[b].q[i] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    out[b].d = d;
+    out[b].sum = sum;
+  }
+}
+
+// Unsigned stored weight of (row r, element e) of a packed block (see kernels/packed.h).
+int packed_weight(DType t, const uint8_t* blk, int r, int e) {
+  if (t == DType::kQ8_0) return blk[32 + (e / 4) * 64 + r * 4 + e % 4];
+  const uint8_t* qs = blk + (t == DType::kQ4_0 ? 32 : 64);
+  const int k = e % 16;
+  const uint8_t byte = qs[(k / 4) * 64 + r * 4 + k % 4];
+  return e < 16 ? (byte & 0x0f) : (byte >> 4);
+}
+
+void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride, int n_tokens,
+                float* out, int64_t out_stride) {
+  const size_t bb = packed_block_bytes(t);
+  const int bias = packed_bias(t);
+  for (int tok = 0; tok < n_tokens; ++tok) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const uint8_t* blk = group + b * bb;
+        const ActQ8& xb = x[tok * x_stride + b];
+        int32_t isum = 0;
+        for (int e = 0; e < 32; ++e) isum += (packed_weight(t, blk, r, e) - bias) * xb.q[e];
+        const float d = fp16_to_f32(reinterpret_cast<const uint16_t*>(blk)[r]);
+        acc = std::fma(static_cast<float>(isum), d * xb.d, acc);
+        if (t == DType::kQ4_1) {
+          const float m = fp16_to_f32(reinterpret_cast<const uint16_t*>(blk + 32)[r]);
+          acc = std::fma(m, xb.d * static_cast<float>(xb.sum), acc);
+        }
+      }
+      out[tok * out_stride + r] = acc;
+    }
+  }
+}
+
 }  // namespace
 
-const Kernels kKernels = {Isa::kScalar, 1, dequantize_row, dot_rows, gemm_nt, kv_scores, kv_accumulate, kv_store};
+const Kernels kKernels = {Isa::kScalar, 1,        dequantize_row, dot_rows,     gemm_nt, kv_scores, kv_accumulate,
+                          kv_store,     quantize_act, packed_dot};
 
 }  // namespace cachet::ref

@@ -103,6 +103,49 @@ struct V {
   static void store_f16(uint16_t* dst, reg r) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
   }
+
+  // Integer path (kernels/packed.h): a 16-row group in two halves of 8 rows, lane r = row r.
+  // No VNNI: maddubs (u8 x s8 pairs to s16) then madd with ones (to s32).
+  using ireg = __m256i;
+  static constexpr int kPackHalves = 2;
+  static constexpr int kQ8Bias = 0;  // dot4_q8 removes the +128 bias itself (maddubs would saturate)
+  static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
+  static reg abs(reg a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+  static float reduce_max(reg a) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+  }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static int32_t round_store_i8(reg v, int8_t* dst) {
+    alignas(32) int32_t q[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_cvtps_epi32(v));
+    int32_t sum = 0;
+    for (int i = 0; i < 8; ++i) {
+      dst[i] = static_cast<int8_t>(q[i]);
+      sum += q[i];
+    }
+    return sum;
+  }
+  static ireg load_i(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static ireg nibble_lo(ireg q) { return _mm256_and_si256(q, _mm256_set1_epi8(0x0f)); }
+  static ireg nibble_hi(ireg q) { return _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0f)); }
+  static ireg set1_i(int32_t v) { return _mm256_set1_epi32(v); }
+  static ireg dot4_u4(ireg acc, ireg w, int32_t x4) {
+    __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x4));  // |pair| <= 2 * 15 * 127: no saturation
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+  static ireg dot4_q8(ireg acc, ireg w_biased, int32_t x4) {
+    __m256i w = _mm256_xor_si256(w_biased, _mm256_set1_epi8(static_cast<char>(0x80)));  // back to int8
+    __m256i x = _mm256_set1_epi32(x4);
+    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));  // |pair| <= 2 * 128 * 127
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+  static reg cvt_i(ireg i) { return _mm256_cvtepi32_ps(i); }
+  static reg load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
 };
 
 }  // namespace

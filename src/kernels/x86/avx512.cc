@@ -1,5 +1,5 @@
-// AVX-512 (F, BW, VL, DQ) kernels: 16 f32 lanes. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
-// -mf16c -mfma; only called when cpuid says the CPU has them.
+// AVX-512 (F, BW, VL, DQ, VNNI) kernels: 16 f32 lanes. Compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512dq -mavx512vnni -mf16c -mfma; only called when cpuid says the CPU has them.
 #include <immintrin.h>
 
 #include <cstring>
@@ -88,6 +88,30 @@ struct V {
   }
   static void store_f16(uint16_t* dst, reg r) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT));
+  }
+
+  // Integer path (kernels/packed.h): one 16-row group at once, lane r = row r; VNNI dot products.
+  using ireg = __m512i;
+  static constexpr int kPackHalves = 1;
+  static constexpr int kQ8Bias = 128;  // vpdpbusd takes the biased (unsigned) Q8 weights as they are
+  static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
+  static reg abs(reg a) { return _mm512_abs_ps(a); }
+  static float reduce_max(reg a) { return _mm512_reduce_max_ps(a); }
+  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  static int32_t round_store_i8(reg v, int8_t* dst) {
+    __m512i i = _mm512_cvtps_epi32(v);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(i));
+    return _mm512_reduce_add_epi32(i);
+  }
+  static ireg load_i(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static ireg nibble_lo(ireg q) { return _mm512_and_si512(q, _mm512_set1_epi8(0x0f)); }
+  static ireg nibble_hi(ireg q) { return _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0f)); }
+  static ireg set1_i(int32_t v) { return _mm512_set1_epi32(v); }
+  static ireg dot4_u4(ireg acc, ireg w, int32_t x4) { return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4)); }
+  static ireg dot4_q8(ireg acc, ireg w, int32_t x4) { return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4)); }
+  static reg cvt_i(ireg i) { return _mm512_cvtepi32_ps(i); }
+  static reg load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 };
 
