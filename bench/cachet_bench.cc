@@ -41,19 +41,22 @@ double measure_bandwidth_gbs(int threads, int reps) {
   std::vector<double> sums(threads);
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
-    pool.parallel_for(static_cast<int64_t>(n), [&](int t, int64_t b, int64_t e) {
-      const auto& k = kernels();
-      // dot with a tiny vector re-used from L1 (stride 0 would be optimized away; use 64 floats).
-      alignas(64) float ones[1024];
-      std::fill(ones, ones + 1024, 1.0f);
-      float acc = 0.0f;
-      for (int64_t i = b; i + 1024 <= e; i += 1024) {
-        float out;
-        k.dot_rows(DType::kF32, buf.data() + i, 0, 1, ones, 1024, &out);
-        acc += out;
-      }
-      sums[t] += acc;
-    });
+    // Four independent 4096-float rows per call (four accumulation chains) against one L1-resident vector.
+    constexpr int64_t kRow = 4096, kChunk = 4 * kRow;
+    pool.parallel_for(
+        static_cast<int64_t>(n),
+        [&](int t, int64_t b, int64_t e) {
+          const auto& k = kernels();
+          alignas(64) static thread_local float ones[kRow];
+          std::fill(ones, ones + kRow, 1.0f);
+          float acc = 0.0f, out[4];
+          for (int64_t i = b; i + kChunk <= e; i += kChunk) {
+            k.dot_rows(DType::kF32, buf.data() + i, kRow * sizeof(float), 4, ones, kRow, out);
+            acc += out[0] + out[1] + out[2] + out[3];
+          }
+          sums[t] += acc;
+        },
+        kChunk);
     gbs.push_back(n * 4.0 / seconds_since(t0) / 1e9);
   }
   return median(gbs);

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Side by side, one run: cachet_bench and llama.cpp (bench/llamacpp_bench.py) on the same GGUF files and
+thread counts, alternating the two engines per repetition so machine noise hits both. Prints a markdown
+table of median prefill (pp) and decode (tg) tokens/s and the ratios.
+
+  .venv/bin/python bench/compare_llamacpp.py -m MODEL.gguf [-m ...] -t 1 -t 2 [-r 5] [-p 128] [-n 256]
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_json(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m", "--model", action="append", required=True)
+    ap.add_argument("-t", "--threads", action="append", type=int)
+    ap.add_argument("-r", "--reps", type=int, default=5)
+    ap.add_argument("-p", "--n-prompt", type=int, default=128)
+    ap.add_argument("-n", "--n-gen", type=int, default=256)
+    ap.add_argument("--bench", default=str(ROOT / "build" / "bench" / "cachet_bench"))
+    a = ap.parse_args()
+    threads = a.threads or [2]
+    bw = {t: run_json([a.bench, "--bandwidth", "-t", str(t), "-r", "3"])["read_gbs"] for t in threads}
+    rows = []
+    for model in a.model:
+        for t in threads:
+            ours = {"pp": [], "tg": []}
+            theirs = {"pp": [], "tg": []}
+            info = None
+            for _ in range(a.reps):
+                j = run_json([a.bench, "-m", model, "-t", str(t), "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)])
+                info = j
+                ours["pp"].append(j["pp_tok_s"])
+                ours["tg"].append(j["tg_tok_s"])
+                k = run_json([sys.executable, str(ROOT / "bench" / "llamacpp_bench.py"), "-m", model, "-t", str(t),
+                              "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)])
+                theirs["pp"].append(k["pp_tok_s"])
+                theirs["tg"].append(k["tg_tok_s"])
+            med = {k: statistics.median(v) for k, v in ours.items()}
+            lmed = {k: statistics.median(v) for k, v in theirs.items()}
+            # Decode roofline: every weight byte read once per token (the embedding lookup reads one row; a
+            # tied head reads the whole matrix) plus the KV cache, over the measured read bandwidth.
+            bytes_per_tok = info["weight_bytes"] + info["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2)
+            roof = bw[t] * 1e9 / bytes_per_tok
+            rows.append((os.path.basename(model), t, med["pp"], lmed["pp"], med["pp"] / lmed["pp"], med["tg"],
+                         lmed["tg"], med["tg"] / lmed["tg"], med["tg"] / roof))
+            print(json.dumps({"model": model, "threads": t, "cachet": ours, "llama.cpp": theirs}), file=sys.stderr)
+    print(f"pp = prefill of {a.n_prompt} tokens, tg = decode of {a.n_gen} tokens after it; medians of {a.reps} "
+          f"alternating runs; read bandwidth {', '.join(f'{t}T {bw[t]:.1f} GB/s' for t in threads)}\n")
+    print("| model | threads | cachet pp tok/s | llama.cpp pp tok/s | pp ratio | cachet tg tok/s | "
+          "llama.cpp tg tok/s | tg ratio | tg / roofline |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.2f}x | {r[5]:.1f} | {r[6]:.1f} | {r[7]:.2f}x | "
+              f"{r[8]:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
