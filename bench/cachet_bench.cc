@@ -103,10 +103,12 @@ int main(int argc, char** argv) {
   for (const auto& t : model.tensors()) weight_bytes += t.n_bytes();
 
   GenerateOptions o;
-  o.max_tokens = n_gen;
+  o.sampling.max_tokens = n_gen;
   o.stop_at_eos = false;
   o.kv_type = kv == "f32" ? DType::kF32 : DType::kF16;
-  generate(model, prompt, GenerateOptions{.max_tokens = 8, .stop_at_eos = false});  // warm-up: page in weights
+  GenerateOptions warm = o;
+  warm.sampling.max_tokens = 8;
+  if (!generate(model, prompt, warm).is_ok()) return 1;  // warm-up: page in weights
   std::vector<double> pp, tg;
   for (int r = 0; r < reps; ++r) {
     auto res = generate(model, prompt, o);

@@ -73,7 +73,7 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 void expect_cached_equals_uncached(Model& m, const std::string& label) {
   const auto prompt = prompt_for(m, 7, 1);
   GenerateOptions o;
-  o.max_tokens = 64;
+  o.sampling.max_tokens = 64;
   o.kv_type = DType::kF32;
   o.stop_at_eos = false;
   auto cached = generate(m, prompt, o);
@@ -182,7 +182,7 @@ TEST(Model, ThreadCountDoesNotChangeResults) {
   auto m2 = synth({DType::kQ8_0, 4, 2, false}, 2);
   const auto prompt = prompt_for(*m1, 20, 5);
   GenerateOptions o;
-  o.max_tokens = 32;
+  o.sampling.max_tokens = 32;
   o.stop_at_eos = false;
   auto a = generate(*m1, prompt, o);
   auto b = generate(*m2, prompt, o);

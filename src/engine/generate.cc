@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kv/kv_cache.h"
+#include "sampling/stop.h"
 
 namespace cachet {
 
@@ -33,18 +34,21 @@ double GenerateResult::tbt_percentile_ms(double p) const {
 }
 
 Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                                const std::function<bool(int32_t)>& on_token) {
+                                const std::function<bool(const TokenEvent&)>& on_token) {
   const ModelConfig& cfg = model.config();
-  CACHET_RETURN_IF_ERROR(opts.sampling.validate());
+  CACHET_RETURN_IF_ERROR(opts.sampling.validate(cfg.n_vocab));
   if (prompt.empty()) return invalid_argument("the prompt is empty");
-  if (opts.max_tokens < 0) return invalid_argument("max_tokens must be >= 0");
-  const int64_t capacity = static_cast<int64_t>(prompt.size()) + opts.max_tokens;
+  if (!opts.sampling.stop.empty() && !opts.token_text)
+    return invalid_argument("stop sequences need the model's tokenizer");
+  const int max_tokens = opts.sampling.max_tokens;
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + max_tokens;
   if (capacity > (int64_t{1} << 30)) return invalid_argument("prompt plus max_tokens is too long");
 
   GenerateResult res;
   res.n_prompt = static_cast<int>(prompt.size());
-  if (opts.max_tokens == 0) return res;
+  if (max_tokens == 0) return res;
   Sampler sampler(opts.sampling);
+  StopMatcher stops(opts.sampling.stop);
   std::vector<float> logits(cfg.n_vocab);
   std::vector<int32_t> seq = prompt;
 
@@ -59,7 +63,7 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
 
   const auto t0 = Clock::now();
   auto last = t0;
-  for (int step = 0; step < opts.max_tokens; ++step) {
+  for (int step = 0; step < max_tokens; ++step) {
     if (opts.use_kv_cache) {
       // Step 0 prefills the whole prompt in one pass; later steps feed only the newest token.
       std::vector<int32_t> feed = step == 0 ? prompt : std::vector<int32_t>{seq.back()};
@@ -72,7 +76,10 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
       ForwardBatch b = ForwardBatch::single(&scratch, seq, 0, false);
       CACHET_RETURN_IF_ERROR(model.forward(b, logits.data()));
     }
-    const int32_t id = sampler.sample(logits.data(), cfg.n_vocab);
+    TokenEvent ev;
+    ev.sample = sampler.sample(logits.data(), cfg.n_vocab, seq, res.n_prompt);
+    const int32_t id = ev.sample.id;
+    ev.id = id;
     const auto now = Clock::now();
     if (step == 0) {
       res.ttft_ms = ms_between(t0, now);
@@ -83,12 +90,23 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
     last = now;
     seq.push_back(id);
     res.token_ids.push_back(id);
-    bool keep_going = on_token ? on_token(id) : true;
-    if (is_stop(id)) {
+    res.samples.push_back(ev.sample);
+    const bool stop_token = is_stop(id);
+    if (opts.token_text && !stop_token) {
+      ev.text = stops.feed(opts.token_text(id));
+      res.text += ev.text;
+    }
+    bool keep_going = on_token ? on_token(ev) : true;
+    if (stop_token || stops.stopped()) {
       res.finish = FinishReason::kStop;
       break;
     }
     if (!keep_going) break;
+  }
+  if (opts.token_text && !stops.stopped()) {
+    std::string tail = stops.flush();
+    res.text += tail;
+    if (!tail.empty() && on_token) on_token(TokenEvent{-1, tail, {}});
   }
   res.decode_ms = ms_between(t0, last) - res.ttft_ms;
   return res;

@@ -15,18 +15,28 @@
 namespace cachet {
 
 struct GenerateOptions {
-  int max_tokens = 128;
+  SamplingParams sampling;        // includes max_tokens, seed and the stop sequences
   bool use_kv_cache = true;
   DType kv_type = DType::kF16;
   bool stop_at_eos = true;
   std::vector<int32_t> stop_ids;  // besides EOS/EOT
-  SamplingParams sampling;
+  // Text of a token, for stop sequences and the streamed text; required when sampling.stop is not empty.
+  std::function<std::string(int32_t)> token_text;
 };
 
 enum class FinishReason { kLength, kStop };
 
+// One generated token as it is streamed.
+struct TokenEvent {
+  int32_t id;
+  std::string text;  // text now safe to emit (empty while a possible stop sequence is held back)
+  SampleResult sample;
+};
+
 struct GenerateResult {
   std::vector<int32_t> token_ids;  // generated tokens (a stop token is included)
+  std::string text;                // emitted text, stop sequence excluded (with token_text only)
+  std::vector<SampleResult> samples;  // per token, with logprobs when asked
   FinishReason finish = FinishReason::kLength;
   int n_prompt = 0;
   double ttft_ms = 0;              // prompt in -> first token out
@@ -40,8 +50,8 @@ struct GenerateResult {
   double tbt_percentile_ms(double p) const;
 };
 
-// on_token(id) is called as each token is chosen (before the next step); returning false stops early.
+// on_token is called as each token is chosen (before the next step); returning false stops early.
 Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                                const std::function<bool(int32_t)>& on_token = {});
+                                const std::function<bool(const TokenEvent&)>& on_token = {});
 
 }  // namespace cachet

@@ -64,7 +64,7 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
                             dtype_name(t) + " blocks");
   switch (t) {
     case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
+      if (n > 0) std::memcpy(dst, src, n * sizeof(float));
       return Status::ok();
     case DType::kF16: {
       auto* h = static_cast<uint16_t*>(dst);

@@ -117,3 +117,28 @@ def test_run_no_kv_cache_gives_the_same_ids(cachet_bin, shared_dir):
         runs.append(json.loads(out.stdout))
     assert runs[0]["token_ids"] == runs[1]["token_ids"]
     assert runs[0]["kv_cache"] is True and runs[1]["kv_cache"] is False
+
+
+def run_ids(cachet_bin, model, *flags):
+    out = subprocess.run([cachet_bin, "run", "-m", str(model), "--prompt-ids", "1 9690 198 2683 359 253", "-n", "48",
+                          "--ignore-eos", "--format", "json", *flags], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["token_ids"]
+
+
+def test_same_seed_same_tokens_across_runs_and_threads(cachet_bin, default_model):
+    flags = ["--temp", "0.9", "--top-p", "0.95", "--top-k", "50", "--min-p", "0.02", "--repeat-penalty", "1.1"]
+    a = run_ids(cachet_bin, default_model, *flags, "--seed", "42", "-t", "1")
+    b = run_ids(cachet_bin, default_model, *flags, "--seed", "42", "-t", "2")
+    c = run_ids(cachet_bin, default_model, *flags, "--seed", "42", "-t", "2")
+    d = run_ids(cachet_bin, default_model, *flags, "--seed", "43", "-t", "2")
+    assert a == b == c
+    assert a != d
+
+
+def test_invalid_sampling_flags_are_errors(cachet_bin, default_model):
+    for flags, phrase in [(["--top-p", "0"], "top_p"), (["--temp", "-1"], "temperature"),
+                          (["--logit-bias", "999999=1"], "outside the vocabulary"), (["--min-p", "2"], "min_p")]:
+        r = subprocess.run([cachet_bin, "run", "-m", str(default_model), "--prompt-ids", "1 2", "-n", "2", *flags],
+                           capture_output=True, text=True)
+        assert r.returncode == 1, flags
+        assert phrase in r.stderr, (flags, r.stderr)

@@ -1,6 +1,8 @@
 // cachet run: prefill a prompt, then stream generated tokens; one summary line at the end.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
@@ -14,9 +16,8 @@ struct RunArgs {
   std::string model;
   std::string prompt;
   std::string prompt_ids;
-  int n_predict = 128;
-  float temperature = 0.0f;
-  uint64_t seed = 0;
+  SamplingParams sampling;
+  std::vector<std::string> logit_bias;  // "ID=BIAS"
   int threads = 0;
   bool no_kv_cache = false;
   std::string kv_type = "f16";
@@ -35,17 +36,25 @@ int run(const RunArgs& a) {
   if (!model.is_ok()) return fail(model.status());
 
   GenerateOptions o;
-  o.max_tokens = a.n_predict;
+  o.sampling = a.sampling;
+  for (const auto& lb : a.logit_bias) {
+    auto eq = lb.find('=');
+    char* end = nullptr;
+    long id = eq == std::string::npos ? -1 : std::strtol(lb.c_str(), &end, 10);
+    if (eq == std::string::npos || end != lb.c_str() + eq)
+      return fail(invalid_argument("--logit-bias takes ID=BIAS, got '" + lb + "'"));
+    std::string v = lb.substr(eq + 1);
+    o.sampling.logit_bias[static_cast<int32_t>(id)] =
+        (v == "-inf" || v == "-Inf") ? -std::numeric_limits<float>::infinity() : std::strtof(v.c_str(), nullptr);
+  }
   o.use_kv_cache = !a.no_kv_cache;
   o.kv_type = a.kv_type == "f32" ? DType::kF32 : DType::kF16;
   o.stop_at_eos = !a.ignore_eos;
-  o.sampling.temperature = a.temperature;
-  o.sampling.seed = a.seed;
   const bool text = a.format == "text";
   bool first = true;
-  auto res = generate(**model, *ids, o, [&](int32_t id) {
-    if (text) {
-      std::printf(first ? "%d" : " %d", id);
+  auto res = generate(**model, *ids, o, [&](const TokenEvent& ev) {
+    if (text && ev.id >= 0) {
+      std::printf(first ? "%d" : " %d", ev.id);
       std::fflush(stdout);
       first = false;
     }
@@ -68,6 +77,15 @@ int run(const RunArgs& a) {
     j["generated_tokens"] = r.token_ids.size();
     j["finish_reason"] = r.finish == FinishReason::kStop ? "stop" : "length";
     j["kv_cache"] = o.use_kv_cache;
+    if (o.sampling.logprobs >= 0) {
+      nlohmann::json lp = nlohmann::json::array();
+      for (const auto& sm : r.samples) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& t : sm.top) top.push_back({{"id", t.id}, {"logprob", t.logprob}});
+        lp.push_back({{"id", sm.id}, {"logprob", sm.logprob}, {"top", top}});
+      }
+      j["logprobs"] = lp;
+    }
     j["timings"] = {{"ttft_ms", r.ttft_ms},
                     {"prefill_tok_per_s", r.prefill_tok_per_s()},
                     {"decode_tok_per_s", r.decode_tok_per_s()},
@@ -87,9 +105,20 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_option("-m,--model", a->model, "GGUF file or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   c->add_option("-p,--prompt", a->prompt, "prompt text");
   c->add_option("--prompt-ids", a->prompt_ids, "prompt as token ids, e.g. \"1 2 3\"");
-  c->add_option("-n,--n-predict", a->n_predict, "tokens to generate")->check(CLI::NonNegativeNumber);
-  c->add_option("--temp", a->temperature, "temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  c->add_option("--seed", a->seed, "sampling seed");
+  SamplingParams& s = a->sampling;
+  c->add_option("-n,--n-predict", s.max_tokens, "tokens to generate");
+  c->add_option("--temp", s.temperature, "temperature (0 = greedy)");
+  c->add_option("--top-k", s.top_k, "keep the k most likely tokens (0 = off)");
+  c->add_option("--top-p", s.top_p, "keep the smallest set whose probability reaches p (1 = off)");
+  c->add_option("--min-p", s.min_p, "keep tokens with p >= min_p * p_max (0 = off)");
+  c->add_option("--repeat-penalty", s.repetition_penalty, "penalize repeated tokens (1 = off)");
+  c->add_option("--frequency-penalty", s.frequency_penalty, "subtract count x this from repeated tokens' logits");
+  c->add_option("--presence-penalty", s.presence_penalty, "subtract this from every seen token's logit");
+  c->add_option("--repeat-last-n", s.penalty_last_n, "tokens the penalties look back at (-1 = all)");
+  c->add_option("--logit-bias", a->logit_bias, "ID=BIAS added to a token's logit (repeatable; -inf bans)");
+  c->add_option("--logprobs", s.logprobs, "report each token's logprob and the top N alternatives (json)");
+  c->add_option("--stop", s.stop, "stop sequence (text; repeatable)");
+  c->add_option("--seed", s.seed, "sampling seed");
   c->add_option("-t,--threads", a->threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   c->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence every step (slow; for comparison)");
   c->add_option("--kv-type", a->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));

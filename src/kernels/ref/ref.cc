@@ -15,7 +15,7 @@ namespace {
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   switch (t) {
     case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
+      if (n > 0) std::memcpy(dst, src, n * sizeof(float));
       return;
     case DType::kF16: {
       auto* s = static_cast<const uint16_t*>(src);
@@ -111,7 +111,7 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
 
 void kv_store(DType t, const float* src, void* dst, int n) {
   if (t == DType::kF32) {
-    std::memcpy(dst, src, n * sizeof(float));
+    if (n > 0) std::memcpy(dst, src, n * sizeof(float));
   } else {
     auto* h = static_cast<uint16_t*>(dst);
     for (int i = 0; i < n; ++i) h[i] = f32_to_fp16(src[i]);

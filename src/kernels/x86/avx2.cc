@@ -41,7 +41,7 @@ struct V {
 
   static __m128i load_u16_tail(const uint16_t* p, int64_t n) {
     alignas(16) uint16_t buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    std::memcpy(buf, p, n * sizeof(uint16_t));
+    if (n > 0) std::memcpy(buf, p, n * sizeof(uint16_t));
     return _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
   }
   static reg cvt_bf16(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
