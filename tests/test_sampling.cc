@@ -148,60 +148,62 @@ TEST(Sampling, AWrongTopPFailsTheTest) {
   p.temperature = 1.0f;
   p.top_p = 0.8f;
   auto wrong = [&](Sampler& s) {
-    std::vector<Candidate> c;
-    for (size_t i = 0; i < kLogits.size(); ++i)
-      if (kLogits[i] > -kInf) c.push_back({static_cast<int32_t>(i), kLogits[i]});
-    std::sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.logit > b.logit; });
+    std::vector<int32_t> order;
+    for (int32_t i = 0; i < static_cast<int32_t>(kLogits.size()); ++i)
+      if (kLogits[i] > -kInf) order.push_back(i);
+    std::sort(order.begin(), order.end(), [](int32_t a, int32_t b) { return kLogits[a] > kLogits[b]; });
     double total = 0, cum = 0;
-    for (auto& x : c) total += std::exp(x.logit);
+    for (int32_t i : order) total += std::exp(kLogits[i]);
     size_t m = 0;
-    while (m < c.size() && (cum + std::exp(c[m].logit)) / total < p.top_p) cum += std::exp(c[m++].logit);
-    c.resize(std::max<size_t>(1, m));  // bug: the crossing token is dropped
-    return sampling::draw(c, s.next_uniform());
+    while (m < order.size() && (cum + std::exp(kLogits[order[m]])) / total < p.top_p) cum += std::exp(kLogits[order[m++]]);
+    std::vector<float> l(kLogits.size(), -kInf);
+    for (size_t i = 0; i < std::max<size_t>(1, m); ++i) l[order[i]] = kLogits[order[i]];  // bug: crossing token dropped
+    TokenDist d;
+    d.reset(l.data(), l.size());
+    d.compute_weights();
+    return d.draw(s.next_uniform());
   };
   Sampler s(p);
   std::string why;
   EXPECT_FALSE(consistent(expected(p, kLogits, {}), wrong, s, &why)) << "the wrong top-p passed: " << why;
 }
 
+std::vector<int32_t> top_p_set(const std::vector<float>& logits, float p) {
+  TokenDist d;
+  d.reset(logits.data(), logits.size());
+  EXPECT_TRUE(d.compute_weights());
+  d.top_p(p);
+  return d.kept();
+}
+
 TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
-  // Probabilities 0.5, 0.3, 0.2 (logits are their logs).
-  std::vector<Candidate> base = {{0, std::log(0.5f)}, {1, std::log(0.3f)}, {2, std::log(0.2f)}};
-  auto kept = [&](float p) {
-    auto c = base;
-    sampling::top_p(c, p);
-    std::vector<int32_t> ids;
-    for (auto& x : c) ids.push_back(x.id);
-    std::sort(ids.begin(), ids.end());
-    return ids;
-  };
-  EXPECT_EQ(kept(0.4f), (std::vector<int32_t>{0}));
-  EXPECT_EQ(kept(0.5f), (std::vector<int32_t>{0}));        // reaching p exactly stops
-  EXPECT_EQ(kept(0.6f), (std::vector<int32_t>{0, 1}));     // the crossing token is kept
-  EXPECT_EQ(kept(0.81f), (std::vector<int32_t>{0, 1, 2}));
-  EXPECT_EQ(kept(1e-6f), (std::vector<int32_t>{0}));       // always at least one
+  // Probabilities 0.5, 0.3, 0.2 (logits are their logs), listed out of order.
+  const std::vector<float> l = {std::log(0.3f), std::log(0.2f), std::log(0.5f)};
+  EXPECT_EQ(top_p_set(l, 0.4f), (std::vector<int32_t>{2}));
+  EXPECT_EQ(top_p_set(l, 0.49f), (std::vector<int32_t>{2}));
+  EXPECT_EQ(top_p_set(l, 0.6f), (std::vector<int32_t>{0, 2}));     // the crossing token is kept
+  EXPECT_EQ(top_p_set(l, 0.81f), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(top_p_set(l, 1e-6f), (std::vector<int32_t>{2}));       // always at least one
   // Ties: equal logits are ordered by id, so the set is unique.
-  std::vector<Candidate> tie = {{7, 0.0f}, {3, 0.0f}, {5, 0.0f}, {1, -5.0f}};
-  sampling::top_p(tie, 0.5f);
-  ASSERT_EQ(tie.size(), 2u);
-  std::vector<int32_t> ids = {tie[0].id, tie[1].id};
-  std::sort(ids.begin(), ids.end());
-  EXPECT_EQ(ids, (std::vector<int32_t>{3, 5}));
-  // A large random row: same set as the sort-based definition.
-  auto l = testing::random_floats(5000, 3, -4.0f, 4.0f);
-  std::vector<Candidate> c;
-  for (int i = 0; i < 5000; ++i) c.push_back({i, l[i]});
-  auto ref = c;
-  sampling::top_p(c, 0.9f);
-  std::sort(ref.begin(), ref.end(), [](auto& a, auto& b) { return a.logit > b.logit; });
+  EXPECT_EQ(top_p_set({0.0f, 0.0f, 0.0f, -5.0f}, 0.5f), (std::vector<int32_t>{0, 1}));
+  // -inf is never kept.
+  EXPECT_EQ(top_p_set({-kInf, 1.0f, -kInf}, 0.99f), (std::vector<int32_t>{1}));
+  // A large random row: the same set as the sort-based definition.
+  auto r = testing::random_floats(5000, 3, -4.0f, 4.0f);
+  auto got = top_p_set(r, 0.9f);
+  std::vector<int32_t> order(5000);
+  for (int i = 0; i < 5000; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return r[a] > r[b]; });
   double total = 0, cum = 0;
-  for (auto& x : ref) total += std::exp(static_cast<double>(x.logit));
+  for (float x : r) total += std::exp(static_cast<double>(x));
   size_t m = 0;
-  while (m < ref.size()) {
-    cum += std::exp(static_cast<double>(ref[m++].logit));
+  while (m < order.size()) {
+    cum += std::exp(static_cast<double>(r[order[m++]]));
     if (cum >= 0.9 * total) break;
   }
-  EXPECT_EQ(c.size(), m);
+  std::vector<int32_t> want(order.begin(), order.begin() + m);
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
 }
 
 TEST(Sampling, GreedyEdgeCases) {

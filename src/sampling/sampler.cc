@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace cachet {
@@ -10,15 +11,58 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Candidate order for every selection: higher logit first, then lower id. A strict total order, so
-// "the k best" and "the smallest prefix" are unique and never depend on the input permutation.
-inline bool better(const Candidate& a, const Candidate& b) {
-  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+// exp(x) for x <= 0, accurate to about 2 ulp, branch-free so the compiler vectorizes the loops that use
+// it: range reduction by ln 2 (in two parts), a degree-6 polynomial on [-ln2/2, ln2/2], and 2^n built
+// in the exponent bits. Inputs below -87 give 0 (they are below the smallest normal float anyway).
+inline float exp_nonpositive(float x) {
+  const bool tiny = x < -87.0f;
+  x = std::max(x, -87.0f);
+  // floor(y + 0.5) by truncation of a positive number (y >= -125.6 here): SSE2 has no floor, this vectorizes.
+  const float n = static_cast<float>(static_cast<int32_t>(x * 1.44269504088896341f + 128.5f)) - 128.0f;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return tiny ? 0.0f : e * scale;
 }
 
-void drop_neg_inf(std::vector<Candidate>& c) {
-  c.erase(std::remove_if(c.begin(), c.end(), [](const Candidate& x) { return !(x.logit > kNegInf); }), c.end());
+// Sum of w[i] (float) in double precision, vectorized: reassociation is allowed inside blocks of 4096
+// whose float partial sums are then added in double.
+double sum_weights(const float* w, int64_t n) {
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += 4096) {
+    const int64_t e = std::min(n, b + 4096);
+    float part = 0.0f;
+    {
+#pragma clang fp reassociate(on)
+      for (int64_t i = b; i < e; ++i) part += w[i];
+    }
+    total += part;
+  }
+  return total;
 }
+
+float max_of(const float* x, int64_t n) {
+  float m[8];
+  for (float& v : m) v = kNegInf;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) m[j] = m[j] > x[i + j] ? m[j] : x[i + j];
+  float r = kNegInf;
+  for (float v : m) r = std::max(r, v);
+  for (; i < n; ++i) r = std::max(r, x[i]);
+  return r;
+}
+
+// Token a ranks before token b: higher logit, then lower id.
+inline bool ranks_before(float la, int32_t a, float lb, int32_t b) { return la > lb || (la == lb && a < b); }
 
 }  // namespace
 
@@ -59,156 +103,248 @@ int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(best < 0 ? 0 : best);
 }
 
-namespace sampling {
+void TokenDist::reset(const float* logits, int64_t n) {
+  live_.clear();
+  logit_.resize(n);
+  w_.assign(n, 0.0f);
+  for (int64_t i = 0; i < n; ++i) logit_[i] = logits[i] == logits[i] ? logits[i] : kNegInf;
+}
 
-void apply_penalties(std::vector<Candidate>& c, const SamplingParams& p, const std::vector<int32_t>& history) {
+void TokenDist::apply_penalties(const SamplingParams& p, const int32_t* history, size_t n_history) {
   if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) return;
-  if (history.empty() || p.penalty_last_n == 0) return;
-  // Counts over the window; the candidate vector is indexed by id at this point (it holds the whole vocab).
-  size_t start = p.penalty_last_n < 0 ? 0 : history.size() - std::min<size_t>(history.size(), p.penalty_last_n);
-  std::unordered_map<int32_t, int32_t> counts;
-  for (size_t i = start; i < history.size(); ++i) counts[history[i]]++;
-  for (const auto& [id, n] : counts) {
-    if (id < 0 || static_cast<size_t>(id) >= c.size()) continue;
-    float& l = c[id].logit;
-    if (p.repetition_penalty != 1.0f) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
-    l -= static_cast<float>(n) * p.frequency_penalty + p.presence_penalty;
-  }
-}
-
-void apply_logit_bias(std::vector<Candidate>& c, const SamplingParams& p) {
-  for (const auto& [id, b] : p.logit_bias)
-    if (id >= 0 && static_cast<size_t>(id) < c.size()) c[id].logit += b;
-}
-
-void apply_temperature(std::vector<Candidate>& c, float temperature) {
-  const float inv = 1.0f / temperature;
-  for (auto& x : c) x.logit *= inv;
-}
-
-void top_k(std::vector<Candidate>& c, int32_t k) {
-  if (k <= 0 || static_cast<size_t>(k) >= c.size()) return;
-  std::nth_element(c.begin(), c.begin() + (k - 1), c.end(), better);
-  c.resize(k);
-}
-
-// Smallest prefix (in `better` order) whose probability mass reaches p, by weighted quickselect: linear
-// expected time, no sort. Always keeps at least one token.
-void top_p(std::vector<Candidate>& c, float p) {
-  if (p >= 1.0f || c.size() <= 1) return;
-  float mx = kNegInf;
-  for (const auto& x : c) mx = std::max(mx, x.logit);
-  double total = 0.0;
-  for (const auto& x : c) total += std::exp(static_cast<double>(x.logit - mx));
-  const double target = static_cast<double>(p) * total;
-  auto w = [&](const Candidate& x) { return std::exp(static_cast<double>(x.logit - mx)); };
-  // Invariant: c[0, lo) is kept (mass `kept`), c[lo, hi) undecided, everything after hi is dropped.
-  size_t lo = 0, hi = c.size();
-  double kept = 0.0;
-  while (hi - lo > 1) {
-    // Deterministic pivot: median of three by position.
-    size_t mid = lo + (hi - lo) / 2;
-    Candidate a = c[lo], b = c[mid], d = c[hi - 1];
-    Candidate pivot = better(a, b) ? (better(b, d) ? b : (better(a, d) ? d : a)) : (better(a, d) ? a : (better(b, d) ? d : b));
-    auto split = std::partition(c.begin() + lo, c.begin() + hi, [&](const Candidate& x) { return better(x, pivot); });
-    size_t s = split - c.begin();  // c[lo, s) beat the pivot; c[s] is the pivot after this swap
-    auto piv = std::find_if(c.begin() + s, c.begin() + hi, [&](const Candidate& x) { return x.id == pivot.id; });
-    std::iter_swap(c.begin() + s, piv);
-    double upper = 0.0;
-    for (size_t i = lo; i < s; ++i) upper += w(c[i]);
-    if (kept + upper >= target) {
-      hi = s;  // the prefix ends inside the better part
-    } else if (kept + upper + w(c[s]) >= target) {
-      lo = hi = s + 1;  // the pivot is the crossing token
-    } else {
-      kept += upper + w(c[s]);
-      lo = s + 1;
+  if (n_history == 0 || p.penalty_last_n == 0) return;
+  const size_t start = p.penalty_last_n < 0 ? 0 : n_history - std::min<size_t>(n_history, p.penalty_last_n);
+  // Count in place with a sort of the (short) window, so no hash map on the hot path.
+  idx_.assign(history + start, history + n_history);
+  std::sort(idx_.begin(), idx_.end());
+  for (size_t i = 0; i < idx_.size();) {
+    size_t j = i;
+    while (j < idx_.size() && idx_[j] == idx_[i]) ++j;
+    const int32_t id = idx_[i];
+    if (id >= 0 && id < size()) {
+      float& l = logit_[id];
+      if (p.repetition_penalty != 1.0f) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+      l -= static_cast<float>(j - i) * p.frequency_penalty + p.presence_penalty;
     }
+    i = j;
   }
-  // One undecided token left at lo (when lo < hi): it is the crossing token.
-  c.resize(std::max<size_t>(1, std::min(c.size(), hi)));
 }
 
-void min_p(std::vector<Candidate>& c, float p) {
-  if (p <= 0.0f || c.empty()) return;
-  float mx = kNegInf;
-  for (const auto& x : c) mx = std::max(mx, x.logit);
-  // p_i >= p * p_max  <=>  logit_i >= max + ln(p)
-  const float threshold = mx + std::log(p);
-  c.erase(std::remove_if(c.begin(), c.end(), [&](const Candidate& x) { return x.logit < threshold; }), c.end());
+void TokenDist::apply_logit_bias(const SamplingParams& p) {
+  for (const auto& [id, b] : p.logit_bias)
+    if (id >= 0 && id < size()) logit_[id] += b;
 }
 
-int32_t draw(std::vector<Candidate>& c, double u) {
-  std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
-  float mx = kNegInf;
-  for (const auto& x : c) mx = std::max(mx, x.logit);
+void TokenDist::apply_temperature(float temperature) {
+  const float inv = 1.0f / temperature;
+  for (float& l : logit_) l *= inv;
+}
+
+void TokenDist::top_k(int32_t k) {
+  if (k <= 0 || k >= size()) return;
+  auto before = [](const Entry& a, const Entry& b) { return ranks_before(a.logit, a.id, b.logit, b.id); };
+  sel_.clear();
+  if (k <= 1024) {
+    // One pass with a heap of the k best so far (its top is the worst of them): almost every token is
+    // rejected by a single comparison against that threshold.
+    for (int32_t i = 0; i < size(); ++i) {
+      const float l = logit_[i];
+      if (!(l > kNegInf)) continue;
+      if (static_cast<int32_t>(sel_.size()) < k) {
+        sel_.push_back({l, i, 0.0f});
+        std::push_heap(sel_.begin(), sel_.end(), before);
+      } else if (ranks_before(l, i, sel_.front().logit, sel_.front().id)) {
+        std::pop_heap(sel_.begin(), sel_.end(), before);
+        sel_.back() = {l, i, 0.0f};
+        std::push_heap(sel_.begin(), sel_.end(), before);
+      }
+    }
+    if (static_cast<int32_t>(sel_.size()) < k) return;
+  } else {
+    for (int32_t i = 0; i < size(); ++i)
+      if (logit_[i] > kNegInf) sel_.push_back({logit_[i], i, 0.0f});
+    if (static_cast<int64_t>(sel_.size()) <= k) return;
+    std::nth_element(sel_.begin(), sel_.begin() + (k - 1), sel_.end(), before);
+    std::swap(sel_.front(), sel_[k - 1]);
+  }
+  const Entry last = sel_.front();  // the worst token kept
+  for (int32_t i = 0; i < size(); ++i)
+    if (ranks_before(last.logit, last.id, logit_[i], i)) logit_[i] = kNegInf;
+  // Later stages only need to look at these k tokens.
+  live_.clear();
+  for (const Entry& e : sel_) live_.push_back(e.id);
+  std::sort(live_.begin(), live_.end());
+}
+
+bool TokenDist::compute_weights() {
+  if (!live_.empty()) {
+    float mx = kNegInf;
+    for (int32_t i : live_) mx = std::max(mx, logit_[i]);
+    for (int32_t i : live_) w_[i] = exp_nonpositive(logit_[i] - mx);
+    return mx > kNegInf;
+  }
+  const float mx = max_of(logit_.data(), size());
+  if (!(mx > kNegInf)) return false;
+  const int64_t n = size();
+  const float* l = logit_.data();
+  float* w = w_.data();
+  for (int64_t i = 0; i < n; ++i) w[i] = exp_nonpositive(l[i] - mx);  // -inf - mx -> 0
+  return true;
+}
+
+void TokenDist::top_p(float p) {
+  if (p >= 1.0f) return;
+  auto before = [](const Entry& a, const Entry& b) { return ranks_before(a.logit, a.id, b.logit, b.id); };
+  if (!live_.empty()) {
+    // After top-k: order the few live tokens outright.
+    sel_.clear();
+    double total = 0.0;
+    for (int32_t i : live_)
+      if (w_[i] > 0.0f) {
+        sel_.push_back({logit_[i], i, w_[i]});
+        total += w_[i];
+      }
+    std::sort(sel_.begin(), sel_.end(), before);
+    double kept = 0.0;
+    size_t keep = 0;
+    while (keep < sel_.size()) {
+      kept += sel_[keep++].w;
+      if (kept >= p * total) break;
+    }
+    for (size_t j = std::max<size_t>(keep, 1); j < sel_.size(); ++j) w_[sel_[j].id] = 0.0f;
+    return;
+  }
+  // A histogram of the weights by their top 16 bits (exponent and 7 mantissa bits; weights are in (0, 1],
+  // so the key is monotone in the weight): one pass accumulates each bucket's mass, a scan from the top finds
+  // the bucket where the cumulative mass crosses p, and only that bucket's tokens are ordered exactly.
+  constexpr int kBuckets = 1 << 14;  // keys of floats in (0, 1] stay below 0x3F81
+  mass_.assign(kBuckets, 0.0);
+  const int64_t n = size();
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(w_.data());
+  for (int64_t i = 0; i < n; ++i) mass_[bits[i] >> 16] += w_[i];  // dropped tokens (w = 0) land in bucket 0
   double total = 0.0;
-  for (const auto& x : c) total += std::exp(static_cast<double>(x.logit - mx));
+  for (int b = 1; b < kBuckets; ++b) total += mass_[b];
+  const double target = static_cast<double>(p) * total;
+  double above = 0.0;
+  int crossing = kBuckets - 1;
+  for (; crossing > 1; --crossing) {
+    if (above + mass_[crossing] >= target) break;
+    above += mass_[crossing];
+  }
+  sel_.clear();
+  for (int32_t i = 0; i < n; ++i)
+    if (static_cast<int>(bits[i] >> 16) == crossing && w_[i] > 0.0f) sel_.push_back({logit_[i], i, w_[i]});
+  if (sel_.empty()) return;
+  std::sort(sel_.begin(), sel_.end(), before);
+  size_t keep = 0;
+  double kept = above;
+  while (keep < sel_.size()) {
+    kept += sel_[keep++].w;
+    if (kept >= target) break;
+  }
+  // Drop every lower bucket wholesale and the crossing bucket's tail.
+  const uint32_t cut = static_cast<uint32_t>(crossing) << 16;
+  for (int64_t i = 0; i < n; ++i) w_[i] = bits[i] < cut ? 0.0f : w_[i];
+  for (size_t j = std::max<size_t>(keep, 1); j < sel_.size(); ++j) w_[sel_[j].id] = 0.0f;
+}
+
+void TokenDist::min_p(float p) {
+  if (p <= 0.0f) return;
+  if (!live_.empty()) {
+    float wmax = 0.0f;
+    for (int32_t i : live_) wmax = std::max(wmax, w_[i]);
+    for (int32_t i : live_) w_[i] = w_[i] < p * wmax ? 0.0f : w_[i];
+    return;
+  }
+  const float wmax = max_of(w_.data(), size());
+  const float threshold = p * wmax;
+  for (float& w : w_) w = w < threshold ? 0.0f : w;
+}
+
+int32_t TokenDist::draw(double u) const {
+  if (!live_.empty()) {  // ids in ascending order, as below
+    double total = 0.0;
+    for (int32_t i : live_) total += w_[i];
+    double acc = 0.0;
+    int32_t last = -1;
+    for (int32_t i : live_) {
+      if (w_[i] <= 0.0f) continue;
+      acc += w_[i];
+      last = i;
+      if (u * total < acc) return i;
+    }
+    return last;
+  }
+  const double total = sum_weights(w_.data(), size());
   const double target = u * total;
   double acc = 0.0;
-  int32_t last = c.empty() ? -1 : c.back().id;
-  for (const auto& x : c) {
-    double px = std::exp(static_cast<double>(x.logit - mx));
-    if (px <= 0.0) continue;
-    acc += px;
-    last = x.id;
-    if (target < acc) return x.id;
+  int32_t last = -1;
+  for (int32_t i = 0; i < size(); ++i) {
+    if (w_[i] <= 0.0f) continue;
+    acc += w_[i];
+    last = i;
+    if (target < acc) return i;
   }
   return last;
 }
 
-}  // namespace sampling
+int32_t TokenDist::best() const {
+  int32_t b = -1;
+  for (int32_t i = 0; i < size(); ++i)
+    if (logit_[i] > kNegInf && (b < 0 || logit_[i] > logit_[b])) b = i;
+  return b;
+}
+
+std::vector<int32_t> TokenDist::kept() const {
+  std::vector<int32_t> v;
+  for (int32_t i = 0; i < size(); ++i)
+    if (w_[i] > 0.0f) v.push_back(i);
+  return v;
+}
 
 Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
 
 SampleResult Sampler::sample(const float* logits, int64_t n_vocab, const std::vector<int32_t>& history,
                              int32_t n_prompt) {
   SampleResult r;
-  cand_.resize(n_vocab);
-  for (int64_t i = 0; i < n_vocab; ++i)
-    cand_[i] = {static_cast<int32_t>(i), std::isnan(logits[i]) ? kNegInf : logits[i]};
-  if (!p_.penalize_prompt && n_prompt > 0) {
-    std::vector<int32_t> generated(history.begin() + std::min<size_t>(history.size(), n_prompt), history.end());
-    sampling::apply_penalties(cand_, p_, generated);
-  } else {
-    sampling::apply_penalties(cand_, p_, history);
-  }
-  sampling::apply_logit_bias(cand_, p_);
+  dist_.reset(logits, n_vocab);
+  const size_t skip = p_.penalize_prompt ? 0 : std::min<size_t>(history.size(), std::max(0, n_prompt));
+  dist_.apply_penalties(p_, history.data() + skip, history.size() - skip);
+  dist_.apply_logit_bias(p_);
   if (p_.temperature <= 0.0f) {
-    // Greedy: the best remaining logit, lowest id on ties; -inf everywhere falls back to the raw argmax.
-    int32_t best = -1;
-    for (const auto& x : cand_)
-      if (x.logit > kNegInf && (best < 0 || x.logit > cand_[best].logit)) best = x.id;
-    r.id = best >= 0 ? best : argmax(logits, n_vocab);
+    r.id = dist_.best();
   } else {
-    drop_neg_inf(cand_);
-    if (cand_.empty()) {
-      r.id = argmax(logits, n_vocab);
-    } else {
-      sampling::apply_temperature(cand_, p_.temperature);
-      sampling::top_k(cand_, p_.top_k);
-      sampling::top_p(cand_, p_.top_p);
-      sampling::min_p(cand_, p_.min_p);
-      r.id = sampling::draw(cand_, next_uniform());
+    dist_.apply_temperature(p_.temperature);
+    dist_.top_k(p_.top_k);
+    if (dist_.compute_weights()) {
+      dist_.top_p(p_.top_p);
+      dist_.min_p(p_.min_p);
+      r.id = dist_.draw(next_uniform());
     }
   }
+  if (r.id < 0) r.id = argmax(logits, n_vocab);  // everything banned: fall back to the raw argmax
   if (p_.logprobs >= 0) {
     // Log-softmax of the raw logits (before penalties, bias and temperature), as OpenAI reports them.
-    float mx = logits[argmax(logits, n_vocab)];
-    double total = 0.0;
-    for (int64_t i = 0; i < n_vocab; ++i)
-      if (!std::isnan(logits[i])) total += std::exp(static_cast<double>(logits[i] - mx));
+    const float mx = logits[argmax(logits, n_vocab)];
+    lp_w_.resize(n_vocab);
+    for (int64_t i = 0; i < n_vocab; ++i) lp_w_[i] = logits[i] == logits[i] ? exp_nonpositive(logits[i] - mx) : 0.0f;
+    const double total = sum_weights(lp_w_.data(), n_vocab);
     const double log_total = std::log(total);
     auto lp = [&](int32_t id) { return static_cast<float>(logits[id] - mx - log_total); };
     r.logprob = lp(r.id);
-    if (p_.logprobs > 0) {
-      std::vector<Candidate> all(n_vocab);
-      for (int64_t i = 0; i < n_vocab; ++i)
-        all[i] = {static_cast<int32_t>(i), std::isnan(logits[i]) ? kNegInf : logits[i]};
-      sampling::top_k(all, p_.logprobs);
-      std::sort(all.begin(), all.end(), better);
-      for (const auto& x : all) r.top.push_back({x.id, lp(x.id)});
+    // The top N in one pass with a small sorted buffer.
+    std::vector<int32_t> top;
+    for (int32_t i = 0; i < n_vocab && p_.logprobs > 0; ++i) {
+      if (logits[i] != logits[i]) continue;
+      if (static_cast<int32_t>(top.size()) == p_.logprobs && !ranks_before(logits[i], i, logits[top.back()], top.back()))
+        continue;
+      auto pos = std::upper_bound(top.begin(), top.end(), i, [&](int32_t a, int32_t b) {
+        return ranks_before(logits[a], a, logits[b], b);
+      });
+      top.insert(pos, i);
+      if (static_cast<int32_t>(top.size()) > p_.logprobs) top.pop_back();
     }
+    for (int32_t id : top) r.top.push_back({id, lp(id)});
   }
   return r;
 }

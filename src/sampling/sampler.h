@@ -51,24 +51,47 @@ struct SampleResult {
   std::vector<TokenLogprob> top;      // the N most likely tokens under the raw logits, most likely first
 };
 
-// A candidate set: (token id, logit) pairs; stages shrink it and rescale logits.
-struct Candidate {
-  int32_t id;
-  float logit;
-};
+// The working distribution over the whole vocabulary, dense by token id: logits after penalties, bias and
+// temperature, then weights w = exp(logit - max) where a dropped token has w = 0. Every stage is a linear
+// pass or a linear-time selection; none sorts the vocabulary. Ties are broken by token id (lower first),
+// so "the k best" and "the smallest set reaching p" are unique.
+class TokenDist {
+ public:
+  // Copies a logits row; NaN becomes -inf (never drawn).
+  void reset(const float* logits, int64_t n);
+  int64_t size() const { return static_cast<int64_t>(logit_.size()); }
+  float* logits() { return logit_.data(); }
 
-// The stages, exposed so tests can run the chain with one stage replaced.
-namespace sampling {
-void apply_penalties(std::vector<Candidate>& c, const SamplingParams& p, const std::vector<int32_t>& history);
-void apply_logit_bias(std::vector<Candidate>& c, const SamplingParams& p);
-void apply_temperature(std::vector<Candidate>& c, float temperature);
-void top_k(std::vector<Candidate>& c, int32_t k);
-void top_p(std::vector<Candidate>& c, float p);
-void min_p(std::vector<Candidate>& c, float p);
-// Draws from softmax(c) with u in [0, 1); candidates are visited in id order, so the draw depends only
-// on the set, never on how earlier stages permuted it.
-int32_t draw(std::vector<Candidate>& c, double u);
-}  // namespace sampling
+  void apply_penalties(const SamplingParams& p, const int32_t* history, size_t n_history);
+  void apply_logit_bias(const SamplingParams& p);
+  void apply_temperature(float temperature);
+  // Keeps the k best logits (k <= 0: all). Call before compute_weights.
+  void top_k(int32_t k);
+  // w = exp(logit - max) for every token (0 for -inf); returns false when no token is left.
+  bool compute_weights();
+  // Keeps the smallest set, best first, whose mass reaches p of the total (at least one token).
+  void top_p(float p);
+  // Keeps tokens with w >= p * w_max.
+  void min_p(float p);
+  // The token where u * (total weight) falls, visiting tokens in id order. u in [0, 1).
+  int32_t draw(double u) const;
+  // Best remaining token by logit (greedy).
+  int32_t best() const;
+  std::vector<int32_t> kept() const;  // ids with w > 0 (tests)
+
+ private:
+  std::vector<float> logit_;   // [n_vocab]
+  std::vector<float> w_;       // [n_vocab] unnormalized probabilities, 0 = dropped
+  struct Entry {
+    float logit;
+    int32_t id;
+    float w;
+  };
+  std::vector<Entry> sel_;     // scratch for selections (contiguous, so comparisons stay in cache)
+  std::vector<int32_t> idx_;   // scratch for penalty counts
+  std::vector<double> mass_;   // top-p histogram
+  std::vector<int32_t> live_;  // after top-k: the only tokens left, ascending; empty = all tokens
+};
 
 class Sampler {
  public:
@@ -86,7 +109,8 @@ class Sampler {
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<Candidate> cand_;
+  TokenDist dist_;
+  std::vector<float> lp_w_;  // scratch for the logprobs normalizer
 };
 
 }  // namespace cachet
