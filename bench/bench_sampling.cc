@@ -28,7 +28,7 @@ void BM_Sample(benchmark::State& st, SamplingParams p) {
   std::vector<int32_t> history;
   for (int i = 0; i < 256; ++i) history.push_back((i * 7919) % kVocab);
   Sampler s(p);
-  for (auto _ : st) benchmark::DoNotOptimize(s.sample(logits.data(), kVocab, history, 128).id);
+  for (auto _ : st) benchmark::DoNotOptimize(s.sample(logits.data(), kVocab, history, 128)->id);
 }
 
 SamplingParams make(float t, int k, float top_p, float min_p, float rep, int logprobs) {

@@ -128,7 +128,7 @@ std::vector<Setting> settings() {
 }
 
 int32_t sample_ours(Sampler& s, const std::vector<int32_t>& history) {
-  return s.sample(kLogits.data(), kLogits.size(), history, 0).id;
+  return s.sample(kLogits.data(), kLogits.size(), history, 0)->id;
 }
 
 TEST(Sampling, DrawsMatchTheIntendedDistribution) {
@@ -209,25 +209,27 @@ TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
 TEST(Sampling, GreedyEdgeCases) {
   SamplingParams p;  // temperature 0
   Sampler s(p);
-  EXPECT_EQ(s.sample(kLogits.data(), kLogits.size(), {}, 0).id, 5);
+  EXPECT_EQ(s.sample(kLogits.data(), kLogits.size(), {}, 0)->id, 5);
   std::vector<float> ties = {1.0f, 3.0f, 3.0f, -kInf};
-  EXPECT_EQ(s.sample(ties.data(), ties.size(), {}, 0).id, 1);  // lowest id wins ties
-  std::vector<float> nan = {std::nanf(""), 0.5f, 0.2f};
-  EXPECT_EQ(s.sample(nan.data(), nan.size(), {}, 0).id, 1);
+  EXPECT_EQ(s.sample(ties.data(), ties.size(), {}, 0)->id, 1);  // lowest id wins ties
+  std::vector<float> nan = {0.1f, std::nanf(""), 0.5f, 0.2f};
+  auto bad = s.sample(nan.data(), nan.size(), {}, 0);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("NaN value(s) (first at token 1)"), std::string::npos) << bad.status().message();
   // Temperature -> 0 approaches greedy.
   SamplingParams cold;
   cold.temperature = 1e-3f;
   cold.seed = 9;
   Sampler c(cold);
-  for (int i = 0; i < 2000; ++i) ASSERT_EQ(c.sample(kLogits.data(), kLogits.size(), {}, 0).id, 5);
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(c.sample(kLogits.data(), kLogits.size(), {}, 0)->id, 5);
   // -inf is never drawn, even at a high temperature, and a banned token never wins greedy.
   SamplingParams hot;
   hot.temperature = 50.0f;
   Sampler h(hot);
-  for (int i = 0; i < 20000; ++i) ASSERT_NE(h.sample(kLogits.data(), kLogits.size(), {}, 0).id, 6);
+  for (int i = 0; i < 20000; ++i) ASSERT_NE(h.sample(kLogits.data(), kLogits.size(), {}, 0)->id, 6);
   SamplingParams ban;
   ban.logit_bias = {{5, -kInf}};
-  EXPECT_EQ(Sampler(ban).sample(kLogits.data(), kLogits.size(), {}, 0).id, 10);
+  EXPECT_EQ(Sampler(ban).sample(kLogits.data(), kLogits.size(), {}, 0)->id, 10);
 }
 
 TEST(Sampling, SameSeedSameTokensDifferentSeedDifferent) {
@@ -239,9 +241,9 @@ TEST(Sampling, SameSeedSameTokensDifferentSeedDifferent) {
   Sampler c(p);
   int diff = 0;
   for (int i = 0; i < 200; ++i) {
-    int x = a.sample(kLogits.data(), kLogits.size(), {}, 0).id;
-    ASSERT_EQ(x, b.sample(kLogits.data(), kLogits.size(), {}, 0).id);
-    diff += x != c.sample(kLogits.data(), kLogits.size(), {}, 0).id;
+    int x = a.sample(kLogits.data(), kLogits.size(), {}, 0)->id;
+    ASSERT_EQ(x, b.sample(kLogits.data(), kLogits.size(), {}, 0)->id);
+    diff += x != c.sample(kLogits.data(), kLogits.size(), {}, 0)->id;
   }
   EXPECT_GT(diff, 20);
 }
@@ -250,7 +252,7 @@ TEST(Sampling, LogprobsAreTheRawLogSoftmax) {
   SamplingParams p;
   p.logprobs = 3;
   p.logit_bias = {{0, 5.0f}};  // changes the choice, not the reported logprobs
-  auto r = Sampler(p).sample(kLogits.data(), kLogits.size(), {}, 0);
+  auto r = *Sampler(p).sample(kLogits.data(), kLogits.size(), {}, 0);
   EXPECT_EQ(r.id, 0);
   double total = 0;
   for (float l : kLogits) total += std::exp(static_cast<double>(l));

@@ -77,7 +77,9 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
       CACHET_RETURN_IF_ERROR(model.forward(b, logits.data()));
     }
     TokenEvent ev;
-    ev.sample = sampler.sample(logits.data(), cfg.n_vocab, seq, res.n_prompt);
+    auto sampled = sampler.sample(logits.data(), cfg.n_vocab, seq, res.n_prompt);
+    if (!sampled.is_ok()) return sampled.status().with_context("step " + std::to_string(step));
+    ev.sample = std::move(sampled).value();
     const int32_t id = ev.sample.id;
     ev.id = id;
     const auto now = Clock::now();

@@ -103,11 +103,17 @@ int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(best < 0 ? 0 : best);
 }
 
-void TokenDist::reset(const float* logits, int64_t n) {
+int64_t TokenDist::reset(const float* logits, int64_t n) {
   live_.clear();
   logit_.resize(n);
   w_.assign(n, 0.0f);
-  for (int64_t i = 0; i < n; ++i) logit_[i] = logits[i] == logits[i] ? logits[i] : kNegInf;
+  int64_t n_nan = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool nan = logits[i] != logits[i];
+    n_nan += nan;
+    logit_[i] = nan ? kNegInf : logits[i];
+  }
+  return n_nan;
 }
 
 void TokenDist::apply_penalties(const SamplingParams& p, const int32_t* history, size_t n_history) {
@@ -304,10 +310,14 @@ std::vector<int32_t> TokenDist::kept() const {
 
 Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
 
-SampleResult Sampler::sample(const float* logits, int64_t n_vocab, const std::vector<int32_t>& history,
-                             int32_t n_prompt) {
+Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, const std::vector<int32_t>& history,
+                                     int32_t n_prompt) {
   SampleResult r;
-  dist_.reset(logits, n_vocab);
+  if (int64_t n_nan = dist_.reset(logits, n_vocab); n_nan > 0)
+    return invalid_argument("the logits contain " + std::to_string(n_nan) + " NaN value(s) (first at token " +
+                            std::to_string(std::find_if(logits, logits + n_vocab, [](float x) { return x != x; }) -
+                                           logits) +
+                            "): the model produced invalid numbers");
   const size_t skip = p_.penalize_prompt ? 0 : std::min<size_t>(history.size(), std::max(0, n_prompt));
   dist_.apply_penalties(p_, history.data() + skip, history.size() - skip);
   dist_.apply_logit_bias(p_);

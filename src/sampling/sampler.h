@@ -57,8 +57,8 @@ struct SampleResult {
 // so "the k best" and "the smallest set reaching p" are unique.
 class TokenDist {
  public:
-  // Copies a logits row; NaN becomes -inf (never drawn).
-  void reset(const float* logits, int64_t n);
+  // Copies a logits row; returns the number of NaNs found (they become -inf and are never drawn).
+  int64_t reset(const float* logits, int64_t n);
   int64_t size() const { return static_cast<int64_t>(logit_.size()); }
   float* logits() { return logit_.data(); }
 
@@ -98,9 +98,10 @@ class Sampler {
   // params must have passed validate().
   explicit Sampler(SamplingParams params);
 
-  // Picks the next token. `history` is the sequence so far (prompt first), for the penalties.
-  SampleResult sample(const float* logits, int64_t n_vocab, const std::vector<int32_t>& history,
-                      int32_t n_prompt);
+  // Picks the next token. `history` is the sequence so far (prompt first), for the penalties. NaN logits
+  // (a model or numerics failure) are an error, never silently sampled around.
+  Result<SampleResult> sample(const float* logits, int64_t n_vocab, const std::vector<int32_t>& history,
+                              int32_t n_prompt);
 
   const SamplingParams& params() const { return p_; }
   // A uniform double in [0, 1) from the request's own generator (53 random bits).
