@@ -1,0 +1,280 @@
+// Byte-level BPE ("gpt2" in GGUF): the text is split into words by the pre-tokenizer regexes that
+// `tokenizer.ggml.pre` names (PCRE2, Unicode properties), each word's bytes are mapped to printable code
+// points (GPT-2's byte-to-unicode table), and adjacent symbols are merged in the order of the merge list.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <array>
+#include <list>
+#include <mutex>
+#include <queue>
+#include <unordered_map>
+
+#include "io/gguf.h"
+#include "tokenizer/tokenizer_impl.h"
+
+namespace cachet {
+
+namespace {
+
+// The pre-tokenizer of each `tokenizer.ggml.pre` family: regexes applied in turn, each splitting the
+// pieces the previous ones produced (matches and the text between them both become pieces).
+const char* const kGpt2[] = {
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))"};
+const char* const kStarcoder[] = {R"(\p{N})",
+                                  R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))"};
+const char* const kLlama3[] = {
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+const char* const kQwen2[] = {
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+const char* const kDeepseekCoder[] = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
+                                      R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N})"};
+const char* const kFalcon[] = {R"([\p{P}\$\+<=>\^~\|`]+)",
+                               R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
+                               R"([0-9][0-9][0-9])"};
+
+struct PreTokenizer {
+  const char* name;
+  const char* const* regexes;
+  size_t n;
+  bool ignore_merges;  // a word that is already a token is emitted whole (llama3)
+};
+
+#define CACHET_PRE(name, arr, ignore) {name, arr, sizeof(arr) / sizeof(arr[0]), ignore}
+const PreTokenizer kPreTokenizers[] = {
+    CACHET_PRE("gpt-2", kGpt2, false),         CACHET_PRE("gpt2", kGpt2, false),
+    CACHET_PRE("default", kGpt2, false),       CACHET_PRE("mpt", kGpt2, false),
+    CACHET_PRE("olmo", kGpt2, false),          CACHET_PRE("gpt-neox", kGpt2, false),
+    CACHET_PRE("starcoder", kStarcoder, false), CACHET_PRE("smollm", kStarcoder, false),
+    CACHET_PRE("refact", kStarcoder, false),   CACHET_PRE("command-r", kStarcoder, false),
+    CACHET_PRE("llama3", kLlama3, true),       CACHET_PRE("llama-bpe", kLlama3, true),
+    CACHET_PRE("llama-v3", kLlama3, true),     CACHET_PRE("qwen2", kQwen2, false),
+    CACHET_PRE("deepseek-coder", kDeepseekCoder, false), CACHET_PRE("falcon", kFalcon, false),
+};
+#undef CACHET_PRE
+
+std::string encode_utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// GPT-2's reversible byte <-> printable code point map: printable Latin-1 bytes map to themselves, the
+// other 68 bytes to U+0100 upwards.
+struct ByteMap {
+  std::array<std::string, 256> to_text;
+  std::unordered_map<std::string, uint8_t> to_byte;
+  ByteMap() {
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      uint32_t cp = printable ? static_cast<uint32_t>(b) : 256u + extra++;
+      to_text[b] = encode_utf8(cp);
+      to_byte[to_text[b]] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+size_t utf8_char_len(unsigned char b) {
+  if (b < 0x80) return 1;
+  if ((b & 0xE0) == 0xC0) return 2;
+  if ((b & 0xF0) == 0xE0) return 3;
+  if ((b & 0xF8) == 0xF0) return 4;
+  return 1;
+}
+
+struct Regex {
+  pcre2_code* code = nullptr;
+  ~Regex() { pcre2_code_free(code); }
+};
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  Status init(const GgufFile& f) {
+    CACHET_RETURN_IF_ERROR(init_common(f, Kind::kBpe));
+    std::string pre = "default";
+    if (f.find("tokenizer.ggml.pre")) {
+      CACHET_ASSIGN_OR_RETURN(pre, f.get_string("tokenizer.ggml.pre"));
+    }
+    const PreTokenizer* pt = nullptr;
+    for (const auto& p : kPreTokenizers)
+      if (pre == p.name) pt = &p;
+    if (!pt) return unimplemented("pre-tokenizer '" + pre + "' (tokenizer.ggml.pre) is not supported");
+    ignore_merges_ = pt->ignore_merges;
+    for (size_t i = 0; i < pt->n; ++i) {
+      int err;
+      PCRE2_SIZE off;
+      auto re = std::make_unique<Regex>();
+      re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pt->regexes[i]), PCRE2_ZERO_TERMINATED,
+                               PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &off, nullptr);
+      if (!re->code) return invalid_argument("pre-tokenizer regex failed to compile at offset " + std::to_string(off));
+      pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE);  // best effort: falls back to the interpreter
+      regexes_.push_back(std::move(re));
+    }
+    const auto* merges = f.get_string_array("tokenizer.ggml.merges");
+    if (!merges) return invalid_argument("a gpt2 tokenizer needs tokenizer.ggml.merges");
+    merges_.reserve(merges->size());
+    for (size_t rank = 0; rank < merges->size(); ++rank) {
+      const std::string& m = (*merges)[rank];
+      size_t sp = m.find(' ', 1);
+      if (sp == std::string::npos) return invalid_argument("merge " + std::to_string(rank) + " has no space: '" + m + "'");
+      auto a = find(std::string_view(m).substr(0, sp));
+      auto b = find(std::string_view(m).substr(sp + 1));
+      auto ab = find(m.substr(0, sp) + m.substr(sp + 1));
+      if (!a || !b || !ab) continue;  // a merge into a token the vocabulary lacks can never apply
+      merges_.emplace(key(*a, *b), Merge{static_cast<int32_t>(rank), *ab});
+    }
+    return Status::ok();
+  }
+
+  std::string token_to_piece(int32_t id, bool special) const override {
+    if (id < 0 || id >= n_vocab()) return {};
+    const std::string& t = tokens_[id];
+    const TokenType type = types_[id];
+    if (type == TokenType::kControl || type == TokenType::kUnknown) return special ? t : std::string();
+    if (type == TokenType::kUserDefined) return t;
+    std::string out;
+    const auto& bm = byte_map();
+    for (size_t i = 0; i < t.size();) {
+      size_t n = std::min(utf8_char_len(static_cast<unsigned char>(t[i])), t.size() - i);
+      auto it = bm.to_byte.find(t.substr(i, n));
+      if (it != bm.to_byte.end()) out += static_cast<char>(it->second);
+      else out.append(t, i, n);
+      i += n;
+    }
+    return out;
+  }
+
+ protected:
+  void encode_fragment(std::string_view frag, bool, std::vector<int32_t>* out) const override {
+    std::vector<std::pair<size_t, size_t>> words{{0, frag.size()}};
+    pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
+    for (const auto& re : regexes_) {
+      std::vector<std::pair<size_t, size_t>> next;
+      for (auto [b, e] : words) {
+        size_t pos = b;
+        while (pos < e) {
+          int rc = pcre2_match(re->code, reinterpret_cast<PCRE2_SPTR>(frag.data()), e, pos, PCRE2_NO_UTF_CHECK, md,
+                               nullptr);
+          if (rc < 0) break;
+          const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+          size_t ms = ov[0], me = ov[1];
+          if (me == ms) {  // an empty match: step one character on
+            pos = ms + std::min(utf8_char_len(static_cast<unsigned char>(frag[ms])), e - ms);
+            continue;
+          }
+          if (ms > pos) next.push_back({pos, ms});
+          next.push_back({ms, me});
+          pos = me;
+        }
+        if (pos < e) next.push_back({pos, e});
+      }
+      words.swap(next);
+    }
+    pcre2_match_data_free(md);
+    for (auto [b, e] : words) encode_word(frag.substr(b, e - b), out);
+  }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t result;
+  };
+  static uint64_t key(int32_t a, int32_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
+
+  void encode_word(std::string_view word, std::vector<int32_t>* out) const {
+    if (word.empty()) return;
+    {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      auto it = cache_.find(std::string(word));
+      if (it != cache_.end()) {
+        out->insert(out->end(), it->second.begin(), it->second.end());
+        return;
+      }
+    }
+    const auto& bm = byte_map();
+    std::string mapped;
+    for (char c : word) mapped += bm.to_text[static_cast<unsigned char>(c)];
+    std::vector<int32_t> ids;
+    auto whole = index_.find(mapped);
+    if (ignore_merges_ && whole != index_.end()) {
+      ids.push_back(whole->second);
+    } else {
+      // Symbols as a linked list of token ids; a queue of adjacent pairs by merge rank (then position).
+      struct Sym {
+        int32_t id;
+        int prev, next;
+      };
+      std::vector<Sym> sym;
+      for (size_t i = 0; i < mapped.size();) {
+        size_t n = std::min(utf8_char_len(static_cast<unsigned char>(mapped[i])), mapped.size() - i);
+        auto it = index_.find(mapped.substr(i, n));
+        int32_t id = it != index_.end() ? it->second : (unk_ ? *unk_ : -1);
+        sym.push_back({id, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
+        i += n;
+      }
+      sym.back().next = -1;
+      struct Cand {
+        int32_t rank;
+        int left, right;
+        int32_t left_id, right_id;
+        bool operator>(const Cand& o) const { return rank > o.rank || (rank == o.rank && left > o.left); }
+      };
+      std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> q;
+      auto push = [&](int l, int r) {
+        if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0) return;
+        auto it = merges_.find(key(sym[l].id, sym[r].id));
+        if (it != merges_.end()) q.push({it->second.rank, l, r, sym[l].id, sym[r].id});
+      };
+      for (size_t i = 1; i < sym.size(); ++i) push(static_cast<int>(i) - 1, static_cast<int>(i));
+      while (!q.empty()) {
+        Cand c = q.top();
+        q.pop();
+        Sym& l = sym[c.left];
+        if (l.id != c.left_id || l.next != c.right || sym[c.right].id != c.right_id) continue;  // stale
+        l.id = merges_.at(key(c.left_id, c.right_id)).result;
+        Sym& r = sym[c.right];
+        r.id = -2;  // merged away
+        l.next = r.next;
+        if (r.next >= 0) sym[r.next].prev = c.left;
+        push(l.prev, c.left);
+        push(c.left, l.next);
+      }
+      for (int i = 0; i >= 0; i = sym[i].next)
+        if (sym[i].id >= 0) ids.push_back(sym[i].id);
+    }
+    out->insert(out->end(), ids.begin(), ids.end());
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (cache_.size() > 200000) cache_.clear();
+    cache_.emplace(std::string(word), std::move(ids));
+  }
+
+  std::vector<std::unique_ptr<Regex>> regexes_;
+  std::unordered_map<uint64_t, Merge> merges_;
+  bool ignore_merges_ = false;
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;  // word -> ids
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> make_bpe_tokenizer(const GgufFile& f) {
+  auto t = std::make_unique<BpeTokenizer>();
+  CACHET_RETURN_IF_ERROR(t->init(f));
+  return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
+}  // namespace cachet

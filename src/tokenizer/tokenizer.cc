@@ -1,0 +1,225 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "io/gguf.h"
+#include "tokenizer/tokenizer_impl.h"
+
+namespace cachet {
+
+namespace {
+
+// Bytes in a UTF-8 sequence starting with b, or 0 if b cannot start one.
+int utf8_len(unsigned char b) {
+  if (b < 0x80) return 1;
+  if (b >= 0xC2 && b <= 0xDF) return 2;
+  if (b >= 0xE0 && b <= 0xEF) return 3;
+  if (b >= 0xF0 && b <= 0xF4) return 4;
+  return 0;
+}
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when it is invalid or truncated.
+size_t valid_seq(std::string_view s, size_t i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  const int n = utf8_len(b0);
+  if (n == 0 || i + n > s.size()) return 0;
+  for (int k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  if (n >= 3) {
+    const auto b1 = static_cast<unsigned char>(s[i + 1]);
+    if (b0 == 0xE0 && b1 < 0xA0) return 0;                 // overlong
+    if (b0 == 0xED && b1 >= 0xA0) return 0;                // surrogates
+    if (b0 == 0xF0 && b1 < 0x90) return 0;                 // overlong
+    if (b0 == 0xF4 && b1 >= 0x90) return 0;                // > U+10FFFF
+  }
+  return n;
+}
+
+const char* const kEndOfGenerationNames[] = {"<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                             "<|end_of_text|>", "<EOT>", "</s>", "<|eom_id|>"};
+
+}  // namespace
+
+std::string sanitize_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t n = valid_seq(s, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+size_t utf8_complete_prefix(std::string_view s) {
+  // Look back at most 3 bytes for the start of a sequence that is cut off.
+  size_t n = s.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto b = static_cast<unsigned char>(s[n - back]);
+    if ((b & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    const int need = utf8_len(b);
+    if (need > static_cast<int>(back)) return n - back;  // lead byte whose sequence is incomplete
+    return n;
+  }
+  return n;
+}
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& f) {
+  if (!f.find("tokenizer.ggml.model")) return not_found("the model file has no tokenizer (tokenizer.ggml.model)");
+  CACHET_ASSIGN_OR_RETURN(std::string model, f.get_string("tokenizer.ggml.model"));
+  if (model == "llama") return make_spm_tokenizer(f);
+  if (model == "gpt2") return make_bpe_tokenizer(f);
+  return unimplemented("tokenizer model '" + model + "' is not supported (supported: llama, gpt2)");
+}
+
+Status Tokenizer::init_common(const GgufFile& f, Kind kind) {
+  kind_ = kind;
+  const auto* toks = f.get_string_array("tokenizer.ggml.tokens");
+  if (!toks || toks->empty()) return invalid_argument("tokenizer.ggml.tokens is missing or not a string array");
+  tokens_ = *toks;
+  const size_t n = tokens_.size();
+  scores_.assign(n, 0.0f);
+  if (const GgufValue* v = f.find("tokenizer.ggml.scores")) {
+    if (v->type != GgufType::kArray || v->floats.size() != n)
+      return invalid_argument("tokenizer.ggml.scores must be a float array with one score per token");
+    for (size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>(v->floats[i]);
+  }
+  types_.assign(n, TokenType::kNormal);
+  if (const GgufValue* v = f.find("tokenizer.ggml.token_type")) {
+    if (v->type != GgufType::kArray || v->ints.size() != n)
+      return invalid_argument("tokenizer.ggml.token_type must be an integer array with one type per token");
+    for (size_t i = 0; i < n; ++i) {
+      if (v->ints[i] < 0 || v->ints[i] > 6)
+        return invalid_argument("token " + std::to_string(i) + " has unknown type " + std::to_string(v->ints[i]));
+      types_[i] = static_cast<TokenType>(v->ints[i]);
+    }
+  }
+  index_.reserve(n);
+  for (size_t i = 0; i < n; ++i) index_[tokens_[i]] = static_cast<int32_t>(i);
+
+  auto special = [&](const char* key, std::optional<int32_t>* out) -> Status {
+    const std::string k = std::string("tokenizer.ggml.") + key;
+    if (!f.find(k)) return Status::ok();
+    CACHET_ASSIGN_OR_RETURN(uint64_t id, f.get_uint(k));
+    if (id >= n) return invalid_argument(k + " = " + std::to_string(id) + " is outside the vocabulary of " +
+                                         std::to_string(n));
+    *out = static_cast<int32_t>(id);
+    return Status::ok();
+  };
+  CACHET_RETURN_IF_ERROR(special("bos_token_id", &bos_));
+  CACHET_RETURN_IF_ERROR(special("eos_token_id", &eos_));
+  CACHET_RETURN_IF_ERROR(special("eot_token_id", &eot_));
+  CACHET_RETURN_IF_ERROR(special("unknown_token_id", &unk_));
+  auto flag = [&](const char* key, bool fallback) -> Result<bool> {
+    const std::string k = std::string("tokenizer.ggml.") + key;
+    if (!f.find(k)) return fallback;
+    return f.get_bool(k);
+  };
+  CACHET_ASSIGN_OR_RETURN(add_bos_, flag("add_bos_token", kind == Kind::kSpm));
+  CACHET_ASSIGN_OR_RETURN(add_eos_, flag("add_eos_token", false));
+  CACHET_ASSIGN_OR_RETURN(add_space_prefix_, flag("add_space_prefix", kind == Kind::kSpm));
+
+  for (size_t i = 0; i < n; ++i) {
+    const TokenType t = types_[i];
+    if ((t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown) && !tokens_[i].empty())
+      special_by_length_.push_back(static_cast<int32_t>(i));
+  }
+  std::stable_sort(special_by_length_.begin(), special_by_length_.end(),
+                   [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+  for (const char* name : kEndOfGenerationNames) {
+    auto it = index_.find(name);
+    if (it != index_.end() && types_[it->second] == TokenType::kControl) end_of_generation_.push_back(it->second);
+  }
+  if (eos_) end_of_generation_.push_back(*eos_);
+  if (eot_) end_of_generation_.push_back(*eot_);
+  return Status::ok();
+}
+
+std::optional<int32_t> Tokenizer::find(std::string_view text) const {
+  auto it = index_.find(std::string(text));
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Tokenizer::is_end_of_generation(int32_t id) const {
+  return std::find(end_of_generation_.begin(), end_of_generation_.end(), id) != end_of_generation_.end();
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special, bool parse_special) const {
+  const std::string text = sanitize_utf8(raw);
+  // Fragments: either a special token id or a run of plain text [begin, end).
+  struct Frag {
+    int32_t id;  // -1 for text
+    size_t begin, end;
+  };
+  std::vector<Frag> frags{{-1, 0, text.size()}};
+  for (int32_t sid : special_by_length_) {
+    // User-defined tokens are always matched (as llama.cpp does); control and unknown only when asked.
+    if (!parse_special && types_[sid] != TokenType::kUserDefined) continue;
+    const std::string& st = tokens_[sid];
+    std::vector<Frag> next;
+    next.reserve(frags.size());
+    for (const Frag& fr : frags) {
+      if (fr.id >= 0) {
+        next.push_back(fr);
+        continue;
+      }
+      size_t pos = fr.begin;
+      while (pos < fr.end) {
+        size_t hit = text.find(st, pos);
+        if (hit == std::string::npos || hit + st.size() > fr.end) break;
+        if (hit > pos) next.push_back({-1, pos, hit});
+        next.push_back({sid, hit, hit + st.size()});
+        pos = hit + st.size();
+      }
+      if (pos < fr.end) next.push_back({-1, pos, fr.end});
+    }
+    frags.swap(next);
+  }
+  std::vector<int32_t> out;
+  if (add_special && add_bos_ && bos_) out.push_back(*bos_);
+  bool prev_special = true;
+  for (const Frag& fr : frags) {
+    if (fr.id >= 0) {
+      out.push_back(fr.id);
+      prev_special = true;
+    } else if (fr.end > fr.begin) {
+      encode_fragment(std::string_view(text).substr(fr.begin, fr.end - fr.begin), prev_special, &out);
+      prev_special = false;
+    }
+  }
+  if (add_special && add_eos_ && eos_) out.push_back(*eos_);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) const {
+  std::string out;
+  for (int32_t id : ids) out += token_to_piece(id, special);
+  if (kind_ == Kind::kSpm && add_space_prefix_ && !ids.empty() && ids.front() >= 0 && ids.front() < n_vocab() &&
+      types_[ids.front()] != TokenType::kControl && !out.empty() && out[0] == ' ')
+    out.erase(0, 1);
+  return out;
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  // Generated text continues a prompt, so pieces are kept as they are (a leading space is meaningful).
+  pending_ += t_.token_to_piece(id, false);
+  const size_t n = utf8_complete_prefix(pending_);
+  std::string out = pending_.substr(0, n);
+  pending_.erase(0, n);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out = sanitize_utf8(pending_);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace cachet

@@ -1,0 +1,116 @@
+// Tokenizer golden tests: every text in ../shared/vocab/*.inp encodes to the ids in its .out (no BOS/EOS,
+// special tokens not parsed, as llama.cpp's own tests), and decodes back to the text.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "io/gguf.h"
+#include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cachet {
+namespace {
+
+std::string read_file(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split(const std::string& s, const std::string& sep) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  for (;;) {
+    size_t hit = s.find(sep, pos);
+    if (hit == std::string::npos) {
+      out.push_back(s.substr(pos));
+      return out;
+    }
+    out.push_back(s.substr(pos, hit - pos));
+    pos = hit + sep.size();
+  }
+}
+
+std::unique_ptr<Tokenizer> load(const std::string& path) {
+  auto f = GgufFile::open(path);
+  EXPECT_TRUE(f.is_ok()) << f.status().message();
+  auto t = Tokenizer::from_gguf(**f);
+  EXPECT_TRUE(t.is_ok()) << t.status().message();
+  return std::move(t).value();
+}
+
+class VocabFiles : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VocabFiles, EncodeMatchesTheTestVectorsAndDecodesBack) {
+  const std::string base = testing::shared_dir() + "/vocab/" + GetParam();
+  auto tok = load(base);
+  ASSERT_TRUE(tok);
+  auto texts = split(read_file(base + ".inp"), "\n__ggml_vocab_test__\n");
+  auto lines = split(read_file(base + ".out"), "\n");
+  ASSERT_EQ(texts.size(), lines.size());
+  int checked = 0;
+  for (size_t i = 0; i + 1 < texts.size(); ++i) {
+    std::vector<int32_t> want;
+    std::istringstream is(lines[i]);
+    for (int32_t id; is >> id;) want.push_back(id);
+    auto got = tok->encode(texts[i], /*add_special=*/false, /*parse_special=*/false);
+    EXPECT_EQ(got, want) << GetParam() << " text " << i << ": '" << texts[i] << "'";
+    EXPECT_EQ(tok->decode(got), texts[i]) << GetParam() << " text " << i;
+    ++checked;
+  }
+  EXPECT_GE(checked, 40);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, VocabFiles,
+                         ::testing::Values("ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf",
+                                           "ggml-vocab-starcoder.gguf"),
+                         [](const auto& info) {
+                           std::string n = info.param.substr(11, info.param.size() - 16);
+                           for (char& c : n)
+                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+TEST(Tokenizer, InvalidUtf8BecomesReplacementCharacters) {
+  EXPECT_EQ(sanitize_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(sanitize_utf8("\xC3"), "\xEF\xBF\xBD");                  // truncated sequence
+  EXPECT_EQ(sanitize_utf8("\xE0\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: one per byte
+  EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(sanitize_utf8("h\xC3\xA9llo \xF0\x9F\xA6\x99"), "h\xC3\xA9llo \xF0\x9F\xA6\x99");
+  auto tok = load(testing::shared_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
+  EXPECT_EQ(tok->encode("a\xFF" "b", false, false), tok->encode("a\xEF\xBF\xBD" "b", false, false));
+}
+
+TEST(Tokenizer, StreamingNeverSplitsACharacter) {
+  auto tok = load(testing::shared_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
+  const std::string text = "llama 🦙 and 日本語 text";
+  auto ids = tok->encode(text, false, false);
+  StreamDecoder dec(*tok);
+  std::string out;
+  for (int32_t id : ids) {
+    std::string chunk = dec.push(id);
+    EXPECT_EQ(sanitize_utf8(chunk), chunk) << "a streamed chunk is not whole UTF-8";
+    out += chunk;
+  }
+  out += dec.flush();
+  EXPECT_EQ(out, text);
+  EXPECT_EQ(utf8_complete_prefix("ab\xF0\x9F"), 2u);
+  EXPECT_EQ(utf8_complete_prefix("ab\xF0\x9F\xA6\x99"), 6u);
+}
+
+TEST(Tokenizer, SpecialTokensOnlyWhenAsked) {
+  auto tok = load(testing::shared_dir() + "/vocab/ggml-vocab-llama-spm.gguf");
+  auto plain = tok->encode("<s>hi", false, false);
+  auto parsed = tok->encode("<s>hi", false, true);
+  ASSERT_FALSE(parsed.empty());
+  EXPECT_EQ(parsed.front(), *tok->bos());
+  EXPECT_NE(plain.front(), *tok->bos());
+  auto with_bos = tok->encode("hi", true, false);
+  EXPECT_EQ(with_bos.front(), *tok->bos());
+}
+
+}  // namespace
+}  // namespace cachet
