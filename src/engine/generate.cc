@@ -4,6 +4,7 @@
 #include <chrono>
 #include <numeric>
 
+#include "base/utf8.h"
 #include "kv/kv_cache.h"
 #include "sampling/stop.h"
 
@@ -49,6 +50,7 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
   if (max_tokens == 0) return res;
   Sampler sampler(opts.sampling);
   StopMatcher stops(opts.sampling.stop);
+  std::string pending_bytes;  // token bytes not yet forming whole UTF-8 characters
   std::vector<float> logits(cfg.n_vocab);
   std::vector<int32_t> seq = prompt;
 
@@ -95,7 +97,11 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
     res.samples.push_back(ev.sample);
     const bool stop_token = is_stop(id);
     if (opts.token_text && !stop_token) {
-      ev.text = stops.feed(opts.token_text(id));
+      // Whole UTF-8 characters only reach the stop matcher, so nothing streamed ever splits one.
+      pending_bytes += opts.token_text(id);
+      const size_t whole = utf8_complete_prefix(pending_bytes);
+      ev.text = stops.feed(pending_bytes.substr(0, whole));
+      pending_bytes.erase(0, whole);
       res.text += ev.text;
     }
     bool keep_going = on_token ? on_token(ev) : true;
@@ -106,7 +112,8 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
     if (!keep_going) break;
   }
   if (opts.token_text && !stops.stopped()) {
-    std::string tail = stops.flush();
+    std::string tail = stops.feed(sanitize_utf8(pending_bytes));
+    tail += stops.flush();
     res.text += tail;
     if (!tail.empty() && on_token) on_token(TokenEvent{-1, tail, {}});
   }

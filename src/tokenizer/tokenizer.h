@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/utf8.h"
 #include "cachet/status.h"
 
 namespace cachet {
@@ -68,11 +69,6 @@ class Tokenizer {
   std::vector<int32_t> special_by_length_;  // control / user-defined tokens, longest text first
   std::vector<int32_t> end_of_generation_;
 };
-
-// Replaces each byte that does not start a valid UTF-8 sequence by U+FFFD.
-std::string sanitize_utf8(std::string_view s);
-// Length of the longest prefix of s that ends on a UTF-8 character boundary (incomplete tail held back).
-size_t utf8_complete_prefix(std::string_view s);
 
 // Streams token pieces as text that never splits a UTF-8 character.
 class StreamDecoder {

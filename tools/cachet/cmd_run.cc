@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
+#include "io/gguf.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/cachet/common.h"
 
 namespace cachet::cli {
@@ -28,12 +30,24 @@ struct RunArgs {
 
 int run(const RunArgs& a) {
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
-  if (!a.prompt.empty())
-    return fail(unimplemented("text prompts need the tokenizer, which is not built yet; use --prompt-ids"));
-  auto ids = parse_ids(a.prompt_ids);
-  if (!ids.is_ok()) return fail(ids.status());
   auto model = load(a.model, a.threads, a.precise);
   if (!model.is_ok()) return fail(model.status());
+  std::unique_ptr<Tokenizer> tok;
+  if ((*model)->gguf() && (*model)->gguf()->find("tokenizer.ggml.model")) {
+    auto t = Tokenizer::from_gguf(*(*model)->gguf());
+    if (!t.is_ok()) return fail(t.status());
+    tok = std::move(t).value();
+  }
+  std::vector<int32_t> prompt;
+  if (!a.prompt.empty()) {
+    if (!tok) return fail(invalid_argument("this model file has no tokenizer: give the prompt as --prompt-ids"));
+    // Special tokens written in the prompt (e.g. <|im_start|>) are parsed as such.
+    prompt = tok->encode(a.prompt, /*add_special=*/true, /*parse_special=*/true);
+  } else {
+    auto ids = parse_ids(a.prompt_ids);
+    if (!ids.is_ok()) return fail(ids.status());
+    prompt = std::move(ids).value();
+  }
 
   GenerateOptions o;
   o.sampling = a.sampling;
@@ -50,14 +64,23 @@ int run(const RunArgs& a) {
   o.use_kv_cache = !a.no_kv_cache;
   o.kv_type = a.kv_type == "f32" ? DType::kF32 : DType::kF16;
   o.stop_at_eos = !a.ignore_eos;
+  if (tok) {
+    o.token_text = [&](int32_t id) { return tok->token_to_piece(id, false); };
+    if (!a.ignore_eos)
+      for (int32_t id = 0; id < tok->n_vocab(); ++id)
+        if (tok->is_end_of_generation(id)) o.stop_ids.push_back(id);
+  }
   const bool text = a.format == "text";
   bool first = true;
-  auto res = generate(**model, *ids, o, [&](const TokenEvent& ev) {
-    if (text && ev.id >= 0) {
+  auto res = generate(**model, prompt, o, [&](const TokenEvent& ev) {
+    if (!text) return true;
+    if (tok) {
+      std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+    } else if (ev.id >= 0) {
       std::printf(first ? "%d" : " %d", ev.id);
-      std::fflush(stdout);
       first = false;
     }
+    std::fflush(stdout);
     return true;
   });
   if (!res.is_ok()) return fail(res.status());
@@ -72,7 +95,7 @@ int run(const RunArgs& a) {
   } else {
     nlohmann::json j;
     j["token_ids"] = r.token_ids;
-    j["text"] = "";
+    j["text"] = r.text;
     j["prompt_tokens"] = r.n_prompt;
     j["generated_tokens"] = r.token_ids.size();
     j["finish_reason"] = r.finish == FinishReason::kStop ? "stop" : "length";
