@@ -22,7 +22,7 @@ Result<std::unique_ptr<Tokenizer>> open_tokenizer(const std::string& model_flag)
 
 void add_tokenize_commands(CLI::App& app, int* exit_code) {
   struct Args {
-    std::string model, text, file, ids;
+    std::string model, text, file, ids, lines_json;
     bool no_add_special = false, parse_special = false, json = false, special = false;
   };
   auto a = std::make_shared<Args>();
@@ -31,6 +31,8 @@ void add_tokenize_commands(CLI::App& app, int* exit_code) {
   auto* text_opt = t->add_option("--text", a->text, "text to tokenize");
   auto* file_opt = t->add_option("-f,--file", a->file, "file whose bytes to tokenize, exactly (nothing stripped)");
   text_opt->excludes(file_opt);
+  t->add_option("--lines-json", a->lines_json,
+                "batch mode: each line of this file is a JSON string; prints one JSON array of ids per line");
   t->add_flag("--no-add-special", a->no_add_special, "do not add BOS/EOS");
   t->add_flag("--parse-special", a->parse_special, "text spelling a control token becomes that token");
   t->add_flag("--json", a->json, "print ids and pieces as JSON");
@@ -38,6 +40,24 @@ void add_tokenize_commands(CLI::App& app, int* exit_code) {
     auto tok = open_tokenizer(a->model);
     if (!tok.is_ok()) {
       *exit_code = fail(tok.status());
+      return;
+    }
+    if (!a->lines_json.empty()) {
+      std::ifstream in(a->lines_json, std::ios::binary);
+      if (!in) {
+        *exit_code = fail(io_error("cannot read " + a->lines_json));
+        return;
+      }
+      for (std::string line; std::getline(in, line);) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded() || !j.is_string()) {
+          *exit_code = fail(invalid_argument("--lines-json: a line is not a JSON string"));
+          return;
+        }
+        std::printf("%s\n", nlohmann::json((*tok)->encode(j.get<std::string>(), !a->no_add_special,
+                                                           a->parse_special)).dump().c_str());
+      }
+      *exit_code = 0;
       return;
     }
     std::string text = a->text;

@@ -1,0 +1,129 @@
+"""The default model's tokenizer against HF `tokenizers` built from the same vocabulary and merges, on
+thousands of varied strings; and the encoder's speed."""
+import json
+import random
+import subprocess
+import time
+
+import pytest
+
+# Pieces the generated strings are made of: prose, code, emoji (incl. ZWJ sequences and flags), CJK,
+# combining marks, scripts with and without spaces, digits, runs of whitespace and newlines.
+POOL = [
+    "Hello", " world", "The quick brown fox", " jumps over the lazy dog.", "don't", " I'm", " they'll", " it's",
+    "def f(x):\n    return x**2\n", "for (int i = 0; i < n; ++i) {", "}\n", "#include <stdio.h>", "x += 1;",
+    "    ", "\t", "\n", "\n\n", "\r\n", "  \n  ", " ", "   ", "\u00a0", "\u3000",
+    "🦙", "😀😃", "👩\u200d💻", "🇫🇷", "👍🏽", "✨", "日本語のテキスト", "中文字符", "한국어", "Ελληνικά", "русский текст",
+    "עברית", "العربية", "हिन्दी", "ไทย", "e\u0301", "n\u0303", "Z\u0351\u0359", "café", "naïve", "Äpfel",
+    "12345", "3.14159", "1,000,000", " 42", "0x1F", "2024-05-01", "v1.2.3", "١٢٣", "½", "²",
+    "https://example.com/a?b=c", "user@example.com", "<|im_start|>", "<s>", "[INST]", "$$x^2$$", "->", "!!!", "...",
+    "'s", "'re", "'ve", "'ll", "'d", "'m", "'t", "O'Neil", "rock'n'roll",
+]
+
+
+def make_strings(n, seed=1234):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.randint(1, 8)
+        out.append("".join(rng.choice(POOL) for _ in range(k)))
+    out += ["", " ", "  ", "\n", "a" * 300, " ".join(["word"] * 50), "1" * 40, "🦙" * 20]
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(default_model):
+    from gguf import GGUFReader
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    r = GGUFReader(default_model)
+    tokens = r.fields["tokenizer.ggml.tokens"].contents()
+    merges = r.fields["tokenizer.ggml.merges"].contents()
+    assert r.fields["tokenizer.ggml.pre"].contents() == "smollm"
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges]))
+    # SmolLM2's tokenizer.json: single digits, then GPT-2 byte-level with its regex, no prefix space.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def ours_batch(cachet_bin, model, strings, tmp_path):
+    p = tmp_path / "lines.jsonl"
+    p.write_text("\n".join(json.dumps(s) for s in strings) + "\n", encoding="utf-8")
+    out = subprocess.run([cachet_bin, "tokenize", "-m", str(model), "--no-add-special", "--lines-json", str(p)],
+                         check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_default_tokenizer_matches_hf_tokenizers(cachet_bin, default_model, hf_tokenizer, tmp_path):
+    strings = make_strings(2500)
+    ours = ours_batch(cachet_bin, default_model, strings, tmp_path)
+    assert len(ours) == len(strings)
+    mismatches = [(s, o, hf_tokenizer.encode(s, add_special_tokens=False).ids)
+                  for s, o in zip(strings, ours) if o != hf_tokenizer.encode(s, add_special_tokens=False).ids]
+    assert not mismatches, f"{len(mismatches)} of {len(strings)} differ; first: {mismatches[0]!r}"
+
+
+def test_invalid_utf8_becomes_replacement_characters(cachet_bin, default_model, tmp_path):
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"abc\xff\xfe def \xc3")
+    good = tmp_path / "good.txt"
+    good.write_bytes("abc\ufffd\ufffd def \ufffd".encode())
+    run = lambda f: subprocess.run([cachet_bin, "tokenize", "-m", str(default_model), "--no-add-special", "-f", str(f)],
+                                   check=True, capture_output=True, text=True).stdout
+    assert run(bad) == run(good)
+
+
+def english_text(n_bytes, seed=7):
+    rng = random.Random(seed)
+    words = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an "
+             "they you were her she there been one all we their has would when if so no will more can about some "
+             "time people said could into them other than then its two may only new over after years first way "
+             "engine token cache memory model batch prefill decode attention kernel matrix vector thread block "
+             "user server request stream latency throughput quantize weight layer head rotary position").split()
+    parts, size = [], 0
+    while size < n_bytes:
+        sent = " ".join(rng.choice(words) for _ in range(rng.randint(5, 18)))
+        sent = sent.capitalize() + rng.choice([".", ".", ",", "?", "!", ";"]) + rng.choice([" ", " ", "\n", "\n\n"])
+        if rng.random() < 0.05:
+            sent += f"{rng.randint(0, 99999)} "
+        parts.append(sent)
+        size += len(sent)
+    return "".join(parts)[:n_bytes]
+
+
+def time_tokenize(cachet_bin, model, path, reps=3):
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run([cachet_bin, "tokenize", "-m", str(model), "--no-add-special", "-f", str(path)], check=True,
+                       capture_output=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def test_encode_speed(cachet_bin, default_model, tmp_path, hf_tokenizer):
+    one = tmp_path / "1mb.txt"
+    two = tmp_path / "2mb.txt"
+    nospace = tmp_path / "nospace.txt"
+    empty = tmp_path / "empty.txt"
+    text1 = english_text(1 << 20)
+    one.write_text(text1)
+    two.write_text(english_text(2 << 20, seed=8))
+    nospace.write_text("".join(random.Random(3).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(100_000)))
+    empty.write_text("")
+    base = time_tokenize(cachet_bin, default_model, empty)  # process start and vocabulary load
+    t1 = time_tokenize(cachet_bin, default_model, one) - base
+    t2 = time_tokenize(cachet_bin, default_model, two) - base
+    tn = time_tokenize(cachet_bin, default_model, nospace) - base
+    t0 = time.perf_counter()
+    hf_tokenizer.encode(text1, add_special_tokens=False)
+    thf = time.perf_counter() - t0
+    print(f"\nencode 1 MB: cachet {t1:.3f} s ({1 / max(t1, 1e-9):.1f} MB/s), HF tokenizers {thf:.3f} s "
+          f"({1 / thf:.1f} MB/s); 2 MB {t2:.3f} s ({t2 / t1:.2f}x); 100 KB without spaces {tn:.3f} s; "
+          f"load {base:.3f} s")
+    assert t1 <= 0.5, t1
+    assert t2 <= 2.2 * t1 + 0.02, (t1, t2)
+    assert tn <= 0.5, tn
