@@ -1,0 +1,249 @@
+#include "chat/jinja_value.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+
+namespace cachet::jinja {
+
+const Value* Dict::find(const std::string& k) const {
+  for (const auto& [key, v] : items)
+    if (key == k) return &v;
+  return nullptr;
+}
+Value* Dict::find(const std::string& k) {
+  for (auto& [key, v] : items)
+    if (key == k) return &v;
+  return nullptr;
+}
+void Dict::set(const std::string& k, Value v) {
+  if (Value* e = find(k)) *e = std::move(v);
+  else items.emplace_back(k, std::move(v));
+}
+
+Value Args::get(size_t i, const std::string& name, Value fallback) const {
+  for (const auto& [k, v] : keyword)
+    if (k == name) return v;
+  if (i < positional.size()) return positional[i];
+  return fallback;
+}
+
+std::string format_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0.0) return std::signbit(v) ? "-0.0" : "0.0";
+  // Shortest digits that read back as v (Python's repr), then Python's choice of notation.
+  char buf[64];
+  int prec = 0;
+  for (; prec < 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*e", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string e = buf;  // d.ddddde[+-]XX
+  const size_t epos = e.find('e');
+  const int exp = std::atoi(e.c_str() + epos + 1);
+  std::string digits;
+  for (size_t i = 0; i < epos; ++i)
+    if (std::isdigit(static_cast<unsigned char>(e[i]))) digits += e[i];
+  const std::string sign = v < 0 ? "-" : "";
+  if (exp >= -4 && exp < 16) {
+    std::string out;
+    if (exp < 0) {
+      out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+    } else if (static_cast<int>(digits.size()) <= exp + 1) {
+      out = digits + std::string(static_cast<size_t>(exp + 1 - digits.size()), '0') + ".0";
+    } else {
+      out = digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
+    }
+    return sign + out;
+  }
+  std::string mant = digits.substr(0, 1);
+  if (digits.size() > 1) mant += "." + digits.substr(1);
+  char ebuf[16];
+  std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+  return sign + mant + ebuf;
+}
+
+bool Value::truthy() const {
+  switch (kind_) {
+    case Kind::kUndefined: case Kind::kNone: return false;
+    case Kind::kBool: case Kind::kInt: return i_ != 0;
+    case Kind::kFloat: return f_ != 0.0;
+    case Kind::kString: return !s_->empty();
+    case Kind::kList: return !l_->empty();
+    case Kind::kDict: return !d_->items.empty();
+    case Kind::kFunction: return true;
+  }
+  return false;
+}
+
+namespace {
+std::string py_quote(const std::string& s) {
+  // Python prefers single quotes unless the string contains one and no double quote.
+  const bool use_double = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
+  const char q = use_double ? '"' : '\'';
+  std::string out(1, q);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c == static_cast<unsigned char>(q)) {
+          out += '\\';
+          out += static_cast<char>(c);
+        } else if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + q;
+}
+
+void json_string(const std::string& s, std::string& out) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+}
+}  // namespace
+
+std::string Value::to_string() const {
+  switch (kind_) {
+    case Kind::kUndefined: return "";
+    case Kind::kString: return *s_;
+    default: return repr();
+  }
+}
+
+std::string Value::repr() const {
+  switch (kind_) {
+    case Kind::kUndefined: return "";
+    case Kind::kNone: return "None";
+    case Kind::kBool: return i_ ? "True" : "False";
+    case Kind::kInt: return std::to_string(i_);
+    case Kind::kFloat: return format_float(f_);
+    case Kind::kString: return py_quote(*s_);
+    case Kind::kList: {
+      std::string s = "[";
+      for (size_t i = 0; i < l_->size(); ++i) s += (i ? ", " : "") + (*l_)[i].repr();
+      return s + "]";
+    }
+    case Kind::kDict: {
+      std::string s = "{";
+      for (size_t i = 0; i < d_->items.size(); ++i)
+        s += (i ? ", " : "") + py_quote(d_->items[i].first) + ": " + d_->items[i].second.repr();
+      return s + "}";
+    }
+    case Kind::kFunction: return "<function>";
+  }
+  return "";
+}
+
+std::string Value::to_json(int indent, int depth) const {
+  std::string out;
+  auto newline = [&](int d) {
+    if (indent < 0) return;
+    out += '\n';
+    out.append(static_cast<size_t>(indent * d), ' ');
+  };
+  switch (kind_) {
+    case Kind::kUndefined: case Kind::kNone: return "null";
+    case Kind::kBool: return i_ ? "true" : "false";
+    case Kind::kInt: return std::to_string(i_);
+    case Kind::kFloat: return std::isfinite(f_) ? format_float(f_) : (std::isnan(f_) ? "NaN" : (f_ > 0 ? "Infinity" : "-Infinity"));
+    case Kind::kString: json_string(*s_, out); return out;
+    case Kind::kList:
+      if (l_->empty()) return "[]";
+      out += '[';
+      for (size_t i = 0; i < l_->size(); ++i) {
+        if (i) out += indent < 0 ? ", " : ",";
+        newline(depth + 1);
+        out += (*l_)[i].to_json(indent, depth + 1);
+      }
+      newline(depth);
+      return out + ']';
+    case Kind::kDict:
+      if (d_->items.empty()) return "{}";
+      out += '{';
+      for (size_t i = 0; i < d_->items.size(); ++i) {
+        if (i) out += indent < 0 ? ", " : ",";
+        newline(depth + 1);
+        json_string(d_->items[i].first, out);
+        out += ": " + d_->items[i].second.to_json(indent, depth + 1);
+      }
+      newline(depth);
+      return out + '}';
+    case Kind::kFunction: return "null";
+  }
+  return "null";
+}
+
+bool Value::equals(const Value& o) const {
+  if (is_number() && o.is_number()) {
+    if (kind_ == Kind::kInt && o.kind_ == Kind::kInt) return i_ == o.i_;
+    return as_float() == o.as_float();
+  }
+  if ((kind_ == Kind::kBool && o.is_number()) || (is_number() && o.kind_ == Kind::kBool)) return as_float() == o.as_float();
+  if (kind_ != o.kind_) return false;
+  switch (kind_) {
+    case Kind::kUndefined: case Kind::kNone: return true;
+    case Kind::kBool: return i_ == o.i_;
+    case Kind::kString: return *s_ == *o.s_;
+    case Kind::kList:
+      if (l_->size() != o.l_->size()) return false;
+      for (size_t i = 0; i < l_->size(); ++i)
+        if (!(*l_)[i].equals((*o.l_)[i])) return false;
+      return true;
+    case Kind::kDict:
+      if (d_->items.size() != o.d_->items.size()) return false;
+      for (const auto& [k, v] : d_->items) {
+        const Value* ov = o.d_->find(k);
+        if (!ov || !v.equals(*ov)) return false;
+      }
+      return true;
+    case Kind::kFunction: return fn_ == o.fn_;
+    default: return false;
+  }
+}
+
+const char* Value::type_name() const {
+  switch (kind_) {
+    case Kind::kUndefined: return "undefined";
+    case Kind::kNone: return "none";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "string";
+    case Kind::kList: return "list";
+    case Kind::kDict: return "dict";
+    case Kind::kFunction: return "function";
+  }
+  return "?";
+}
+
+}  // namespace cachet::jinja
