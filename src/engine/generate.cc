@@ -34,19 +34,23 @@ double GenerateResult::tbt_percentile_ms(double p) const {
   return v[i];
 }
 
-Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                                const std::function<bool(const TokenEvent&)>& on_token) {
+namespace {
+
+// The shared loop. With `cache`, the prompt's first `reused` tokens are already in it; otherwise every step
+// recomputes the whole sequence from scratch.
+Result<GenerateResult> run_loop(Model& model, ContiguousKvCache* cache, int reused, const std::vector<int32_t>& prompt,
+                                const GenerateOptions& opts, const TokenCallback& on_token) {
   const ModelConfig& cfg = model.config();
   CACHET_RETURN_IF_ERROR(opts.sampling.validate(cfg.n_vocab));
   if (prompt.empty()) return invalid_argument("the prompt is empty");
   if (!opts.sampling.stop.empty() && !opts.token_text)
     return invalid_argument("stop sequences need the model's tokenizer");
   const int max_tokens = opts.sampling.max_tokens;
-  const int64_t capacity = static_cast<int64_t>(prompt.size()) + max_tokens;
-  if (capacity > (int64_t{1} << 30)) return invalid_argument("prompt plus max_tokens is too long");
 
   GenerateResult res;
   res.n_prompt = static_cast<int>(prompt.size());
+  res.n_reused = reused;
+  res.n_prefilled = static_cast<int>(prompt.size()) - reused;
   if (max_tokens == 0) return res;
   Sampler sampler(opts.sampling);
   StopMatcher stops(opts.sampling.stop);
@@ -60,17 +64,15 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
     return std::find(opts.stop_ids.begin(), opts.stop_ids.end(), id) != opts.stop_ids.end();
   };
 
-  std::unique_ptr<ContiguousKvCache> cache;
-  if (opts.use_kv_cache) cache = std::make_unique<ContiguousKvCache>(cfg, static_cast<int>(capacity), opts.kv_type);
-
   const auto t0 = Clock::now();
   auto last = t0;
   for (int step = 0; step < max_tokens; ++step) {
-    if (opts.use_kv_cache) {
-      // Step 0 prefills the whole prompt in one pass; later steps feed only the newest token.
-      std::vector<int32_t> feed = step == 0 ? prompt : std::vector<int32_t>{seq.back()};
-      int pos0 = step == 0 ? 0 : static_cast<int>(seq.size()) - 1;
-      ForwardBatch b = ForwardBatch::single(cache.get(), feed, pos0, false);
+    if (cache) {
+      // Step 0 prefills the prompt (past the reused prefix) in one pass; later steps feed the newest token.
+      std::vector<int32_t> feed =
+          step == 0 ? std::vector<int32_t>(prompt.begin() + reused, prompt.end()) : std::vector<int32_t>{seq.back()};
+      int pos0 = step == 0 ? reused : static_cast<int>(seq.size()) - 1;
+      ForwardBatch b = ForwardBatch::single(cache, feed, pos0, false);
       CACHET_RETURN_IF_ERROR(model.forward(b, logits.data()));
     } else {
       // Naive: a fresh cache and the whole sequence every step.
@@ -119,6 +121,42 @@ Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt
   }
   res.decode_ms = ms_between(t0, last) - res.ttft_ms;
   return res;
+}
+
+}  // namespace
+
+Session::Session(Model& model, int capacity, DType kv_type) : model_(model), capacity_(capacity), kv_type_(kv_type) {
+  cache_ = std::make_unique<ContiguousKvCache>(model.config(), capacity, kv_type);
+}
+
+Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                                         const TokenCallback& on_token) {
+  if (prompt.empty()) return invalid_argument("the prompt is empty");
+  const int64_t need = static_cast<int64_t>(prompt.size()) + opts.sampling.max_tokens;
+  if (need > capacity_)
+    return out_of_range("the prompt (" + std::to_string(prompt.size()) + " tokens) plus max_tokens (" +
+                        std::to_string(opts.sampling.max_tokens) + ") exceeds the context of " +
+                        std::to_string(capacity_) + " tokens");
+  size_t common = 0;
+  while (common < cached_.size() && common < prompt.size() && cached_[common] == prompt[common]) ++common;
+  if (common == prompt.size()) --common;  // the last prompt token must run to produce logits
+  // Whatever happens below, only the common prefix is known to be valid until the run completes.
+  cached_.resize(common);
+  auto res = run_loop(model_, cache_.get(), static_cast<int>(common), prompt, opts, on_token);
+  if (!res.is_ok()) return res;
+  // Fed through the model: the prompt and every generated token but the last (which was only sampled).
+  cached_ = prompt;
+  if (!res->token_ids.empty()) cached_.insert(cached_.end(), res->token_ids.begin(), res->token_ids.end() - 1);
+  return res;
+}
+
+Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                                const TokenCallback& on_token) {
+  if (!opts.use_kv_cache) return run_loop(model, nullptr, 0, prompt, opts, on_token);
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + std::max(opts.sampling.max_tokens, 1);
+  if (capacity > (int64_t{1} << 30)) return invalid_argument("prompt plus max_tokens is too long");
+  Session s(model, static_cast<int>(capacity), opts.kv_type);
+  return s.generate(prompt, opts, on_token);
 }
 
 }  // namespace cachet

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "kv/kv_cache.h"
 #include "cachet/status.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -34,6 +35,8 @@ struct TokenEvent {
 };
 
 struct GenerateResult {
+  int n_reused = 0;                // prompt tokens whose K/V were already in the session's cache
+  int n_prefilled = 0;             // prompt tokens run through the model in the prefill
   std::vector<int32_t> token_ids;  // generated tokens (a stop token is included)
   std::string text;                // emitted text, stop sequence excluded (with token_text only)
   std::vector<SampleResult> samples;  // per token, with logprobs when asked
@@ -50,8 +53,33 @@ struct GenerateResult {
   double tbt_percentile_ms(double p) const;
 };
 
-// on_token is called as each token is chosen (before the next step); returning false stops early.
+using TokenCallback = std::function<bool(const TokenEvent&)>;
+
+// A sequence that keeps its KV cache between calls (a chat): each generate() takes the whole token
+// sequence so far, reuses the cached K/V of its longest common prefix with what the cache holds, prefills
+// only the rest, and decodes.
+class Session {
+ public:
+  Session(Model& model, int capacity, DType kv_type);
+  // on_token is called as each token is chosen (before the next step); returning false stops early.
+  Result<GenerateResult> generate(const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                                  const TokenCallback& on_token = {});
+  void reset() { cached_.clear(); }
+  int capacity() const { return capacity_; }
+  // Tokens whose K/V are in the cache, in order.
+  const std::vector<int32_t>& cached_tokens() const { return cached_; }
+
+ private:
+  Model& model_;
+  int capacity_;
+  DType kv_type_;
+  std::unique_ptr<ContiguousKvCache> cache_;
+  std::vector<int32_t> cached_;
+};
+
+// One-shot generation: a fresh session sized for the prompt plus max_tokens (or, with use_kv_cache off,
+// the naive loop that recomputes the whole sequence every step).
 Result<GenerateResult> generate(Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                                const std::function<bool(const TokenEvent&)>& on_token = {});
+                                const TokenCallback& on_token = {});
 
 }  // namespace cachet
