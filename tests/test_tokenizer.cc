@@ -114,3 +114,60 @@ TEST(Tokenizer, SpecialTokensOnlyWhenAsked) {
 
 }  // namespace
 }  // namespace cachet
+
+#include "io/gguf_writer.h"
+
+namespace cachet {
+namespace {
+
+// A byte-level vocabulary (the 256 byte symbols plus a few merges) under every supported pre-tokenizer:
+// each must compile, round-trip text, and an unknown name must be an error.
+std::string byte_level_vocab(const std::string& pre) {
+  std::vector<std::string> tokens;
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    uint32_t cp = printable ? b : 256 + extra++;
+    std::string s;
+    if (cp < 0x80) s += static_cast<char>(cp);
+    else {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    tokens.push_back(s);
+  }
+  tokens.push_back("he");
+  tokens.push_back("ll");
+  tokens.push_back("hell");
+  tokens.push_back("\xC4\xA0w");  // "Ġw"
+  GgufWriter w;
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", pre);
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_string_array("tokenizer.ggml.merges", {"h e", "l l", "he ll", "\xC4\xA0 w"});
+  std::string path = testing::temp_path("bpe_" + pre + ".gguf");
+  EXPECT_TRUE(w.write(path).is_ok());
+  return path;
+}
+
+TEST(Tokenizer, EveryPreTokenizerFamilyWorks) {
+  const std::string text = "hello world 12345 don't  \n\n Ünïcödé 日本語 テスト 한국어 ！？ — done";
+  for (const char* pre : {"gpt-2", "default", "mpt", "olmo", "gpt-neox", "starcoder", "smollm", "refact", "command-r",
+                          "llama3", "llama-bpe", "qwen2", "deepseek-coder", "deepseek-llm", "falcon"}) {
+    auto tok = load(byte_level_vocab(pre));
+    ASSERT_TRUE(tok) << pre;
+    auto ids = tok->encode(text, false, false);
+    EXPECT_EQ(tok->decode(ids), text) << pre;
+    auto hello = tok->encode("hello", false, false);
+    ASSERT_FALSE(hello.empty());
+    EXPECT_EQ(tok->token_text(hello[0]), "hell") << pre << ": merges applied in rank order";
+  }
+  auto f = GgufFile::open(byte_level_vocab("no-such-pre"));
+  ASSERT_TRUE(f.is_ok());
+  auto t = Tokenizer::from_gguf(**f);
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_NE(t.status().message().find("pre-tokenizer 'no-such-pre'"), std::string::npos) << t.status().message();
+}
+
+}  // namespace
+}  // namespace cachet

@@ -29,6 +29,11 @@ const char* const kQwen2[] = {
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
 const char* const kDeepseekCoder[] = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
                                       R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N})"};
+// DeepSeek LLM enumerates the cased letters (Lu, Ll, Lt) of its Unicode snapshot; PCRE2's properties give
+// the same set up to letters added to Unicode since (docs/tokenizer.md).
+const char* const kDeepseekLlm[] = {R"([\r\n])", R"(\s?[\p{Lu}\p{Ll}\p{Lt}]+)",
+                                    R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)",
+                                    R"(\s+$)", R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N}+)"};
 const char* const kFalcon[] = {R"([\p{P}\$\+<=>\^~\|`]+)",
                                R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
                                R"([0-9][0-9][0-9])"};
@@ -49,7 +54,8 @@ const PreTokenizer kPreTokenizers[] = {
     CACHET_PRE("refact", kStarcoder, false),   CACHET_PRE("command-r", kStarcoder, false),
     CACHET_PRE("llama3", kLlama3, true),       CACHET_PRE("llama-bpe", kLlama3, true),
     CACHET_PRE("llama-v3", kLlama3, true),     CACHET_PRE("qwen2", kQwen2, false),
-    CACHET_PRE("deepseek-coder", kDeepseekCoder, false), CACHET_PRE("falcon", kFalcon, false),
+    CACHET_PRE("deepseek-coder", kDeepseekCoder, false), CACHET_PRE("deepseek-llm", kDeepseekLlm, false),
+    CACHET_PRE("falcon", kFalcon, false),
 };
 #undef CACHET_PRE
 
