@@ -1,0 +1,36 @@
+// KV cache memory arithmetic, exact in bytes: what one token, one sequence and one batch cost, what paging
+// (fixed blocks) and KV quantization change, and how many sequences fit beside the weights in a budget.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/dtype.h"
+
+namespace cachet {
+
+struct KvShape {
+  int64_t n_layer = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::kF16;  // F32, F16, BF16, Q8_0, Q4_0 (blocks of 32 along each head's vector)
+};
+
+struct KvMath {
+  int64_t bytes_per_token;    // K and V, all layers
+  int64_t bytes_per_sequence;  // contiguous, at `context` tokens
+  int64_t bytes_per_batch;
+  int64_t paged_bytes_per_sequence;  // ceil(context / block) blocks
+  int64_t paged_waste_bytes;         // slots allocated but holding no token (last block's tail)
+  int64_t max_sequences;             // in (budget - weights), contiguous at `context`; -1 without a budget
+  int64_t max_sequences_paged;
+};
+
+// Errors (as a message) when a size is not positive or the dtype cannot hold head_dim values.
+std::string kv_math(const KvShape& s, int64_t context, int64_t batch, int64_t block_size, int64_t budget_bytes,
+                    int64_t weight_bytes, KvMath* out);
+
+// "1.28 GiB (1374389534 bytes)"-style rendering in binary units.
+std::string format_bytes(int64_t bytes);
+
+}  // namespace cachet

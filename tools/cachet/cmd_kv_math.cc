@@ -1,0 +1,94 @@
+// cachet kv-math: the KV cache calculator, for a model file or for given dimensions.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "inspect/kv_math.h"
+#include "tools/cachet/common.h"
+
+namespace cachet::cli {
+
+void add_kv_math_command(CLI::App& app, int* exit_code) {
+  struct Args {
+    std::string model, dtype = "f16";
+    int64_t layers = 0, kv_heads = 0, head_dim = 0, d_model = 0, context = 4096, batch = 1, block = 16;
+    double budget_gib = 0, weights_gib = -1;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand("kv-math", "KV cache memory: per token, sequence, batch; paging; what fits");
+  c->add_option("-m,--model", a->model, "take layers, KV heads, head dim and weight size from a model file");
+  c->add_option("--layers", a->layers, "transformer layers");
+  c->add_option("--kv-heads", a->kv_heads, "key/value heads");
+  c->add_option("--head-dim", a->head_dim, "dimension of one head");
+  c->add_option("--d-model", a->d_model, "model width (with no --kv-heads: full multi-head attention)");
+  c->add_option("--dtype", a->dtype, "KV element type")->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  c->add_option("--context", a->context, "tokens per sequence");
+  c->add_option("--batch", a->batch, "sequences");
+  c->add_option("--block-size", a->block, "paged KV block size in tokens");
+  c->add_option("--budget-gib", a->budget_gib, "memory budget (GiB) for weights + KV");
+  c->add_option("--weights-gib", a->weights_gib, "weight memory (GiB; default: the model file's tensors)");
+  c->add_flag("--json", a->json, "print JSON");
+  c->callback([a, exit_code] {
+    KvShape s;
+    int64_t weight_bytes = 0;
+    if (!a->model.empty() || (!a->layers && !a->d_model)) {  // no dimensions given: the (default) model's
+      auto m = load(a->model, 1);
+      if (!m.is_ok()) {
+        *exit_code = fail(m.status());
+        return;
+      }
+      const ModelConfig& cfg = (*m)->config();
+      s.n_layer = cfg.n_layer;
+      s.n_head_kv = cfg.n_head_kv;
+      s.head_dim = cfg.head_dim;
+      for (const auto& t : (*m)->tensors()) weight_bytes += static_cast<int64_t>(t.n_bytes());
+    }
+    if (a->layers) s.n_layer = a->layers;
+    if (a->head_dim) s.head_dim = a->head_dim;
+    if (a->kv_heads) s.n_head_kv = a->kv_heads;
+    if (a->d_model && !a->kv_heads) {
+      // Full multi-head attention: K and V rows are d_model wide.
+      if (!s.head_dim) s.head_dim = a->d_model;
+      s.n_head_kv = a->d_model / s.head_dim;
+    }
+    if (a->weights_gib >= 0) weight_bytes = static_cast<int64_t>(a->weights_gib * (1ll << 30));
+    s.dtype = *dtype_from_name(a->dtype);
+    KvMath r;
+    std::string err = kv_math(s, a->context, a->batch, a->block, static_cast<int64_t>(a->budget_gib * (1ll << 30)),
+                              weight_bytes, &r);
+    if (!err.empty()) {
+      *exit_code = fail(invalid_argument(err));
+      return;
+    }
+    if (a->json) {
+      nlohmann::json j = {{"layers", s.n_layer}, {"kv_heads", s.n_head_kv}, {"head_dim", s.head_dim},
+                          {"dtype", dtype_name(s.dtype)}, {"context", a->context}, {"batch", a->batch},
+                          {"block_size", a->block}, {"bytes_per_token", r.bytes_per_token},
+                          {"bytes_per_sequence", r.bytes_per_sequence}, {"bytes_per_batch", r.bytes_per_batch},
+                          {"paged_bytes_per_sequence", r.paged_bytes_per_sequence},
+                          {"paged_waste_bytes", r.paged_waste_bytes}, {"weight_bytes", weight_bytes},
+                          {"max_sequences", r.max_sequences}, {"max_sequences_paged", r.max_sequences_paged}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("KV cache: %lld layers x %lld KV heads x %lld head dim, %s\n", static_cast<long long>(s.n_layer),
+                  static_cast<long long>(s.n_head_kv), static_cast<long long>(s.head_dim), dtype_name(s.dtype));
+      std::printf("  per token:     %s  (2 x layers x KV heads x head dim x element size)\n",
+                  format_bytes(r.bytes_per_token).c_str());
+      std::printf("  per sequence:  %s  at %lld tokens\n", format_bytes(r.bytes_per_sequence).c_str(),
+                  static_cast<long long>(a->context));
+      std::printf("  per batch:     %s  for %lld sequences\n", format_bytes(r.bytes_per_batch).c_str(),
+                  static_cast<long long>(a->batch));
+      std::printf("  paged:         %s per sequence in %lld-token blocks (%s in the last block's unused slots)\n",
+                  format_bytes(r.paged_bytes_per_sequence).c_str(), static_cast<long long>(a->block),
+                  format_bytes(r.paged_waste_bytes).c_str());
+      if (r.max_sequences >= 0)
+        std::printf("  budget:        %lld sequences fit beside %s of weights (paged: %lld)\n",
+                    static_cast<long long>(r.max_sequences), format_bytes(weight_bytes).c_str(),
+                    static_cast<long long>(r.max_sequences_paged));
+    }
+    *exit_code = 0;
+  });
+}
+
+}  // namespace cachet::cli
