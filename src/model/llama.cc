@@ -90,6 +90,14 @@ void LlamaModel::ensure_scratch(int n) {
   cos_sin_.resize(n * cfg_.rope_dim);
 }
 
+namespace {
+std::vector<int64_t> wshape(const TensorView& w) {
+  std::vector<int64_t> s(w.ne.begin(), w.ne.end());
+  while (s.size() > 1 && s.back() == 1) s.pop_back();
+  return s;
+}
+}  // namespace
+
 Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
   CACHET_RETURN_IF_ERROR(check_batch(batch));
   const int T = batch.n_tokens();
@@ -100,6 +108,19 @@ Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
   const int64_t d = cfg_.n_embd, kvd = cfg_.kv_dim(), ff = cfg_.n_ff;
   const float eps = static_cast<float>(cfg_.rms_eps);
 
+  const int64_t H = cfg_.n_head, KH = cfg_.n_head_kv, hd = cfg_.head_dim;
+  if (tracer_) {
+    tracer_->begin_forward(T, batch.positions[0], static_cast<int>(cfg_.n_layer));
+    tracer_->op({"embed", w_.tok_embd.name, dtype_name(w_.tok_embd.type), wshape(w_.tok_embd), {T}, {T, d},
+                 "token ids -> rows of the embedding"});
+  }
+  // Layer 0's ops are reported; the others repeat them.
+  auto trace = [&](int64_t l, TraceOp op) {
+    if (tracer_ && l == 0) tracer_->op(std::move(op));
+  };
+  auto trace_mm = [&](int64_t l, const TensorView& w, int64_t n_in, int64_t n_out, const char* note) {
+    trace(l, {"matmul", w.name, dtype_name(w.type), wshape(w), {T, n_in}, {T, n_out}, note});
+  };
   for (int t = 0; t < T; ++t)
     kern.dequantize_row(w_.tok_embd.type, w_.tok_embd.row(batch.token_ids[t]), x_.data() + t * d, d);
   rope_table(batch.positions.data(), T, static_cast<int>(cfg_.rope_dim), cfg_.rope_theta, cos_sin_.data());
@@ -108,13 +129,22 @@ Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
     const LlamaLayerWeights& L = w_.layers[l];
     // Attention block.
     rms_norm(x_.data(), reinterpret_cast<const float*>(L.attn_norm.data), xn_.data(), T, d, eps);
+    trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
     matmul(pool, L.wq, xn_.data(), T, q_.data());
+    trace_mm(l, L.wq, d, H * hd, "Q");
     matmul(pool, L.wk, xn_.data(), T, k_.data());
+    trace_mm(l, L.wk, d, KH * hd, "K");
     matmul(pool, L.wv, xn_.data(), T, v_.data());
+    trace_mm(l, L.wv, d, KH * hd, "V");
     rope(q_.data(), cos_sin_.data(), T, static_cast<int>(cfg_.n_head), static_cast<int>(cfg_.head_dim),
          static_cast<int>(cfg_.rope_dim), cfg_.rope_neox);
     rope(k_.data(), cos_sin_.data(), T, static_cast<int>(cfg_.n_head_kv), static_cast<int>(cfg_.head_dim),
          static_cast<int>(cfg_.rope_dim), cfg_.rope_neox);
+    trace(l, {"rope", "", "", {}, {T, H + KH, hd}, {T, H + KH, hd},
+              std::string(cfg_.rope_neox ? "NeoX" : "interleaved") + " rotation of Q and K, theta " +
+                  std::to_string(static_cast<int64_t>(cfg_.rope_theta))});
+    trace(l, {"kv_store", "", "", {}, {T, 2, KH * hd}, {T, 2, KH * hd},
+              "K and V of these tokens written at their positions"});
     for (int t = 0; t < T; ++t) {
       KvSequence* s = batch.seqs[batch.seq_index[t]];
       kern.kv_store(s->dtype(), k_.data() + t * kvd, s->k_row(static_cast<int>(l), batch.positions[t]),
@@ -125,16 +155,27 @@ Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
     attention(pool, {q_.data(), attn_.data(), T, batch.positions.data(), batch.seq_index.data(), batch.seqs.data(),
                      static_cast<int>(l), static_cast<int>(cfg_.n_head), static_cast<int>(cfg_.n_head_kv),
                      static_cast<int>(cfg_.head_dim)});
+    trace(l, {"attention", "", "", {}, {T, H, hd}, {T, H, hd},
+              "scores = Q K^T / sqrt(" + std::to_string(hd) + ") over positions 0..pos (causal), " +
+                  std::to_string(H / KH) + " query heads per KV head; softmax; weights @ V"});
     matmul(pool, L.wo, attn_.data(), T, proj_.data());
+    trace_mm(l, L.wo, H * hd, d, "attention output projection");
     for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+    trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + attention"});
 
     // Feed-forward block (SwiGLU).
     rms_norm(x_.data(), reinterpret_cast<const float*>(L.ffn_norm.data), xn_.data(), T, d, eps);
+    trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
     matmul(pool, L.w_gate, xn_.data(), T, gate_.data());
+    trace_mm(l, L.w_gate, d, ff, "gate");
     matmul(pool, L.w_up, xn_.data(), T, up_.data());
+    trace_mm(l, L.w_up, d, ff, "up");
     silu_mul(gate_.data(), up_.data(), T * ff);
+    trace(l, {"silu_mul", "", "", {}, {T, ff}, {T, ff}, "silu(gate) * up"});
     matmul(pool, L.w_down, gate_.data(), T, proj_.data());
+    trace_mm(l, L.w_down, ff, d, "down");
     for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+    trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + feed-forward"});
   }
 
   // Final norm and head, only for the rows that want logits (gathered to the front of xn_).
@@ -146,6 +187,12 @@ Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
     ++n_out;
   }
   if (n_out > 0) matmul(pool, w_.output, xn_.data(), n_out, logits);
+  if (tracer_) {
+    tracer_->op({"rms_norm", w_.output_norm.name, "F32", wshape(w_.output_norm), {n_out, d}, {n_out, d},
+                 "final norm, only rows that need logits"});
+    tracer_->op({"lm_head", w_.output.name, dtype_name(w_.output.type), wshape(w_.output), {n_out, d},
+                 {n_out, cfg_.n_vocab}, cfg_.tied_output ? "tied to the token embedding" : "separate head"});
+  }
   return Status::ok();
 }
 

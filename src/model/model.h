@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/tensor.h"
+#include "model/trace.h"
 
 namespace cachet {
 
@@ -34,6 +35,11 @@ class Model {
   // The GGUF file behind the model, if it came from one (tokenizer, chat template); else nullptr.
   virtual const GgufFile* gguf() const = 0;
   virtual ThreadPool& pool() = 0;
+  // Reports the ops of each forward pass to `t` (nullptr: off). Not owned.
+  void set_tracer(Tracer* t) { tracer_ = t; }
+
+ protected:
+  Tracer* tracer_ = nullptr;
 };
 
 struct LoadOptions {

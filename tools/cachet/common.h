@@ -33,5 +33,7 @@ void add_tokenize_commands(CLI::App& app, int* exit_code);
 void add_template_command(CLI::App& app, int* exit_code);
 void add_chat_command(CLI::App& app, int* exit_code);
 void add_kv_math_command(CLI::App& app, int* exit_code);
+void add_trace_command(CLI::App& app, int* exit_code);
+void add_break_command(CLI::App& app, int* exit_code);
 
 }  // namespace cachet::cli

@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
   cachet::cli::add_template_command(app, &exit_code);
   cachet::cli::add_chat_command(app, &exit_code);
   cachet::cli::add_kv_math_command(app, &exit_code);
+  cachet::cli::add_trace_command(app, &exit_code);
+  cachet::cli::add_break_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
