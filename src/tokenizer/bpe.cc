@@ -10,6 +10,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "base/utf8.h"
 #include "io/gguf.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -94,14 +95,6 @@ const ByteMap& byte_map() {
   return m;
 }
 
-size_t utf8_char_len(unsigned char b) {
-  if (b < 0x80) return 1;
-  if ((b & 0xE0) == 0xC0) return 2;
-  if ((b & 0xF0) == 0xE0) return 3;
-  if ((b & 0xF8) == 0xF0) return 4;
-  return 1;
-}
-
 struct Regex {
   pcre2_code* code = nullptr;
   ~Regex() { pcre2_code_free(code); }
@@ -155,7 +148,7 @@ class BpeTokenizer final : public Tokenizer {
     std::string out;
     const auto& bm = byte_map();
     for (size_t i = 0; i < t.size();) {
-      size_t n = std::min(utf8_char_len(static_cast<unsigned char>(t[i])), t.size() - i);
+      size_t n = std::min(utf8_seq_len(static_cast<unsigned char>(t[i])), t.size() - i);
       auto it = bm.to_byte.find(t.substr(i, n));
       if (it != bm.to_byte.end()) out += static_cast<char>(it->second);
       else out.append(t, i, n);
@@ -179,7 +172,7 @@ class BpeTokenizer final : public Tokenizer {
           const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
           size_t ms = ov[0], me = ov[1];
           if (me == ms) {  // an empty match: step one character on
-            pos = ms + std::min(utf8_char_len(static_cast<unsigned char>(frag[ms])), e - ms);
+            pos = ms + std::min(utf8_seq_len(static_cast<unsigned char>(frag[ms])), e - ms);
             continue;
           }
           if (ms > pos) next.push_back({pos, ms});
@@ -226,7 +219,7 @@ class BpeTokenizer final : public Tokenizer {
       };
       std::vector<Sym> sym;
       for (size_t i = 0; i < mapped.size();) {
-        size_t n = std::min(utf8_char_len(static_cast<unsigned char>(mapped[i])), mapped.size() - i);
+        size_t n = std::min(utf8_seq_len(static_cast<unsigned char>(mapped[i])), mapped.size() - i);
         auto it = index_.find(mapped.substr(i, n));
         int32_t id = it != index_.end() ? it->second : (unk_ ? *unk_ : -1);
         sym.push_back({id, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});

@@ -6,6 +6,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "base/utf8.h"
 #include "io/gguf.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -14,14 +15,6 @@ namespace cachet {
 namespace {
 
 constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581
-
-size_t utf8_char_len(unsigned char b) {
-  if (b < 0x80) return 1;
-  if ((b & 0xE0) == 0xC0) return 2;
-  if ((b & 0xF0) == 0xE0) return 3;
-  if ((b & 0xF8) == 0xF0) return 4;
-  return 1;
-}
 
 class SpmTokenizer final : public Tokenizer {
  public:
@@ -69,7 +62,7 @@ void SpmTokenizer::encode_fragment(std::string_view frag, bool at_start, std::ve
   if (text.empty()) return;
   std::vector<Symbol> sym;
   for (size_t i = 0; i < text.size();) {
-    size_t n = std::min(utf8_char_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    size_t n = std::min(utf8_seq_len(static_cast<unsigned char>(text[i])), text.size() - i);
     sym.push_back({static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, n});
     i += n;
   }

@@ -32,32 +32,19 @@ void add_break_command(CLI::App& app, int* exit_code) {
   c->add_option("-o,--out", a->out, "directory for break.csv and break.png");
   c->add_option("-t,--threads", a->threads);
   c->callback([a, exit_code] {
-    auto m = load(a->model, a->threads);
-    if (!m.is_ok()) {
-      *exit_code = fail(m.status());
+    auto lm = load_with_tokenizer(a->model, a->threads);
+    if (!lm.is_ok()) {
+      *exit_code = fail(lm.status());
       return;
     }
-    Model& model = **m;
-    std::unique_ptr<Tokenizer> tok;
-    if (model.gguf() && model.gguf()->find("tokenizer.ggml.model")) {
-      auto t = Tokenizer::from_gguf(*model.gguf());
-      if (t.is_ok()) tok = std::move(t).value();
+    Model& model = *lm->model;
+    const Tokenizer* tok = lm->tokenizer.get();
+    auto prompt_r = prompt_tokens(tok, a->prompt, a->prompt_ids, "1");
+    if (!prompt_r.is_ok()) {
+      *exit_code = fail(prompt_r.status());
+      return;
     }
-    std::vector<int32_t> prompt;
-    if (!a->prompt.empty()) {
-      if (!tok) {
-        *exit_code = fail(invalid_argument("no tokenizer in this file: use --prompt-ids"));
-        return;
-      }
-      prompt = tok->encode(a->prompt, true, true);
-    } else {
-      auto ids = parse_ids(a->prompt_ids.empty() ? "1" : a->prompt_ids);
-      if (!ids.is_ok()) {
-        *exit_code = fail(ids.status());
-        return;
-      }
-      prompt = *ids;
-    }
+    const std::vector<int32_t> prompt = *prompt_r;
     std::vector<Corruption> kinds;
     if (a->experiment == "both" || a->experiment == "random-key") kinds.push_back(Corruption::kRandomKey);
     if (a->experiment == "both" || a->experiment == "shifted-write") kinds.push_back(Corruption::kShiftedWrite);

@@ -30,24 +30,13 @@ struct RunArgs {
 
 int run(const RunArgs& a) {
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
-  auto model = load(a.model, a.threads, a.precise);
-  if (!model.is_ok()) return fail(model.status());
-  std::unique_ptr<Tokenizer> tok;
-  if ((*model)->gguf() && (*model)->gguf()->find("tokenizer.ggml.model")) {
-    auto t = Tokenizer::from_gguf(*(*model)->gguf());
-    if (!t.is_ok()) return fail(t.status());
-    tok = std::move(t).value();
-  }
-  std::vector<int32_t> prompt;
-  if (!a.prompt.empty()) {
-    if (!tok) return fail(invalid_argument("this model file has no tokenizer: give the prompt as --prompt-ids"));
-    // Special tokens written in the prompt (e.g. <|im_start|>) are parsed as such.
-    prompt = tok->encode(a.prompt, /*add_special=*/true, /*parse_special=*/true);
-  } else {
-    auto ids = parse_ids(a.prompt_ids);
-    if (!ids.is_ok()) return fail(ids.status());
-    prompt = std::move(ids).value();
-  }
+  auto lm = load_with_tokenizer(a.model, a.threads, a.precise);
+  if (!lm.is_ok()) return fail(lm.status());
+  auto& model = lm->model;
+  const Tokenizer* tok = lm->tokenizer.get();
+  auto prompt_r = prompt_tokens(tok, a.prompt, a.prompt_ids);
+  if (!prompt_r.is_ok()) return fail(prompt_r.status());
+  const std::vector<int32_t> prompt = *prompt_r;
 
   GenerateOptions o;
   o.sampling = a.sampling;
@@ -72,7 +61,7 @@ int run(const RunArgs& a) {
   }
   const bool text = a.format == "text";
   bool first = true;
-  auto res = generate(**model, prompt, o, [&](const TokenEvent& ev) {
+  auto res = generate(*model, prompt, o, [&](const TokenEvent& ev) {
     if (!text) return true;
     if (tok) {
       std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);

@@ -13,6 +13,10 @@ namespace CLI {
 class App;
 }
 
+namespace cachet {
+class Tokenizer;
+}
+
 namespace cachet::cli {
 
 // -m given, else $CACHET_MODEL, else the default model fetched by scripts/setup.sh.
@@ -21,6 +25,19 @@ std::string default_model_path();
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text);
 Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads, bool precise = false);
+
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the file has none (llama2.c checkpoints)
+  ~LoadedModel();
+  LoadedModel();
+  LoadedModel(LoadedModel&&) noexcept;
+};
+Result<LoadedModel> load_with_tokenizer(const std::string& model_flag, int n_threads, bool precise = false);
+// The prompt as token ids: `text` through the tokenizer (BOS as the vocabulary says, special tokens parsed),
+// else the ids in `ids`, else `fallback_ids`.
+Result<std::vector<int32_t>> prompt_tokens(const Tokenizer* tok, const std::string& text, const std::string& ids,
+                                           const std::string& fallback_ids = "");
 
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.
 int fail(const Status& s);

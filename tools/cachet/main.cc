@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "io/gguf.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/cachet/common.h"
 
 namespace cachet::cli {
@@ -57,6 +59,29 @@ Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads
   o.n_threads = n_threads;
   o.precise = precise;
   return load_model(path, o);
+}
+
+LoadedModel::LoadedModel() = default;
+LoadedModel::~LoadedModel() = default;
+LoadedModel::LoadedModel(LoadedModel&&) noexcept = default;
+
+Result<LoadedModel> load_with_tokenizer(const std::string& model_flag, int n_threads, bool precise) {
+  LoadedModel lm;
+  CACHET_ASSIGN_OR_RETURN(lm.model, load(model_flag, n_threads, precise));
+  const GgufFile* g = lm.model->gguf();
+  if (g && g->find("tokenizer.ggml.model")) {
+    CACHET_ASSIGN_OR_RETURN(lm.tokenizer, Tokenizer::from_gguf(*g));
+  }
+  return lm;
+}
+
+Result<std::vector<int32_t>> prompt_tokens(const Tokenizer* tok, const std::string& text, const std::string& ids,
+                                           const std::string& fallback_ids) {
+  if (!text.empty()) {
+    if (!tok) return invalid_argument("this model file has no tokenizer: give the prompt as --prompt-ids");
+    return tok->encode(text, /*add_special=*/true, /*parse_special=*/true);
+  }
+  return parse_ids(ids.empty() ? fallback_ids : ids);
 }
 
 int fail(const Status& s) {
