@@ -66,6 +66,8 @@ float* scratch(size_t n) {
 }
 
 constexpr int kRowGrain = 4;
+// Positions per attention tile (KV block sizes must be multiples of it for paged == contiguous, bit for bit).
+constexpr int kAttnTile = 16;
 // Prefill tiles: this many bytes of dequantized weights per tile (fits L2 beside a few activation rows).
 constexpr int64_t kTileBytes = 192 * 1024;
 // Below this many tokens, decode-style dot products beat dequantize-then-GEMM.
@@ -163,12 +165,18 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens,
       kRowGrain);
 }
 
+// Flash-style attention: positions are visited in tiles of kAttnTile aligned to absolute positions, with an
+// online softmax (running max, running sum, rescaled accumulator), so no score row longer than a tile is ever
+// materialized. Tiles never straddle a span as long as spans (KV blocks) are multiples of kAttnTile, so a
+// paged cache and the contiguous one compute the same operations in the same order.
 void attention(ThreadPool& pool, const AttentionArgs& a) {
   const Kernels& k = kernels();
   const int group = a.n_head / a.n_head_kv;
   const int q_dim = a.n_head * a.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
   pool.parallel_for(static_cast<int64_t>(a.n_tokens) * a.n_head, [&](int, int64_t i0, int64_t i1) {
+    float scores[kAttnTile];
+    float* acc = scratch(a.head_dim);
     for (int64_t i = i0; i < i1; ++i) {
       const int t = static_cast<int>(i / a.n_head);
       const int h = static_cast<int>(i % a.n_head);
@@ -179,26 +187,35 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
       const size_t head_off = static_cast<size_t>(kvh) * a.head_dim * elem;
       const float* q = a.q + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
       float* out = a.out + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
-      float* scores = scratch(n_ctx);
+      float m = -std::numeric_limits<float>::infinity();  // running max of the scores
+      float l = 0.0f;                                     // running sum of exp(score - m)
+      std::fill(acc, acc + a.head_dim, 0.0f);
       const int len = seq->span_len();
       for (int s = 0; s * len < n_ctx; ++s) {
-        KvSpan sp = seq->span(a.layer, s, n_ctx);
-        k.kv_scores(seq->dtype(), sp.k + head_off, sp.stride, sp.n, q, a.head_dim, scale, scores + sp.pos0);
+        const KvSpan sp = seq->span(a.layer, s, n_ctx);
+        for (int j0 = 0; j0 < sp.n; j0 += kAttnTile) {
+          const int nt = std::min(kAttnTile, sp.n - j0);
+          const uint8_t* kt = sp.k + static_cast<size_t>(j0) * sp.stride + head_off;
+          const uint8_t* vt = sp.v + static_cast<size_t>(j0) * sp.stride + head_off;
+          k.kv_scores(seq->dtype(), kt, sp.stride, nt, q, a.head_dim, scale, scores);
+          float tile_max = scores[0];
+          for (int j = 1; j < nt; ++j) tile_max = std::max(tile_max, scores[j]);
+          const float m_new = std::max(m, tile_max);
+          const float correction = std::exp(m - m_new);  // 0 on the first tile (m = -inf)
+          float tile_sum = 0.0f;
+          for (int j = 0; j < nt; ++j) {
+            scores[j] = std::exp(scores[j] - m_new);
+            tile_sum += scores[j];
+          }
+          if (correction != 1.0f)
+            for (int d = 0; d < a.head_dim; ++d) acc[d] *= correction;
+          k.kv_accumulate(seq->dtype(), vt, sp.stride, nt, scores, a.head_dim, acc);
+          l = l * correction + tile_sum;
+          m = m_new;
+        }
       }
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < n_ctx; ++j) mx = std::max(mx, scores[j]);
-      float sum = 0.0f;
-      for (int j = 0; j < n_ctx; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
-      const float inv = 1.0f / sum;
-      for (int j = 0; j < n_ctx; ++j) scores[j] *= inv;
-      std::fill(out, out + a.head_dim, 0.0f);
-      for (int s = 0; s * len < n_ctx; ++s) {
-        KvSpan sp = seq->span(a.layer, s, n_ctx);
-        k.kv_accumulate(seq->dtype(), sp.v + head_off, sp.stride, sp.n, scores + sp.pos0, a.head_dim, out);
-      }
+      const float inv = 1.0f / l;
+      for (int d = 0; d < a.head_dim; ++d) out[d] = acc[d] * inv;
     }
   });
 }
