@@ -1,0 +1,54 @@
+#include "kv/paged_kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "model/config.h"
+
+namespace cachet {
+
+KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, DType dtype)
+    : dtype_(dtype), block_size_(block_size) {
+  CACHET_CHECK(dtype == DType::kF32 || dtype == DType::kF16);
+  row_bytes_ = cfg.kv_dim() * (dtype == DType::kF32 ? 4 : 2);
+  k_.resize(cfg.n_layer);
+  v_.resize(cfg.n_layer);
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    k_[l].resize(row_bytes_ * block_size * n_blocks);
+    v_[l].resize(row_bytes_ * block_size * n_blocks);
+    k_[l].zero();
+    v_[l].zero();
+  }
+}
+
+void KvBlockStorage::copy_block(BlockId src, BlockId dst, int n_tokens) {
+  for (size_t l = 0; l < k_.size(); ++l) {
+    std::memcpy(k(static_cast<int>(l), dst, 0), k(static_cast<int>(l), src, 0), row_bytes_ * n_tokens);
+    std::memcpy(v(static_cast<int>(l), dst, 0), v(static_cast<int>(l), src, 0), row_bytes_ * n_tokens);
+  }
+}
+
+uint8_t* PagedKvSequence::k_row(int layer, int pos) {
+  const auto& t = manager_.block_table(seq_);
+  const int bs = storage_.block_size();
+  CACHET_CHECK(pos / bs < static_cast<int>(t.size()));
+  return storage_.k(layer, t[pos / bs], pos % bs);
+}
+
+uint8_t* PagedKvSequence::v_row(int layer, int pos) {
+  const auto& t = manager_.block_table(seq_);
+  const int bs = storage_.block_size();
+  CACHET_CHECK(pos / bs < static_cast<int>(t.size()));
+  return storage_.v(layer, t[pos / bs], pos % bs);
+}
+
+KvSpan PagedKvSequence::span(int layer, int index, int n_positions) const {
+  const auto& t = manager_.block_table(seq_);
+  const int bs = storage_.block_size();
+  const int pos0 = index * bs;
+  auto& st = const_cast<KvBlockStorage&>(storage_);
+  return {st.k(layer, t[index], 0), st.v(layer, t[index], 0), st.row_bytes(), pos0, std::min(bs, n_positions - pos0)};
+}
+
+}  // namespace cachet

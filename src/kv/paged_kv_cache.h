@@ -1,0 +1,47 @@
+// The paged KV cache: K and V storage for every block, per layer [n_blocks, block_size, n_head_kv * head_dim],
+// and PagedKvSequence, one sequence's view through its block table (what the model sees, as KvSequence).
+#pragma once
+
+#include "base/aligned_buffer.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_cache_manager.h"
+
+namespace cachet {
+
+class KvBlockStorage {
+ public:
+  KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, DType dtype);
+  DType dtype() const { return dtype_; }
+  int block_size() const { return block_size_; }
+  size_t row_bytes() const { return row_bytes_; }
+  uint8_t* k(int layer, BlockId b, int offset) { return k_[layer].data() + (static_cast<size_t>(b) * block_size_ + offset) * row_bytes_; }
+  uint8_t* v(int layer, BlockId b, int offset) { return v_[layer].data() + (static_cast<size_t>(b) * block_size_ + offset) * row_bytes_; }
+  // Copies the first n token slots of block src to block dst, every layer (copy-on-write).
+  void copy_block(BlockId src, BlockId dst, int n_tokens);
+  size_t total_bytes() const { return 2 * k_.size() * k_[0].size(); }
+
+ private:
+  DType dtype_;
+  int block_size_;
+  size_t row_bytes_;
+  std::vector<AlignedBuffer<uint8_t>> k_, v_;  // per layer: (n_blocks, block_size, kv_dim) in dtype_
+};
+
+class PagedKvSequence final : public KvSequence {
+ public:
+  PagedKvSequence(KvBlockStorage& storage, const KvCacheManager& manager, SeqId seq)
+      : storage_(storage), manager_(manager), seq_(seq) {}
+  DType dtype() const override { return storage_.dtype(); }
+  int capacity() const override { return static_cast<int>(manager_.block_table(seq_).size()) * storage_.block_size(); }
+  uint8_t* k_row(int layer, int pos) override;
+  uint8_t* v_row(int layer, int pos) override;
+  int span_len() const override { return storage_.block_size(); }
+  KvSpan span(int layer, int index, int n_positions) const override;
+
+ private:
+  KvBlockStorage& storage_;
+  const KvCacheManager& manager_;
+  SeqId seq_;
+};
+
+}  // namespace cachet
