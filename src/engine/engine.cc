@@ -1,0 +1,171 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace cachet {
+
+Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
+  const ModelConfig& c = model.config();
+  if (cfg_.n_blocks <= 0) {
+    const int64_t per_block = c.kv_bytes_per_token(cfg_.kv_type == DType::kF32 ? 4 : 2) * cfg_.block_size;
+    cfg_.n_blocks = static_cast<int>(std::max<int64_t>(1, cfg_.kv_memory_bytes / per_block));
+  }
+  // Attention tiles are 16 positions; blocks must hold whole tiles (docs/decisions.md).
+  CACHET_CHECK(cfg_.block_size % 16 == 0);
+  storage_ = std::make_unique<KvBlockStorage>(c, cfg_.n_blocks, cfg_.block_size, cfg_.kv_type);
+  manager_ = std::make_unique<KvCacheManager>(cfg_.n_blocks, cfg_.block_size,
+                                              [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); });
+}
+
+Engine::~Engine() = default;
+
+Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params,
+                                      std::vector<int32_t> stop_ids, bool stop_at_eos) {
+  const ModelConfig& c = model_.config();
+  CACHET_RETURN_IF_ERROR(params.validate(c.n_vocab));
+  if (prompt.empty()) return invalid_argument("the prompt is empty");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= c.n_vocab) return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
+  const int64_t max_len = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  const int64_t blocks = (max_len + cfg_.block_size - 1) / cfg_.block_size;
+  if (blocks > cfg_.n_blocks)
+    return resource_exhausted("the request needs up to " + std::to_string(blocks) + " KV blocks (" +
+                              std::to_string(max_len) + " tokens) but the pool has " +
+                              std::to_string(cfg_.n_blocks) + " in all: it can never fit");
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->n_prompt = static_cast<int>(prompt.size());
+  r->tokens = std::move(prompt);
+  r->params = params;
+  r->sampler = std::make_unique<Sampler>(params);
+  r->stop_ids = std::move(stop_ids);
+  r->stop_at_eos = stop_at_eos;
+  r->view = std::make_unique<PagedKvSequence>(*storage_, *manager_, r->id);
+  waiting_.push_back(r.get());
+  const RequestId id = r->id;
+  requests_.emplace(id, std::move(r));
+  return id;
+}
+
+void Engine::abort(RequestId id) {
+  if (requests_.count(id)) aborted_.push_back(id);
+}
+
+void Engine::preempt(Request* r) {
+  manager_->free(r->id);
+  r->num_computed = 0;  // recompute: its tokens (prompt and output so far) are prefilled again
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  waiting_.push_front(r);
+  ++preemptions_;
+}
+
+void Engine::finish(Request* r) {
+  manager_->free(r->id);
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+  requests_.erase(r->id);
+}
+
+Result<std::vector<RequestEvent>> Engine::step() {
+  std::vector<RequestEvent> events;
+  for (RequestId id : aborted_) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    events.push_back({id, -1, RequestFinish::kAborted});
+    finish(it->second.get());
+  }
+  aborted_.clear();
+
+  // Schedule. Running requests first (oldest first), preempting the youngest when blocks run short.
+  struct Work {
+    Request* r;
+    int n;
+  };
+  std::vector<Work> work;
+  int budget = cfg_.max_batch_tokens;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
+    if (manager_->can_append(r->id, r->num_computed + n - manager_->num_tokens(r->id))) {
+      manager_->append(r->id, r->num_computed + n - manager_->num_tokens(r->id));
+      work.push_back({r, n});
+      budget -= n;
+      ++i;
+      continue;
+    }
+    Request* victim = running_.back();
+    const bool self = victim == r;
+    // Undo any work already scheduled for the victim before preempting it.
+    work.erase(std::remove_if(work.begin(), work.end(), [&](const Work& w) {
+                 if (w.r == victim) budget += w.n;
+                 return w.r == victim;
+               }),
+               work.end());
+    preempt(victim);
+    if (self) continue;  // r itself was the youngest: running_[i] is now the next request
+  }
+  // Admit waiting requests while the budget and the blocks allow.
+  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_running) {
+    Request* r = waiting_.front();
+    const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
+    if (!manager_->can_append(r->id, n)) break;
+    manager_->append(r->id, n);
+    waiting_.pop_front();
+    running_.push_back(r);
+    work.push_back({r, n});
+    budget -= n;
+  }
+  if (work.empty()) return events;
+
+  // One forward pass over every scheduled token.
+  ForwardBatch b;
+  std::vector<Request*> sampled;
+  for (const Work& w : work) {
+    const int seq = static_cast<int>(b.seqs.size());
+    b.seqs.push_back(w.r->view.get());
+    for (int k = 0; k < w.n; ++k) {
+      const int pos = w.r->num_computed + k;
+      b.token_ids.push_back(w.r->tokens[pos]);
+      b.positions.push_back(pos);
+      b.seq_index.push_back(seq);
+      const bool last = pos + 1 == static_cast<int>(w.r->tokens.size());
+      b.want_logits.push_back(last);
+      if (last) sampled.push_back(w.r);
+    }
+  }
+  const int64_t V = model_.config().n_vocab;
+  logits_.resize(sampled.size() * V);
+  CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data()));
+  for (const Work& w : work) w.r->num_computed += w.n;
+
+  // Sample, append, and retire finished requests.
+  const SpecialTokens& sp = model_.special_tokens();
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    Request* r = sampled[i];
+    CACHET_ASSIGN_OR_RETURN(SampleResult s, r->sampler->sample(logits_.data() + i * V, V, r->tokens, r->n_prompt));
+    r->tokens.push_back(s.id);
+    RequestEvent ev{r->id, s.id, RequestFinish::kNone};
+    const bool stop = (r->stop_at_eos && sp.eos && s.id == *sp.eos) ||
+                      std::find(r->stop_ids.begin(), r->stop_ids.end(), s.id) != r->stop_ids.end();
+    if (stop) ev.finish = RequestFinish::kStop;
+    else if (static_cast<int>(r->tokens.size()) - r->n_prompt >= r->params.max_tokens) ev.finish = RequestFinish::kLength;
+    events.push_back(ev);
+    if (ev.finish != RequestFinish::kNone) finish(r);
+  }
+  return events;
+}
+
+EngineCounters Engine::counters() const {
+  EngineCounters c;
+  c.blocks_total = manager_->pool().n_total();
+  c.blocks_used = manager_->pool().n_used();
+  for (const Request* r : running_) c.tokens_stored += r->num_computed;
+  c.preemptions = preemptions_;
+  c.running = static_cast<int>(running_.size());
+  c.waiting = static_cast<int>(waiting_.size());
+  return c;
+}
+
+}  // namespace cachet

@@ -1,0 +1,96 @@
+// Engine: many requests on one model with continuous (iteration-level) batching over the paged KV cache.
+// Each step() schedules, runs one forward pass over every scheduled token, and postprocesses:
+//  - a request is its tokens (prompt + output so far) and num_computed_tokens; every step each running
+//    request catches up by up to the chunk size (chunked prefill) or by one token (decode), within a token
+//    budget, so prefill chunks and decode tokens share one pass over the weights;
+//  - requests join when blocks suffice for their next chunk, and leave when they finish or are aborted;
+//  - when blocks run out, the youngest running request is preempted (its blocks freed, its tokens kept) and
+//    recomputed later, so nothing is lost; a request that could never fit is rejected when added.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cachet/status.h"
+#include "kv/paged_kv_cache.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+
+namespace cachet {
+
+using RequestId = int64_t;
+
+struct EngineConfig {
+  int block_size = 16;
+  int n_blocks = 0;            // 0: from kv_memory_bytes
+  int64_t kv_memory_bytes = 256ll << 20;
+  int max_batch_tokens = 512;  // token budget of one step
+  int prefill_chunk = 256;     // most prompt tokens of one request per step
+  int max_running = 256;
+  DType kv_type = DType::kF16;
+};
+
+enum class RequestFinish { kNone, kStop, kLength, kAborted };
+
+struct RequestEvent {
+  RequestId id;
+  int32_t token = -1;  // -1 when the event only reports a finish
+  RequestFinish finish = RequestFinish::kNone;
+};
+
+struct EngineCounters {
+  int blocks_total = 0, blocks_used = 0;
+  int64_t tokens_stored = 0;  // token slots holding a computed K/V
+  int64_t preemptions = 0;
+  int running = 0, waiting = 0;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, EngineConfig cfg);
+  ~Engine();
+
+  // Errors: invalid sampling parameters, an empty prompt, or a request that could never fit in the pool.
+  // stop_ids end the request (besides EOS when stop_at_eos).
+  Result<RequestId> add_request(std::vector<int32_t> prompt, const SamplingParams& params,
+                                std::vector<int32_t> stop_ids = {}, bool stop_at_eos = true);
+  // Frees the request's blocks at the next step.
+  void abort(RequestId id);
+  Result<std::vector<RequestEvent>> step();
+  bool has_work() const { return !running_.empty() || !waiting_.empty() || !aborted_.empty(); }
+  EngineCounters counters() const;
+  const EngineConfig& config() const { return cfg_; }
+
+ private:
+  struct Request {
+    RequestId id;
+    std::vector<int32_t> tokens;  // prompt, then output
+    int n_prompt;
+    int num_computed = 0;
+    SamplingParams params;
+    std::unique_ptr<Sampler> sampler;
+    std::vector<int32_t> stop_ids;
+    bool stop_at_eos = true;
+    std::unique_ptr<PagedKvSequence> view;
+  };
+  void preempt(Request* r);
+  void finish(Request* r);
+
+  Model& model_;
+  EngineConfig cfg_;
+  std::unique_ptr<KvBlockStorage> storage_;
+  std::unique_ptr<KvCacheManager> manager_;
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> running_;  // oldest first
+  std::deque<Request*> waiting_;   // admission order (preempted requests go to the front)
+  std::vector<RequestId> aborted_;
+  RequestId next_id_ = 1;
+  int64_t preemptions_ = 0;
+  std::vector<float> logits_;
+};
+
+}  // namespace cachet
