@@ -128,7 +128,10 @@ Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
   for (int64_t l = 0; l < cfg_.n_layer; ++l) {
     const LlamaLayerWeights& L = w_.layers[l];
     // Attention block.
-    rms_norm(x_.data(), reinterpret_cast<const float*>(L.attn_norm.data), xn_.data(), T, d, eps);
+    pool.parallel_for(T, [&](int, int64_t b, int64_t e) {
+      rms_norm(x_.data() + b * d, reinterpret_cast<const float*>(L.attn_norm.data), xn_.data() + b * d,
+               static_cast<int>(e - b), d, eps);
+    });
     trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
     matmul(pool, L.wq, xn_.data(), T, q_.data());
     trace_mm(l, L.wq, d, H * hd, "Q");
@@ -164,13 +167,17 @@ Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
     trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + attention"});
 
     // Feed-forward block (SwiGLU).
-    rms_norm(x_.data(), reinterpret_cast<const float*>(L.ffn_norm.data), xn_.data(), T, d, eps);
+    pool.parallel_for(T, [&](int, int64_t b, int64_t e) {
+      rms_norm(x_.data() + b * d, reinterpret_cast<const float*>(L.ffn_norm.data), xn_.data() + b * d,
+               static_cast<int>(e - b), d, eps);
+    });
     trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
     matmul(pool, L.w_gate, xn_.data(), T, gate_.data());
     trace_mm(l, L.w_gate, d, ff, "gate");
     matmul(pool, L.w_up, xn_.data(), T, up_.data());
     trace_mm(l, L.w_up, d, ff, "up");
-    silu_mul(gate_.data(), up_.data(), T * ff);
+    pool.parallel_for(
+        T * ff, [&](int, int64_t b, int64_t e) { silu_mul(gate_.data() + b, up_.data() + b, e - b); }, 64);
     trace(l, {"silu_mul", "", "", {}, {T, ff}, {T, ff}, "silu(gate) * up"});
     matmul(pool, L.w_down, gate_.data(), T, proj_.data());
     trace_mm(l, L.w_down, ff, d, "down");

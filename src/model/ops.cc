@@ -103,7 +103,9 @@ void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_
   const int64_t n_groups = (N + kPackRows - 1) / kPackRows;
   if (t_act.size() < static_cast<size_t>(n_tokens * nb)) t_act.resize(n_tokens * nb);
   ActQ8* act = t_act.data();
-  for (int t = 0; t < n_tokens; ++t) k.quantize_act(x + t * K, K, act + t * nb);
+  pool.parallel_for(n_tokens, [&](int, int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) k.quantize_act(x + t * K, K, act + t * nb);
+  });
   constexpr int kTokenChunk = 64;
   pool.parallel_for(n_groups, [&](int, int64_t g0, int64_t g1) {
     float tmp[kTokenChunk * kPackRows];

@@ -108,6 +108,7 @@ struct V {
   // No VNNI: maddubs (u8 x s8 pairs to s16) then madd with ones (to s32).
   using ireg = __m256i;
   static constexpr int kPackHalves = 2;
+  static constexpr int kPackTokens = 4;
   static constexpr int kQ8Bias = 0;  // dot4_q8 removes the +128 bias itself (maddubs would saturate)
   static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
   static reg abs(reg a) { return _mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }

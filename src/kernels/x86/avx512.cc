@@ -93,6 +93,7 @@ struct V {
   // Integer path (kernels/packed.h): one 16-row group at once, lane r = row r; VNNI dot products.
   using ireg = __m512i;
   static constexpr int kPackHalves = 1;
+  static constexpr int kPackTokens = 8;  // 8 weight registers + 8 accumulators + operands fit 32 registers
   static constexpr int kQ8Bias = 128;  // vpdpbusd takes the biased (unsigned) Q8 weights as they are
   static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
   static reg abs(reg a) { return _mm512_abs_ps(a); }

@@ -1,0 +1,118 @@
+// Continuous batching throughput: aggregate decode tokens/s at 1, 4, 16 and 64 concurrent sequences (one
+// pass over the weights serves them all), and TTFT / time between tokens under Poisson arrivals.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include "engine/engine.h"
+#include "model/model.h"
+
+using namespace cachet;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p / 100.0 * (v.size() - 1) + 0.5)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_batch: continuous batching throughput and latency"};
+  std::string model_path;
+  int threads = 2, prompt_len = 32, gen = 64, n_poisson = 48;
+  double rate = 4.0;
+  app.add_option("-m,--model", model_path)->required();
+  app.add_option("-t,--threads", threads);
+  app.add_option("-p,--prompt", prompt_len);
+  app.add_option("-n,--gen", gen);
+  app.add_option("--poisson-requests", n_poisson);
+  app.add_option("--rate", rate, "Poisson arrivals per second");
+  CLI11_PARSE(app, argc, argv);
+  LoadOptions lo;
+  lo.n_threads = threads;
+  auto m = load_model(model_path, lo);
+  if (!m.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", m.status().message().c_str());
+    return 1;
+  }
+  Model& model = **m;
+  std::mt19937 rng(1);
+  auto prompt = [&] {
+    std::vector<int32_t> p(prompt_len);
+    for (auto& t : p) t = static_cast<int32_t>(3 + rng() % (model.config().n_vocab - 3));
+    return p;
+  };
+  EngineConfig cfg;
+  cfg.kv_memory_bytes = 1ll << 30;
+  double base = 0;
+  std::printf("| concurrent sequences | aggregate decode tok/s | vs 1 |\n|---|---|---|\n");
+  for (int n : {1, 4, 16, 64}) {
+    Engine e(model, cfg);
+    SamplingParams sp;
+    sp.max_tokens = gen;
+    for (int i = 0; i < n; ++i) (void)e.add_request(prompt(), sp, {}, false);
+    // Prefill everyone first, then time pure decode steps.
+    int64_t tokens = 0;
+    Clock::time_point t0;
+    bool timing = false;
+    while (e.has_work()) {
+      auto ev = e.step();
+      if (!ev.is_ok()) return 1;
+      if (!timing && e.counters().tokens_stored >= static_cast<int64_t>(n) * prompt_len) {
+        timing = true;
+        t0 = Clock::now();
+        continue;
+      }
+      if (timing)
+        for (const auto& x : *ev) tokens += x.token >= 0;
+    }
+    const double tps = tokens / since(t0);
+    if (n == 1) base = tps;
+    std::printf("| %d | %.1f | %.2fx |\n", n, tps, tps / base);
+    std::fflush(stdout);
+  }
+  // Poisson arrivals: TTFT and time between tokens as users see them.
+  Engine e(model, cfg);
+  std::exponential_distribution<double> gap(rate);
+  std::vector<double> arrivals;
+  double t = 0;
+  for (int i = 0; i < n_poisson; ++i) arrivals.push_back(t += gap(rng));
+  std::map<RequestId, double> arrived, last;
+  std::vector<double> ttft, tbt;
+  size_t next = 0;
+  const auto t0 = Clock::now();
+  while (next < arrivals.size() || e.has_work()) {
+    const double now = since(t0);
+    while (next < arrivals.size() && arrivals[next] <= now) {
+      SamplingParams sp;
+      sp.max_tokens = gen;
+      auto id = e.add_request(prompt(), sp, {}, false);
+      if (id.is_ok()) arrived[*id] = arrivals[next];
+      ++next;
+    }
+    if (!e.has_work()) continue;
+    auto ev = e.step();
+    if (!ev.is_ok()) return 1;
+    const double after = since(t0);
+    for (const auto& x : *ev) {
+      if (x.token < 0) continue;
+      if (!last.count(x.id)) ttft.push_back(after - arrived[x.id]);
+      else tbt.push_back(after - last[x.id]);
+      last[x.id] = after;
+    }
+  }
+  std::printf("\nPoisson arrivals, %d requests at %.1f/s (prompt %d, generate %d): TTFT p50 %.1f ms p99 %.1f ms; "
+              "time between tokens p50 %.1f ms p99 %.1f ms\n",
+              n_poisson, rate, prompt_len, gen, 1e3 * pct(ttft, 50), 1e3 * pct(ttft, 99), 1e3 * pct(tbt, 50),
+              1e3 * pct(tbt, 99));
+  return 0;
+}
