@@ -1,0 +1,41 @@
+// Beam search: keeps the `width` best partial sequences by total log-probability; finished hypotheses
+// (EOS) are ranked by logprob / length^length_penalty. The search runs over a scorer, so it is tested on
+// hand-set toy distributions; beam_search_model() scores with a real model, every beam a paged-KV
+// sequence forked from its parent (shared prompt blocks, copy-on-write on the first divergent token).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "cachet/status.h"
+#include "model/model.h"
+
+namespace cachet {
+
+struct BeamParams {
+  int width = 4;
+  int max_tokens = 32;
+  float length_penalty = 1.0f;
+  std::optional<int32_t> eos;
+};
+
+struct BeamResult {
+  std::vector<int32_t> tokens;  // generated tokens of the best hypothesis (EOS included if it ended so)
+  double logprob = 0.0;         // total log-probability
+  double score = 0.0;           // logprob / length^length_penalty
+};
+
+// scorer(parents, tokens): for each beam (its parent beam index in the previous step's list, and its newest
+// token; parent -1 with the empty token at the first step) return next-token log-probabilities over the
+// vocabulary. Beams are given in order; the scorer may keep per-beam state keyed by position in the list.
+using BeamScorer = std::function<Result<std::vector<std::vector<float>>>(const std::vector<int>& parents,
+                                                                          const std::vector<int32_t>& tokens)>;
+
+Result<BeamResult> beam_search(const BeamParams& p, const BeamScorer& scorer);
+
+// Beam search on a model from a prompt, beams as forked paged-KV sequences.
+Result<BeamResult> beam_search_model(Model& model, const std::vector<int32_t>& prompt, const BeamParams& p);
+
+}  // namespace cachet
