@@ -1,5 +1,6 @@
 // Continuous batching: 32 concurrent requests give exactly the tokens each gives alone, also with a pool so
 // small that requests are preempted and with 16-token prefill chunks; aborts and impossible requests.
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -180,6 +181,80 @@ TEST(KvWaste, PagingWastesUnderFourPercent) {
               100 * contiguous_waste);
   EXPECT_LT(paged_waste, 0.04);
   EXPECT_GT(contiguous_waste, 0.2);
+}
+
+}  // namespace
+}  // namespace cachet
+
+namespace cachet {
+namespace {
+
+// Batch invariance: the logits a request samples from are bit-identical whatever else shares its batch.
+TEST(Engine, LogitsAreBitwiseIdenticalWhateverSharesTheBatch) {
+  auto m = small_model();
+  auto js = jobs(*m, 32);
+  std::map<RequestId, std::vector<std::vector<float>>> together, alone;
+  EngineConfig cfg;
+  cfg.n_blocks = 512;
+  cfg.prefill_chunk = 24;
+  cfg.on_logits = [&](RequestId id, const float* l, int64_t n) { together[id].emplace_back(l, l + n); };
+  Engine e(*m, cfg);
+  std::vector<RequestId> ids;
+  run_engine(e, js, &ids);
+  for (size_t i = 0; i < js.size(); ++i) {
+    EngineConfig one;
+    one.n_blocks = 64;
+    std::vector<std::vector<float>> rows;
+    one.on_logits = [&](RequestId, const float* l, int64_t n) { rows.emplace_back(l, l + n); };
+    Engine solo(*m, one);
+    std::vector<RequestId> solo_ids;
+    run_engine(solo, {js[i]}, &solo_ids);
+    ASSERT_EQ(rows.size(), together[ids[i]].size());
+    for (size_t s = 0; s < rows.size(); ++s)
+      ASSERT_EQ(0, std::memcmp(rows[s].data(), together[ids[i]][s].data(), rows[s].size() * sizeof(float)))
+          << "request " << i << " step " << s;
+  }
+}
+
+// n > 1: one prefill, forked samples sharing its blocks, each equal to a separate request with its seed.
+TEST(Engine, NSamplesForkFromOnePrefill) {
+  auto m = small_model();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back((i * 13 + 5) % static_cast<int32_t>(m->config().n_vocab));
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.seed = 10;
+  p.max_tokens = 12;
+  EngineConfig cfg;
+  cfg.n_blocks = 64;
+  Engine e(*m, cfg);
+  auto id = e.add_request(prompt, p, {}, false, 4);
+  ASSERT_TRUE(id.is_ok());
+  std::map<RequestId, std::vector<int32_t>> out;
+  bool checked_sharing = false;
+  while (e.has_work()) {
+    auto ev = e.step();
+    ASSERT_TRUE(ev.is_ok());
+    for (const auto& x : *ev)
+      if (x.token >= 0) out[x.id].push_back(x.token);
+    if (!checked_sharing && out.size() == 4) {
+      // 40 prompt tokens = 3 blocks, shared; each sample owns at most one copied or new block so far.
+      EXPECT_LE(e.counters().blocks_used, 3 + 4);
+      checked_sharing = true;
+    }
+  }
+  ASSERT_EQ(out.size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    SamplingParams q = p;
+    q.seed = p.seed + k;
+    Engine solo(*m, cfg);
+    auto sid = solo.add_request(prompt, q, {}, false);
+    std::vector<int32_t> got;
+    while (solo.has_work())
+      for (const auto& x : *solo.step())
+        if (x.token >= 0) got.push_back(x.token);
+    EXPECT_EQ(out[*id + k], got) << "sample " << k;
+  }
 }
 
 }  // namespace

@@ -22,14 +22,16 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
 Engine::~Engine() = default;
 
 Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params,
-                                      std::vector<int32_t> stop_ids, bool stop_at_eos) {
+                                      std::vector<int32_t> stop_ids, bool stop_at_eos, int n) {
+  if (n < 1 || n > 128) return invalid_argument("n must be in 1..128, got " + std::to_string(n));
   const ModelConfig& c = model_.config();
   CACHET_RETURN_IF_ERROR(params.validate(c.n_vocab));
   if (prompt.empty()) return invalid_argument("the prompt is empty");
   for (int32_t t : prompt)
     if (t < 0 || t >= c.n_vocab) return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
   const int64_t max_len = static_cast<int64_t>(prompt.size()) + params.max_tokens;
-  const int64_t blocks = (max_len + cfg_.block_size - 1) / cfg_.block_size;
+  const int64_t blocks = (max_len + cfg_.block_size - 1) / cfg_.block_size +
+                         (n - 1) * ((params.max_tokens + cfg_.block_size - 1) / cfg_.block_size + 1);
   if (blocks > cfg_.n_blocks)
     return resource_exhausted("the request needs up to " + std::to_string(blocks) + " KV blocks (" +
                               std::to_string(max_len) + " tokens) but the pool has " +
@@ -42,9 +44,11 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->sampler = std::make_unique<Sampler>(params);
   r->stop_ids = std::move(stop_ids);
   r->stop_at_eos = stop_at_eos;
+  r->n_forks = n - 1;
   r->view = std::make_unique<PagedKvSequence>(*storage_, *manager_, r->id);
   waiting_.push_back(r.get());
   const RequestId id = r->id;
+  next_id_ += n - 1;  // the samples' ids
   requests_.emplace(id, std::move(r));
   return id;
 }
@@ -142,9 +146,33 @@ Result<std::vector<RequestEvent>> Engine::step() {
 
   // Sample, append, and retire finished requests.
   const SpecialTokens& sp = model_.special_tokens();
+  std::vector<std::pair<Request*, const float*>> to_sample;
   for (size_t i = 0; i < sampled.size(); ++i) {
     Request* r = sampled[i];
-    CACHET_ASSIGN_OR_RETURN(SampleResult s, r->sampler->sample(logits_.data() + i * V, V, r->tokens, r->n_prompt));
+    to_sample.emplace_back(r, logits_.data() + i * V);
+    // n > 1: the prompt is computed once; the samples fork here, sharing its blocks, and draw from the same row.
+    for (int k = 1; k <= r->n_forks; ++k) {
+      auto c = std::make_unique<Request>();
+      c->id = r->id + k;
+      c->tokens = r->tokens;
+      c->n_prompt = r->n_prompt;
+      c->num_computed = r->num_computed;
+      c->params = r->params;
+      c->params.seed = r->params.seed + static_cast<uint64_t>(k);
+      c->sampler = std::make_unique<Sampler>(c->params);
+      c->stop_ids = r->stop_ids;
+      c->stop_at_eos = r->stop_at_eos;
+      c->view = std::make_unique<PagedKvSequence>(*storage_, *manager_, c->id);
+      manager_->fork(r->id, c->id);
+      running_.push_back(c.get());
+      to_sample.emplace_back(c.get(), logits_.data() + i * V);
+      requests_.emplace(c->id, std::move(c));
+    }
+    r->n_forks = 0;
+  }
+  for (auto [r, row] : to_sample) {
+    if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
+    CACHET_ASSIGN_OR_RETURN(SampleResult s, r->sampler->sample(row, V, r->tokens, r->n_prompt));
     r->tokens.push_back(s.id);
     RequestEvent ev{r->id, s.id, RequestFinish::kNone};
     const bool stop = (r->stop_at_eos && sp.eos && s.id == *sp.eos) ||

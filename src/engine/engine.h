@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -32,6 +33,8 @@ struct EngineConfig {
   int prefill_chunk = 256;     // most prompt tokens of one request per step
   int max_running = 256;
   DType kv_type = DType::kF16;
+  // Called with every row of logits a request samples from (tests: batch invariance; debugging).
+  std::function<void(RequestId, const float*, int64_t)> on_logits;
 };
 
 enum class RequestFinish { kNone, kStop, kLength, kAborted };
@@ -55,9 +58,11 @@ class Engine {
   ~Engine();
 
   // Errors: invalid sampling parameters, an empty prompt, or a request that could never fit in the pool.
-  // stop_ids end the request (besides EOS when stop_at_eos).
+  // stop_ids end the request (besides EOS when stop_at_eos). n > 1 asks for n samples: they share the
+  // prompt's blocks (one prefill, then the sequences fork) and get the ids id, id + 1, ..., id + n - 1, with
+  // seeds seed, seed + 1, ...
   Result<RequestId> add_request(std::vector<int32_t> prompt, const SamplingParams& params,
-                                std::vector<int32_t> stop_ids = {}, bool stop_at_eos = true);
+                                std::vector<int32_t> stop_ids = {}, bool stop_at_eos = true, int n = 1);
   // Frees the request's blocks at the next step.
   void abort(RequestId id);
   Result<std::vector<RequestEvent>> step();
@@ -75,6 +80,7 @@ class Engine {
     std::unique_ptr<Sampler> sampler;
     std::vector<int32_t> stop_ids;
     bool stop_at_eos = true;
+    int n_forks = 0;  // samples still to fork off at the first sampling point
     std::unique_ptr<PagedKvSequence> view;
   };
   void preempt(Request* r);
