@@ -52,5 +52,6 @@ void add_chat_command(CLI::App& app, int* exit_code);
 void add_kv_math_command(CLI::App& app, int* exit_code);
 void add_trace_command(CLI::App& app, int* exit_code);
 void add_break_command(CLI::App& app, int* exit_code);
+void add_batch_command(CLI::App& app, int* exit_code);
 
 }  // namespace cachet::cli

@@ -133,11 +133,18 @@ struct V {
   static ireg nibble_lo(ireg q) { return _mm256_and_si256(q, _mm256_set1_epi8(0x0f)); }
   static ireg nibble_hi(ireg q) { return _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0f)); }
   static ireg set1_i(int32_t v) { return _mm256_set1_epi32(v); }
-  static ireg dot4_u4(ireg acc, ireg w, int32_t x4) {
+  static int32_t load4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  static ireg dot4_u4(ireg acc, ireg w, const int8_t* x4p) {
+    const int32_t x4 = load4(x4p);
     __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x4));  // |pair| <= 2 * 15 * 127: no saturation
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
-  static ireg dot4_q8(ireg acc, ireg w_biased, int32_t x4) {
+  static ireg dot4_q8(ireg acc, ireg w_biased, const int8_t* x4p) {
+    const int32_t x4 = load4(x4p);
     __m256i w = _mm256_xor_si256(w_biased, _mm256_set1_epi8(static_cast<char>(0x80)));  // back to int8
     __m256i x = _mm256_set1_epi32(x4);
     __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));  // |pair| <= 2 * 128 * 127

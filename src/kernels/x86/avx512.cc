@@ -108,8 +108,14 @@ struct V {
   static ireg nibble_lo(ireg q) { return _mm512_and_si512(q, _mm512_set1_epi8(0x0f)); }
   static ireg nibble_hi(ireg q) { return _mm512_and_si512(_mm512_srli_epi16(q, 4), _mm512_set1_epi8(0x0f)); }
   static ireg set1_i(int32_t v) { return _mm512_set1_epi32(v); }
-  static ireg dot4_u4(ireg acc, ireg w, int32_t x4) { return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4)); }
-  static ireg dot4_q8(ireg acc, ireg w, int32_t x4) { return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4)); }
+  // The 4 activation bytes are broadcast straight from memory (an embedded {1to16} operand of vpdpbusd).
+  static ireg bcast4(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  }
+  static ireg dot4_u4(ireg acc, ireg w, const int8_t* x4) { return _mm512_dpbusd_epi32(acc, w, bcast4(x4)); }
+  static ireg dot4_q8(ireg acc, ireg w, const int8_t* x4) { return _mm512_dpbusd_epi32(acc, w, bcast4(x4)); }
   static reg cvt_i(ireg i) { return _mm512_cvtepi32_ps(i); }
   static reg load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
