@@ -32,19 +32,14 @@ void add_break_command(CLI::App& app, int* exit_code) {
   c->add_option("-o,--out", a->out, "directory for break.csv and break.png");
   c->add_option("-t,--threads", a->threads);
   c->callback([a, exit_code] {
-    auto lm = load_with_tokenizer(a->model, a->threads);
+    auto lm = load_with_prompt(a->model, a->threads, a->prompt, a->prompt_ids, "1");
     if (!lm.is_ok()) {
       *exit_code = fail(lm.status());
       return;
     }
     Model& model = *lm->model;
     const Tokenizer* tok = lm->tokenizer.get();
-    auto prompt_r = prompt_tokens(tok, a->prompt, a->prompt_ids, "1");
-    if (!prompt_r.is_ok()) {
-      *exit_code = fail(prompt_r.status());
-      return;
-    }
-    const std::vector<int32_t> prompt = *prompt_r;
+    const std::vector<int32_t>& prompt = lm->prompt;
     std::vector<Corruption> kinds;
     if (a->experiment == "both" || a->experiment == "random-key") kinds.push_back(Corruption::kRandomKey);
     if (a->experiment == "both" || a->experiment == "shifted-write") kinds.push_back(Corruption::kShiftedWrite);

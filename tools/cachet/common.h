@@ -29,6 +29,7 @@ Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads
 struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the file has none (llama2.c checkpoints)
+  std::vector<int32_t> prompt;           // filled by load_with_prompt
   ~LoadedModel();
   LoadedModel();
   LoadedModel(LoadedModel&&) noexcept;
@@ -38,6 +39,10 @@ Result<LoadedModel> load_with_tokenizer(const std::string& model_flag, int n_thr
 // else the ids in `ids`, else `fallback_ids`.
 Result<std::vector<int32_t>> prompt_tokens(const Tokenizer* tok, const std::string& text, const std::string& ids,
                                            const std::string& fallback_ids = "");
+
+// load_with_tokenizer, then prompt_tokens into .prompt.
+Result<LoadedModel> load_with_prompt(const std::string& model_flag, int n_threads, const std::string& text,
+                                     const std::string& ids, const std::string& fallback_ids);
 
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.
 int fail(const Status& s);

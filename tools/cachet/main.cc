@@ -84,6 +84,13 @@ Result<std::vector<int32_t>> prompt_tokens(const Tokenizer* tok, const std::stri
   return parse_ids(ids.empty() ? fallback_ids : ids);
 }
 
+Result<LoadedModel> load_with_prompt(const std::string& model_flag, int n_threads, const std::string& text,
+                                     const std::string& ids, const std::string& fallback_ids) {
+  CACHET_ASSIGN_OR_RETURN(LoadedModel lm, load_with_tokenizer(model_flag, n_threads));
+  CACHET_ASSIGN_OR_RETURN(lm.prompt, prompt_tokens(lm.tokenizer.get(), text, ids, fallback_ids));
+  return lm;
+}
+
 int fail(const Status& s) {
   std::fprintf(stderr, "error: %s\n", s.message().c_str());
   return 1;
