@@ -176,22 +176,24 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
   const int group = a.n_head / a.n_head_kv;
   const int q_dim = a.n_head * a.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
-  pool.parallel_for(static_cast<int64_t>(a.n_tokens) * a.n_head, [&](int, int64_t i0, int64_t i1) {
+  // One work item per (token, KV head): the query heads of a group walk the same K/V tiles together, so each
+  // tile is read from memory once and reused from L1 by the other heads. Per head, the operations and their
+  // order are those of a head alone.
+  pool.parallel_for(static_cast<int64_t>(a.n_tokens) * a.n_head_kv, [&](int, int64_t i0, int64_t i1) {
     float scores[kAttnTile];
-    float* acc = scratch(a.head_dim);
+    float* acc = scratch(static_cast<size_t>(group) * a.head_dim + 2 * group);
+    float* m = acc + static_cast<size_t>(group) * a.head_dim;  // running max per head
+    float* l = m + group;                                      // running sum per head
     for (int64_t i = i0; i < i1; ++i) {
-      const int t = static_cast<int>(i / a.n_head);
-      const int h = static_cast<int>(i % a.n_head);
-      const int kvh = h / group;
+      const int t = static_cast<int>(i / a.n_head_kv);
+      const int kvh = static_cast<int>(i % a.n_head_kv);
       KvSequence* seq = a.seqs[a.seq_index[t]];
       const int n_ctx = a.positions[t] + 1;
       const size_t elem = seq->dtype() == DType::kF16 ? 2 : 4;
       const size_t head_off = static_cast<size_t>(kvh) * a.head_dim * elem;
-      const float* q = a.q + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
-      float* out = a.out + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
-      float m = -std::numeric_limits<float>::infinity();  // running max of the scores
-      float l = 0.0f;                                     // running sum of exp(score - m)
-      std::fill(acc, acc + a.head_dim, 0.0f);
+      std::fill(acc, acc + static_cast<size_t>(group) * a.head_dim, 0.0f);
+      std::fill(m, m + group, -std::numeric_limits<float>::infinity());
+      std::fill(l, l + group, 0.0f);
       const int len = seq->span_len();
       for (int s = 0; s * len < n_ctx; ++s) {
         const KvSpan sp = seq->span(a.layer, s, n_ctx);
@@ -199,25 +201,34 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
           const int nt = std::min(kAttnTile, sp.n - j0);
           const uint8_t* kt = sp.k + static_cast<size_t>(j0) * sp.stride + head_off;
           const uint8_t* vt = sp.v + static_cast<size_t>(j0) * sp.stride + head_off;
-          k.kv_scores(seq->dtype(), kt, sp.stride, nt, q, a.head_dim, scale, scores);
-          float tile_max = scores[0];
-          for (int j = 1; j < nt; ++j) tile_max = std::max(tile_max, scores[j]);
-          const float m_new = std::max(m, tile_max);
-          const float correction = std::exp(m - m_new);  // 0 on the first tile (m = -inf)
-          float tile_sum = 0.0f;
-          for (int j = 0; j < nt; ++j) {
-            scores[j] = std::exp(scores[j] - m_new);
-            tile_sum += scores[j];
+          for (int g = 0; g < group; ++g) {
+            const int h = kvh * group + g;
+            const float* q = a.q + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
+            float* acc_h = acc + static_cast<size_t>(g) * a.head_dim;
+            k.kv_scores(seq->dtype(), kt, sp.stride, nt, q, a.head_dim, scale, scores);
+            float tile_max = scores[0];
+            for (int j = 1; j < nt; ++j) tile_max = std::max(tile_max, scores[j]);
+            const float m_new = std::max(m[g], tile_max);
+            const float correction = std::exp(m[g] - m_new);  // 0 on the first tile (m = -inf)
+            float tile_sum = 0.0f;
+            for (int j = 0; j < nt; ++j) {
+              scores[j] = std::exp(scores[j] - m_new);
+              tile_sum += scores[j];
+            }
+            if (correction != 1.0f)
+              for (int d = 0; d < a.head_dim; ++d) acc_h[d] *= correction;
+            k.kv_accumulate(seq->dtype(), vt, sp.stride, nt, scores, a.head_dim, acc_h);
+            l[g] = l[g] * correction + tile_sum;
+            m[g] = m_new;
           }
-          if (correction != 1.0f)
-            for (int d = 0; d < a.head_dim; ++d) acc[d] *= correction;
-          k.kv_accumulate(seq->dtype(), vt, sp.stride, nt, scores, a.head_dim, acc);
-          l = l * correction + tile_sum;
-          m = m_new;
         }
       }
-      const float inv = 1.0f / l;
-      for (int d = 0; d < a.head_dim; ++d) out[d] = acc[d] * inv;
+      for (int g = 0; g < group; ++g) {
+        const int h = kvh * group + g;
+        float* out = a.out + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
+        const float inv = 1.0f / l[g];
+        for (int d = 0; d < a.head_dim; ++d) out[d] = acc[static_cast<size_t>(g) * a.head_dim + d] * inv;
+      }
     }
   });
 }
