@@ -39,3 +39,12 @@ def test_run_with_text_prompt_streams_text(cachet_bin, default_model):
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout
     assert "prompt tokens:" in r.stderr
+
+
+def test_run_with_beam_search(cachet_bin, default_model):
+    r = subprocess.run([cachet_bin, "run", "-m", str(default_model), "-p",
+                        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+                        "-n", "24", "--beam-width", "4", "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    j = __import__("json").loads(r.stdout)
+    assert "Paris" in j["text"] and j["beam_width"] == 4 and j["logprob"] <= 0

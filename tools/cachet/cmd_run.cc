@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "engine/beam_search.h"
 #include "engine/generate.h"
 #include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -26,6 +27,8 @@ struct RunArgs {
   std::string format = "text";
   bool ignore_eos = false;
   bool precise = false;
+  int beam_width = 0;
+  float length_penalty = 1.0f;
 };
 
 int run(const RunArgs& a) {
@@ -49,6 +52,30 @@ int run(const RunArgs& a) {
     std::string v = lb.substr(eq + 1);
     o.sampling.logit_bias[static_cast<int32_t>(id)] =
         (v == "-inf" || v == "-Inf") ? -std::numeric_limits<float>::infinity() : std::strtof(v.c_str(), nullptr);
+  }
+  if (a.beam_width > 0) {
+    // Beam search instead of sampling: beams are forked paged-KV sequences sharing the prompt's blocks.
+    BeamParams bp;
+    bp.width = a.beam_width;
+    bp.max_tokens = o.sampling.max_tokens;
+    bp.length_penalty = a.length_penalty;
+    if (!a.ignore_eos && model->special_tokens().eos) bp.eos = *model->special_tokens().eos;
+    auto r = beam_search_model(*model, prompt, bp);
+    if (!r.is_ok()) return fail(r.status());
+    if (a.format == "json") {
+      nlohmann::json j = {{"token_ids", r->tokens}, {"text", tok ? tok->decode(r->tokens) : ""},
+                          {"logprob", r->logprob}, {"score", r->score}, {"beam_width", a.beam_width}};
+      std::printf("%s\n", j.dump().c_str());
+    } else if (tok) {
+      std::printf("%s\n", tok->decode(r->tokens).c_str());
+    } else {
+      for (size_t i = 0; i < r->tokens.size(); ++i) std::printf(i ? " %d" : "%d", r->tokens[i]);
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "beam width %d: %zu tokens, logprob %.4f, score %.4f\n", a.beam_width, r->tokens.size(),
+                 r->logprob, r->score);
+    return 0;
   }
   o.use_kv_cache = !a.no_kv_cache;
   o.kv_type = a.kv_type == "f32" ? DType::kF32 : DType::kF16;
@@ -134,6 +161,8 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_option("-t,--threads", a->threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   c->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence every step (slow; for comparison)");
   c->add_option("--kv-type", a->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  c->add_option("--beam-width", a->beam_width, "beam search with this many beams instead of sampling");
+  c->add_option("--length-penalty", a->length_penalty, "beam score = logprob / length^penalty");
   c->add_flag("--precise", a->precise, "f32 activations in every matmul (slower; see docs/numerics.md)");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
   c->add_option("--format", a->format, "output format")->check(CLI::IsMember({"text", "json"}));
