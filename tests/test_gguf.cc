@@ -43,8 +43,16 @@ TEST(Gguf, WriterReaderRoundTrip) {
   EXPECT_EQ(*f.get_float("a.f32"), 0.5);
   EXPECT_TRUE(*f.get_bool("a.bool"));
   EXPECT_EQ(*f.get_string_array("a.strs"), (std::vector<std::string>{"x", "", "zz"}));
-  EXPECT_EQ(f.find("a.ints")->ints, (std::vector<int64_t>{1, -2, 3}));
-  EXPECT_EQ(f.find("a.floats")->floats, (std::vector<double>{1.5, -2.5}));
+  const GgufValue* ints = f.find("a.ints");
+  ASSERT_EQ(ints->count, 3u);
+  EXPECT_EQ(ints->int_at(0), 1);
+  EXPECT_EQ(ints->int_at(1), -2);
+  EXPECT_EQ(ints->int_at(2), 3);
+  const GgufValue* floats = f.find("a.floats");
+  ASSERT_EQ(floats->count, 2u);
+  EXPECT_EQ(floats->float_at(0), 1.5);
+  EXPECT_EQ(floats->float_at(1), -2.5);
+  EXPECT_EQ(f.find("a.strs")->str_at(2), "zz");
   EXPECT_FALSE(f.get_string("missing").is_ok());
   EXPECT_NE(f.get_string("a.u32").status().message().find("must be a string"), std::string::npos);
 
@@ -66,7 +74,8 @@ TEST(Gguf, WriterReaderRoundTrip) {
   auto g = GgufFile::parse(bytes.data(), bytes.size());
   ASSERT_TRUE(g.is_ok()) << g.status().message();
   EXPECT_EQ((*g)->keys(), f.keys());
-  EXPECT_EQ((*g)->find("a.strs")->strs, f.find("a.strs")->strs);
+  EXPECT_EQ((*g)->find("a.strs")->strings(), f.find("a.strs")->strings());
+  EXPECT_EQ((*g)->find("a.ints")->int_at(1), -2);
 }
 
 }  // namespace

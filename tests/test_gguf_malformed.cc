@@ -78,6 +78,14 @@ std::vector<Case> cases() {
   v.push_back({"array count past the file",
                Bytes().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(6).put<uint64_t>(~uint64_t{0} / 2).b,
                "cannot fit"});
+  v.push_back({"array of arrays",
+               Bytes().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(1).put<uint32_t>(4)
+                   .put<uint64_t>(0).b,
+               "arrays of arrays"});
+  v.push_back({"bool array holding 7",
+               Bytes().header(0, 1).str("k").put<uint32_t>(9).put<uint32_t>(7).put<uint64_t>(2).put<uint8_t>(1)
+                   .put<uint8_t>(7).b,
+               "not 0 or 1"});
   v.push_back({"bool not 0/1", Bytes().header(0, 1).str("k").put<uint32_t>(7).put<uint8_t>(5).zeros(8).b,
                "not 0 or 1"});
   v.push_back({"duplicate key",

@@ -13,7 +13,6 @@ namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxDims = 4;
-constexpr int kMaxArrayDepth = 4;
 
 size_t min_value_bytes(GgufType t) {
   switch (t) {
@@ -42,6 +41,24 @@ class Reader {
       return out_of_range(std::string("file truncated while reading ") + what + " at byte " + std::to_string(pos_));
     std::memcpy(out, p_ + pos_, sizeof(T));
     pos_ += sizeof(T);
+    return Status::ok();
+  }
+
+  const uint8_t* here() const { return p_ + pos_; }
+  Status skip(uint64_t n, const char* what) {
+    if (n > remaining())
+      return out_of_range(std::string("file truncated while reading ") + what + " at byte " + std::to_string(pos_));
+    pos_ += n;
+    return Status::ok();
+  }
+  Status skip_string(const char* what) {
+    uint64_t len;
+    CACHET_RETURN_IF_ERROR(read(&len, what));
+    if (len > remaining())
+      return out_of_range(std::string(what) + ": string length " + std::to_string(len) + " at byte " +
+                          std::to_string(pos_ - 8) + " runs past the end of the file (" +
+                          std::to_string(remaining()) + " bytes left)");
+    pos_ += len;
     return Status::ok();
   }
 
@@ -89,9 +106,8 @@ Status read_scalar(Reader& r, GgufType t, GgufValue* v, const std::string& key) 
   return invalid_argument("key '" + key + "': not a scalar type");
 }
 
-Status read_value(Reader& r, GgufType t, GgufValue* v, const std::string& key, int depth) {
+Status read_value(Reader& r, GgufType t, GgufValue* v, const std::string& key) {
   if (t != GgufType::kArray) return read_scalar(r, t, v, key);
-  if (depth >= kMaxArrayDepth) return invalid_argument("key '" + key + "': arrays nested too deeply");
   v->type = GgufType::kArray;
   uint32_t et;
   uint64_t count;
@@ -104,30 +120,20 @@ Status read_value(Reader& r, GgufType t, GgufValue* v, const std::string& key, i
     return out_of_range("key '" + key + "': array of " + std::to_string(count) + " " +
                         gguf_type_name(v->elem_type) + " cannot fit in the " + std::to_string(r.remaining()) +
                         " bytes left in the file");
-  GgufValue e;
-  switch (v->elem_type) {
-    case GgufType::kString:
-      v->strs.resize(count);
-      for (uint64_t k = 0; k < count; ++k) CACHET_RETURN_IF_ERROR(r.read_string(&v->strs[k], key.c_str()));
-      break;
-    case GgufType::kF32: case GgufType::kF64:
-      v->floats.reserve(count);
-      for (uint64_t k = 0; k < count; ++k) {
-        CACHET_RETURN_IF_ERROR(read_scalar(r, v->elem_type, &e, key));
-        v->floats.push_back(e.f);
-      }
-      break;
-    case GgufType::kArray:
-      v->items.resize(count);
+  v->count = count;
+  if (v->elem_type == GgufType::kArray) return unimplemented("key '" + key + "': arrays of arrays are not supported");
+  if (v->elem_type == GgufType::kString) {
+    v->str_ptrs.reserve(count);  // count * 8 <= the bytes left (checked above)
+    for (uint64_t k = 0; k < count; ++k) {
+      v->str_ptrs.push_back(r.here());
+      CACHET_RETURN_IF_ERROR(r.skip_string(key.c_str()));
+    }
+  } else {
+    v->raw = r.here();
+    CACHET_RETURN_IF_ERROR(r.skip(count * min_value_bytes(v->elem_type), key.c_str()));
+    if (v->elem_type == GgufType::kBool)
       for (uint64_t k = 0; k < count; ++k)
-        CACHET_RETURN_IF_ERROR(read_value(r, GgufType::kArray, &v->items[k], key, depth + 1));
-      break;
-    default:
-      v->ints.reserve(count);
-      for (uint64_t k = 0; k < count; ++k) {
-        CACHET_RETURN_IF_ERROR(read_scalar(r, v->elem_type, &e, key));
-        v->ints.push_back(e.i);
-      }
+        if (v->raw[k] > 1) return invalid_argument("key '" + key + "': bool value " + std::to_string(v->raw[k]) + " is not 0 or 1");
   }
   return Status::ok();
 }
@@ -151,9 +157,41 @@ bool GgufValue::is_integer() const {
   }
 }
 
-size_t GgufValue::array_size() const {
-  if (type != GgufType::kArray) return 0;
-  return ints.size() + floats.size() + strs.size() + items.size();
+size_t GgufValue::array_size() const { return type == GgufType::kArray ? count : 0; }
+
+int64_t GgufValue::int_at(size_t i) const {
+  const uint8_t* p = raw + i * min_value_bytes(elem_type);
+  switch (elem_type) {
+    case GgufType::kU8: case GgufType::kBool: return *p;
+    case GgufType::kI8: return static_cast<int8_t>(*p);
+    case GgufType::kU16: { uint16_t x; std::memcpy(&x, p, 2); return x; }
+    case GgufType::kI16: { int16_t x; std::memcpy(&x, p, 2); return x; }
+    case GgufType::kU32: { uint32_t x; std::memcpy(&x, p, 4); return x; }
+    case GgufType::kI32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+    case GgufType::kU64: case GgufType::kI64: { int64_t x; std::memcpy(&x, p, 8); return x; }
+    case GgufType::kF32: case GgufType::kF64: return static_cast<int64_t>(float_at(i));
+    default: return 0;
+  }
+}
+
+double GgufValue::float_at(size_t i) const {
+  const uint8_t* p = raw + i * min_value_bytes(elem_type);
+  if (elem_type == GgufType::kF32) { float x; std::memcpy(&x, p, 4); return x; }
+  if (elem_type == GgufType::kF64) { double x; std::memcpy(&x, p, 8); return x; }
+  return static_cast<double>(int_at(i));
+}
+
+std::string_view GgufValue::str_at(size_t i) const {
+  uint64_t len;
+  std::memcpy(&len, str_ptrs[i], 8);
+  return {reinterpret_cast<const char*>(str_ptrs[i] + 8), static_cast<size_t>(len)};
+}
+
+std::vector<std::string> GgufValue::strings() const {
+  std::vector<std::string> out;
+  out.reserve(str_ptrs.size());
+  for (size_t i = 0; i < str_ptrs.size(); ++i) out.emplace_back(str_at(i));
+  return out;
 }
 
 std::string GgufValue::to_display(size_t max_items) const {
@@ -242,7 +280,7 @@ Status GgufFile::parse_all() {
     CACHET_RETURN_IF_ERROR(r.read(&t, "metadata type"));
     if (!known_type(t)) return invalid_argument("key '" + key + "': unknown value type " + std::to_string(t));
     GgufValue v;
-    CACHET_RETURN_IF_ERROR(read_value(r, static_cast<GgufType>(t), &v, key, 0));
+    CACHET_RETURN_IF_ERROR(read_value(r, static_cast<GgufType>(t), &v, key));
     if (kv_.count(key)) return invalid_argument("duplicate metadata key '" + key + "'");
     key_order_.push_back(key);
     kv_.emplace(key, std::move(v));
@@ -371,10 +409,10 @@ Result<bool> GgufFile::get_bool(const std::string& key) const {
   return v->i != 0;
 }
 
-const std::vector<std::string>* GgufFile::get_string_array(const std::string& key) const {
+std::optional<std::vector<std::string>> GgufFile::get_string_array(const std::string& key) const {
   const GgufValue* v = find(key);
-  if (!v || v->type != GgufType::kArray || v->elem_type != GgufType::kString) return nullptr;
-  return &v->strs;
+  if (!v || v->type != GgufType::kArray || v->elem_type != GgufType::kString) return std::nullopt;
+  return v->strings();
 }
 
 }  // namespace cachet

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/dtype.h"
@@ -30,13 +31,18 @@ struct GgufValue {
   uint64_t u = 0;
   double f = 0.0;
   std::string str;
-  // Arrays: elem_type and exactly one of the vectors below filled (numbers: ints or floats; strings;
-  // nested arrays in items).
+  // Arrays are not decoded: elements stay in the mapping and are read through the accessors, so the reader
+  // never allocates more than the file holds (a string array keeps one pointer per string: 8 bytes, no more
+  // than the string's own length field).
   GgufType elem_type = GgufType::kU8;
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
-  std::vector<std::string> strs;
-  std::vector<GgufValue> items;
+  uint64_t count = 0;
+  const uint8_t* raw = nullptr;              // the first element (numeric arrays)
+  std::vector<const uint8_t*> str_ptrs;      // each string's length field (string arrays)
+
+  int64_t int_at(size_t i) const;
+  double float_at(size_t i) const;
+  std::string_view str_at(size_t i) const;
+  std::vector<std::string> strings() const;  // a copy of a string array
 
   bool is_integer() const;
   bool is_float() const { return type == GgufType::kF32 || type == GgufType::kF64; }
@@ -79,7 +85,8 @@ class GgufFile {
   Result<double> get_float(const std::string& key) const;
   Result<std::string> get_string(const std::string& key) const;
   Result<bool> get_bool(const std::string& key) const;
-  const std::vector<std::string>* get_string_array(const std::string& key) const;
+  // A copy of a string array; nullopt when the key is missing or not a string array.
+  std::optional<std::vector<std::string>> get_string_array(const std::string& key) const;
 
  private:
   Status parse_all();

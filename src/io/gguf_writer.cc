@@ -89,18 +89,18 @@ void put_value(std::vector<uint8_t>& out, const GgufValue& v) {
   }
   put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
   put<uint64_t>(out, v.array_size());
+  if (v.elem_type == GgufType::kString) {
+    for (size_t i = 0; i < v.count; ++i) put_str(out, std::string(v.str_at(i)));
+    return;
+  }
+  // Numeric arrays are copied as stored (little-endian, the element type's width).
   GgufValue e;
-  for (int64_t x : v.ints) {
-    e.i = x;
-    e.u = static_cast<uint64_t>(x);
+  for (size_t i = 0; i < v.count; ++i) {
+    e.i = v.int_at(i);
+    e.u = static_cast<uint64_t>(e.i);
+    e.f = v.float_at(i);
     put_scalar(out, v.elem_type, e);
   }
-  for (double x : v.floats) {
-    e.f = x;
-    put_scalar(out, v.elem_type, e);
-  }
-  for (const auto& s : v.strs) put_str(out, s);
-  for (const auto& item : v.items) put_value(out, item);
 }
 
 }  // namespace

@@ -286,9 +286,9 @@ Result<std::unique_ptr<Model>> llama_from_gguf(std::unique_ptr<GgufFile> f, std:
   CACHET_RETURN_IF_ERROR(special("eot", &sp.eot));
   CACHET_RETURN_IF_ERROR(special("padding", &sp.pad));
   CACHET_RETURN_IF_ERROR(special("unknown", &sp.unk));
-  if (const auto* toks = f->get_string_array("tokenizer.ggml.tokens")) {
-    if (static_cast<int64_t>(toks->size()) != cfg.n_vocab)
-      return invalid_argument("tokenizer has " + std::to_string(toks->size()) + " tokens but the model " +
+  if (const GgufValue* toks = f->find("tokenizer.ggml.tokens"); toks && toks->type == GgufType::kArray) {
+    if (static_cast<int64_t>(toks->count) != cfg.n_vocab)
+      return invalid_argument("tokenizer has " + std::to_string(toks->count) + " tokens but the model " +
                               std::to_string(cfg.n_vocab) + " embedding rows");
   }
   std::vector<TensorView> all;

@@ -123,7 +123,7 @@ class BpeTokenizer final : public Tokenizer {
       pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE);  // best effort: falls back to the interpreter
       regexes_.push_back(std::move(re));
     }
-    const auto* merges = f.get_string_array("tokenizer.ggml.merges");
+    const auto merges = f.get_string_array("tokenizer.ggml.merges");
     if (!merges) return invalid_argument("a gpt2 tokenizer needs tokenizer.ggml.merges");
     merges_.reserve(merges->size());
     for (size_t rank = 0; rank < merges->size(); ++rank) {

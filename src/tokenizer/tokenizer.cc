@@ -26,24 +26,25 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& f) {
 
 Status Tokenizer::init_common(const GgufFile& f, Kind kind) {
   kind_ = kind;
-  const auto* toks = f.get_string_array("tokenizer.ggml.tokens");
+  auto toks = f.get_string_array("tokenizer.ggml.tokens");
   if (!toks || toks->empty()) return invalid_argument("tokenizer.ggml.tokens is missing or not a string array");
-  tokens_ = *toks;
+  tokens_ = std::move(*toks);
   const size_t n = tokens_.size();
   scores_.assign(n, 0.0f);
   if (const GgufValue* v = f.find("tokenizer.ggml.scores")) {
-    if (v->type != GgufType::kArray || v->floats.size() != n)
+    if (v->type != GgufType::kArray || v->count != n ||
+        (v->elem_type != GgufType::kF32 && v->elem_type != GgufType::kF64))
       return invalid_argument("tokenizer.ggml.scores must be a float array with one score per token");
-    for (size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>(v->floats[i]);
+    for (size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>(v->float_at(i));
   }
   types_.assign(n, TokenType::kNormal);
   if (const GgufValue* v = f.find("tokenizer.ggml.token_type")) {
-    if (v->type != GgufType::kArray || v->ints.size() != n)
+    if (v->type != GgufType::kArray || v->count != n || !GgufValue{v->elem_type}.is_integer())
       return invalid_argument("tokenizer.ggml.token_type must be an integer array with one type per token");
     for (size_t i = 0; i < n; ++i) {
-      if (v->ints[i] < 0 || v->ints[i] > 6)
-        return invalid_argument("token " + std::to_string(i) + " has unknown type " + std::to_string(v->ints[i]));
-      types_[i] = static_cast<TokenType>(v->ints[i]);
+      const int64_t t = v->int_at(i);
+      if (t < 0 || t > 6) return invalid_argument("token " + std::to_string(i) + " has unknown type " + std::to_string(t));
+      types_[i] = static_cast<TokenType>(t);
     }
   }
   index_.reserve(n);
