@@ -147,8 +147,10 @@ const char* gguf_type_name(GgufType t) {
   return i < 13 ? kNames[i] : "?";
 }
 
-bool GgufValue::is_integer() const {
-  switch (type) {
+bool GgufValue::is_integer() const { return gguf_type_is_integer(type); }
+
+bool gguf_type_is_integer(GgufType t) {
+  switch (t) {
     case GgufType::kU8: case GgufType::kI8: case GgufType::kU16: case GgufType::kI16: case GgufType::kU32:
     case GgufType::kI32: case GgufType::kU64: case GgufType::kI64:
       return true;

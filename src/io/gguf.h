@@ -23,6 +23,7 @@ enum class GgufType : uint32_t {
   kU64 = 10, kI64 = 11, kF64 = 12,
 };
 const char* gguf_type_name(GgufType t);
+bool gguf_type_is_integer(GgufType t);
 
 struct GgufValue {
   GgufType type = GgufType::kU8;

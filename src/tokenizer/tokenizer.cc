@@ -39,7 +39,7 @@ Status Tokenizer::init_common(const GgufFile& f, Kind kind) {
   }
   types_.assign(n, TokenType::kNormal);
   if (const GgufValue* v = f.find("tokenizer.ggml.token_type")) {
-    if (v->type != GgufType::kArray || v->count != n || !GgufValue{v->elem_type}.is_integer())
+    if (v->type != GgufType::kArray || v->count != n || !gguf_type_is_integer(v->elem_type))
       return invalid_argument("tokenizer.ggml.token_type must be an integer array with one type per token");
     for (size_t i = 0; i < n; ++i) {
       const int64_t t = v->int_at(i);
