@@ -250,9 +250,12 @@ TEST(Engine, NSamplesForkFromOnePrefill) {
     Engine solo(*m, cfg);
     auto sid = solo.add_request(prompt, q, {}, false);
     std::vector<int32_t> got;
-    while (solo.has_work())
-      for (const auto& x : *solo.step())
+    while (solo.has_work()) {
+      auto ev = solo.step();  // keep the Result alive while iterating its events
+      ASSERT_TRUE(ev.is_ok());
+      for (const auto& x : *ev)
         if (x.token >= 0) got.push_back(x.token);
+    }
     EXPECT_EQ(out[*id + k], got) << "sample " << k;
   }
 }
