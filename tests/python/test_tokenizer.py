@@ -95,12 +95,12 @@ def english_text(n_bytes, seed=7):
 
 
 def time_tokenize(cachet_bin, model, path, reps=3):
+    """Seconds spent in encode() alone (the binary times it), best of `reps`."""
     best = float("inf")
     for _ in range(reps):
-        t0 = time.perf_counter()
-        subprocess.run([cachet_bin, "tokenize", "-m", str(model), "--no-add-special", "-f", str(path)], check=True,
-                       capture_output=True)
-        best = min(best, time.perf_counter() - t0)
+        r = subprocess.run([cachet_bin, "tokenize", "-m", str(model), "--no-add-special", "--time", "-f", str(path)],
+                           check=True, capture_output=True, text=True)
+        best = min(best, float(r.stderr.split("encode_seconds=")[1].split()[0]))
     return best
 
 
@@ -114,16 +114,14 @@ def test_encode_speed(cachet_bin, default_model, tmp_path, hf_tokenizer):
     two.write_text(english_text(2 << 20, seed=8))
     nospace.write_text("".join(random.Random(3).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(100_000)))
     empty.write_text("")
-    base = time_tokenize(cachet_bin, default_model, empty)  # process start and vocabulary load
-    t1 = time_tokenize(cachet_bin, default_model, one) - base
-    t2 = time_tokenize(cachet_bin, default_model, two) - base
-    tn = time_tokenize(cachet_bin, default_model, nospace) - base
+    t1 = time_tokenize(cachet_bin, default_model, one)
+    t2 = time_tokenize(cachet_bin, default_model, two)
+    tn = time_tokenize(cachet_bin, default_model, nospace)
     t0 = time.perf_counter()
     hf_tokenizer.encode(text1, add_special_tokens=False)
     thf = time.perf_counter() - t0
     print(f"\nencode 1 MB: cachet {t1:.3f} s ({1 / max(t1, 1e-9):.1f} MB/s), HF tokenizers {thf:.3f} s "
-          f"({1 / thf:.1f} MB/s); 2 MB {t2:.3f} s ({t2 / t1:.2f}x); 100 KB without spaces {tn:.3f} s; "
-          f"load {base:.3f} s")
+          f"({1 / thf:.1f} MB/s); 2 MB {t2:.3f} s ({t2 / t1:.2f}x); 100 KB without spaces {tn:.3f} s")
     assert t1 <= 0.5, t1
-    assert t2 <= 2.2 * t1 + 0.02, (t1, t2)
+    assert t2 <= 2.2 * t1, (t1, t2)
     assert tn <= 0.5, tn

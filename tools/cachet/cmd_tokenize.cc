@@ -1,5 +1,6 @@
 // cachet tokenize / detokenize: the tokenizer of any GGUF file with one (vocab-only files too).
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,7 +24,7 @@ Result<std::unique_ptr<Tokenizer>> open_tokenizer(const std::string& model_flag)
 void add_tokenize_commands(CLI::App& app, int* exit_code) {
   struct Args {
     std::string model, text, file, ids, lines_json;
-    bool no_add_special = false, parse_special = false, json = false, special = false;
+    bool no_add_special = false, parse_special = false, json = false, special = false, time = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* t = app.add_subcommand("tokenize", "print the token ids of a text");
@@ -36,6 +37,7 @@ void add_tokenize_commands(CLI::App& app, int* exit_code) {
   t->add_flag("--no-add-special", a->no_add_special, "do not add BOS/EOS");
   t->add_flag("--parse-special", a->parse_special, "text spelling a control token becomes that token");
   t->add_flag("--json", a->json, "print ids and pieces as JSON");
+  t->add_flag("--time", a->time, "report the encoding time (encode only) on stderr");
   t->callback([a, exit_code] {
     auto tok = open_tokenizer(a->model);
     if (!tok.is_ok()) {
@@ -71,7 +73,11 @@ void add_tokenize_commands(CLI::App& app, int* exit_code) {
       ss << in.rdbuf();
       text = ss.str();
     }
+    const auto t0 = std::chrono::steady_clock::now();
     auto ids = (*tok)->encode(text, !a->no_add_special, a->parse_special);
+    if (a->time)
+      std::fprintf(stderr, "encode_seconds=%.6f\n",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (a->json) {
       nlohmann::json j = nlohmann::json::array();
       for (int32_t id : ids) {
