@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "kernels/quantize.h"
 
 using namespace cachet;
@@ -37,12 +38,42 @@ void BM_Gemm(benchmark::State& st, const Kernels* k) {
   st.counters["FLOP/s"] = benchmark::Counter(2.0 * M * N * K * st.iterations(), benchmark::Counter::kIsRate);
 }
 
+// The integer path: one thread, a 576 x 1536 weight packed in 16-row groups, n_tokens activation rows.
+// Reports integer multiply-adds per second (K * N * n_tokens per call).
+void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
+  const int64_t K = 576, N = 1536;
+  const int n_tokens = static_cast<int>(st.range(0));
+  const size_t rb = *row_bytes(t, K);
+  std::vector<uint8_t> w(rb * N);
+  std::vector<float> src(K * n_tokens);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  for (int64_t r = 0; r < N; ++r) (void)quantize_row(t, src.data(), w.data() + r * rb, K);
+  const int64_t nb = K / 32, gb = nb * static_cast<int64_t>(packed_block_bytes(t));
+  std::vector<uint8_t> packed(gb * (N / kPackRows));
+  for (int64_t g = 0; g < N / kPackRows; ++g)
+    repack_group(t, w.data() + g * kPackRows * rb, rb, kPackRows, K, packed.data() + g * gb);
+  std::vector<ActQ8> act(nb * n_tokens);
+  for (int i = 0; i < n_tokens; ++i) k->quantize_act(src.data() + i * K, K, act.data() + i * nb);
+  std::vector<float> y(N * n_tokens);
+  for (auto _ : st) {
+    for (int64_t g = 0; g < N / kPackRows; ++g)
+      k->packed_dot(t, packed.data() + g * gb, nb, act.data(), nb, n_tokens, y.data() + g * kPackRows, N);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["MAC/s"] =
+      benchmark::Counter(static_cast<double>(K) * N * n_tokens * st.iterations(), benchmark::Counter::kIsRate);
+}
+
 int register_all() {
   for (const Kernels* k : supported_kernels()) {
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
       std::string name = std::string("dot_rows/") + isa_name(k->isa) + "/" + dtype_name(t);
       // A 576x1536 (SmolLM2 FFN) matrix fits L2; 2048x8192 (Llama-3.2-1B FFN) does not.
       benchmark::RegisterBenchmark(name.c_str(), BM_DotRows, k, t)->Args({576, 1536})->Args({2048, 8192});
+    }
+    for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+      std::string name = std::string("packed_dot/") + isa_name(k->isa) + "/" + dtype_name(t);
+      benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)->Arg(1)->Arg(8)->Arg(16)->Arg(64);
     }
     std::string name = std::string("gemm_nt/") + isa_name(k->isa);
     benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k)->Args({64, 64, 576})->Args({128, 64, 2048});

@@ -200,6 +200,89 @@ TEST(Kernels, KvKernelsMatchScalar) {
   }
 }
 
+TEST(Kernels, AttnTileMatchesScalar) {
+  // Several tiles in a row per case, so the running max, the correction and the sums are all exercised;
+  // K rows padded and misaligned by one element.
+  for (const Kernels* k : simd_tables()) {
+    for (DType t : {DType::kF32, DType::kF16}) {
+      const size_t elem = t == DType::kF32 ? 4 : 2;
+      for (int d : {1, 7, 8, 16, 17, 33, 64, 80, 128}) {
+        for (int group : {1, 3, 4}) {
+          for (int n : {1, 5, 8, 15, 16}) {
+            const size_t stride = (d + 3) * elem;
+            const int tiles = 3;
+            std::vector<uint8_t> kc(stride * n * tiles + 16), vc(stride * n * tiles + 16);
+            auto kv = random_floats(static_cast<size_t>(d) * n * tiles * 2, 11 + d + n);
+            uint8_t* kb = kc.data() + elem;
+            uint8_t* vb = vc.data() + elem;
+            for (int i = 0; i < n * tiles; ++i) {
+              ref::kKernels.kv_store(t, kv.data() + static_cast<size_t>(i) * d, kb + i * stride, d);
+              ref::kKernels.kv_store(t, kv.data() + static_cast<size_t>(n * tiles + i) * d, vb + i * stride, d);
+            }
+            auto q = random_floats(static_cast<size_t>(group) * d, 17 + group, -3.0f, 3.0f);
+            const float inf = std::numeric_limits<float>::infinity();
+            std::vector<float> rm(group, -inf), gm(group, -inf), rl(group, 0), gl(group, 0);
+            std::vector<float> ra(static_cast<size_t>(group) * d, 0), ga(ra);
+            for (int tile = 0; tile < tiles; ++tile) {
+              const size_t off = static_cast<size_t>(tile) * n * stride;
+              ref::kKernels.attn_tile(t, kb + off, vb + off, stride, n, q.data(), group, d, 0.3f, rm.data(),
+                                      rl.data(), ra.data());
+              k->attn_tile(t, kb + off, vb + off, stride, n, q.data(), group, d, 0.3f, gm.data(), gl.data(),
+                           ga.data());
+            }
+            for (int g = 0; g < group; ++g) {
+              ASSERT_NEAR(gm[g], rm[g], 1e-5f * std::max(1.0f, std::fabs(rm[g]))) << "d=" << d << " n=" << n;
+              ASSERT_NEAR(gl[g], rl[g], 1e-5f * rl[g]) << "d=" << d << " n=" << n;
+              for (int j = 0; j < d; ++j) {
+                const size_t x = static_cast<size_t>(g) * d + j;
+                ASSERT_NEAR(ga[x] / gl[g], ra[x] / rl[g], 2e-5f) << isa_name(k->isa) << " d=" << d << " n=" << n;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, AttnTileExpIsAccurate) {
+  // The vector exponential inside attn_tile, seen through a one-position tile per score: with a single
+  // position, p = e^(s - m') with m' the running max, so feeding a first tile with a large score and then
+  // one position of score s gives l = 1 + e^(s - s0).
+  for (const Kernels* k : simd_tables()) {
+    const float q = 1.0f;
+    for (float s : {0.0f, -1e-3f, -0.5f, -1.0f, -10.0f, -50.0f, -87.0f, -87.5f, -100.0f, -1e30f}) {
+      float kk[2] = {0.0f, s}, vv[2] = {0.0f, 0.0f};
+      float m = -std::numeric_limits<float>::infinity(), l = 0, acc = 0;
+      k->attn_tile(DType::kF32, &kk[0], &vv[0], sizeof(float), 1, &q, 1, 1, 1.0f, &m, &l, &acc);
+      k->attn_tile(DType::kF32, &kk[1], &vv[1], sizeof(float), 1, &q, 1, 1, 1.0f, &m, &l, &acc);
+      const float want = std::exp(s);
+      const float got = l - 1.0f;
+      if (want < 1e-37f) {
+        ASSERT_LE(got, 1.2e-38f) << s;  // flushed below ln(2^-126), never garbage
+      } else {
+        ASSERT_NEAR(got, want, 3e-7f * std::max(want, 1.0f) + 1e-7f) << isa_name(k->isa) << " s=" << s;
+      }
+    }
+  }
+}
+
+TEST(Kernels, SiluMulMatchesScalar) {
+  for (const Kernels* k : simd_tables()) {
+    for (int n : {0, 1, 7, 15, 16, 17, 33, 100}) {
+      auto g = random_floats(n + 1, 21 + n, -12.0f, 12.0f);
+      auto u = random_floats(n + 1, 22 + n, -2.0f, 2.0f);
+      if (n > 3) g[1] = -100.0f, g[2] = 100.0f, g[3] = -1e30f;  // saturated tails, both sides
+      std::vector<float> rg(g), gg(g);
+      ref::kKernels.silu_mul(rg.data() + 1, u.data() + 1, n);
+      k->silu_mul(gg.data() + 1, u.data() + 1, n);
+      ASSERT_EQ(gg[0], g[0]);  // nothing before the range is touched
+      for (int i = 1; i <= n; ++i)
+        ASSERT_NEAR(gg[i], rg[i], 1e-6f * std::max(1.0f, std::fabs(rg[i]))) << isa_name(k->isa) << " g=" << g[i];
+    }
+  }
+}
+
 TEST(Quantize, RoundTripErrorIsBounded) {
   auto x = random_floats(32 * 64, 3);
   for (DType t : kTypes) {

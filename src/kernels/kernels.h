@@ -52,7 +52,23 @@ struct Kernels {
   // out[t * out_stride + r] = dot(row r, token t) for r < 16. Bitwise identical in every table.
   void (*packed_dot)(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
                      int n_tokens, float* out, int64_t out_stride);
+
+  // One tile of flash attention for the `group` query heads that share a KV head: 1 <= n <= kAttnTileMax
+  // cached positions (K and V rows `stride` bytes apart, kv_type kF32 or kF16), head size d; q holds the
+  // group's query rows, d floats each, contiguous. Per head g, with running max m[g], running sum l[g] and
+  // unnormalized output acc[g*d, (g+1)*d):
+  //   s_i = scale * dot(q_g, k_i);  m' = max(m, max_i s_i);  c = e^(m - m');  p_i = e^(s_i - m')
+  //   acc = c * acc + sum_i p_i v_i;  l = c * l + sum_i p_i;  m = m'
+  // Start each head with m = -inf, l = 0, acc = 0; the attention output is acc / l.
+  void (*attn_tile)(DType kv_type, const void* k, const void* v, size_t stride, int n, const float* q, int group,
+                    int d, float scale, float* m, float* l, float* acc);
+
+  // g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i], i < n.
+  void (*silu_mul)(float* g, const float* u, int64_t n);
 };
+
+// Positions per attn_tile call, at most.
+constexpr int kAttnTileMax = 16;
 
 // The best table for this CPU (CACHET_ISA=scalar|avx2|avx512 forces a lower one, for tests and benches).
 const Kernels& kernels();

@@ -7,7 +7,7 @@
 //
 //   acc = 0;  for each block b:  isum = sum_i w_q[i] * x_q[i]          (exact int32)
 //                               acc = fma(float(isum), d_w * d_x, acc)
-//                               Q4_1 only: acc = fma(m_w, d_x * float(sum_i x_q[i]), acc)
+//                               Q4_1 only: acc = fma(m_w, d_x * float(sum_i x_q[i]), acc)  (ActQ8::ds)
 //
 // one lane per row, blocks in order, no horizontal reduction. Every implementation (scalar, AVX2,
 // AVX-512) performs exactly these float operations per (row, token), so results are bitwise identical
@@ -34,9 +34,10 @@ constexpr int kPackRows = 16;
 struct ActQ8 {
   float d;
   int32_t sum;  // sum of q
+  float ds;     // d * float(sum), for Q4_1's zero-point term
   int8_t q[32];
 };
-static_assert(sizeof(ActQ8) == 40);
+static_assert(sizeof(ActQ8) == 44);
 
 bool packable(DType t);
 // Bytes of one 32-element block of a 16-row group.

@@ -133,11 +133,9 @@ Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
                static_cast<int>(e - b), d, eps);
     });
     trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
-    matmul(pool, L.wq, xn_.data(), T, q_.data());
+    matmul_multi(pool, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xn_.data(), T);
     trace_mm(l, L.wq, d, H * hd, "Q");
-    matmul(pool, L.wk, xn_.data(), T, k_.data());
     trace_mm(l, L.wk, d, KH * hd, "K");
-    matmul(pool, L.wv, xn_.data(), T, v_.data());
     trace_mm(l, L.wv, d, KH * hd, "V");
     rope(q_.data(), cos_sin_.data(), T, static_cast<int>(cfg_.n_head), static_cast<int>(cfg_.head_dim),
          static_cast<int>(cfg_.rope_dim), cfg_.rope_neox);
@@ -172,9 +170,8 @@ Status LlamaModel::forward(const ForwardBatch& batch, float* logits) {
                static_cast<int>(e - b), d, eps);
     });
     trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
-    matmul(pool, L.w_gate, xn_.data(), T, gate_.data());
+    matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xn_.data(), T);
     trace_mm(l, L.w_gate, d, ff, "gate");
-    matmul(pool, L.w_up, xn_.data(), T, up_.data());
     trace_mm(l, L.w_up, d, ff, "up");
     pool.parallel_for(
         T * ff, [&](int, int64_t b, int64_t e) { silu_mul(gate_.data() + b, up_.data() + b, e - b); }, 64);

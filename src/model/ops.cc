@@ -51,9 +51,7 @@ void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_di
   }
 }
 
-void silu_mul(float* g, const float* u, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-}
+void silu_mul(float* g, const float* u, int64_t n) { kernels().silu_mul(g, u, n); }
 
 namespace {
 
@@ -67,7 +65,7 @@ float* scratch(size_t n) {
 
 constexpr int kRowGrain = 4;
 // Positions per attention tile (KV block sizes must be multiples of it for paged == contiguous, bit for bit).
-constexpr int kAttnTile = 16;
+constexpr int kAttnTile = kAttnTileMax;
 // Prefill tiles: this many bytes of dequantized weights per tile (fits L2 beside a few activation rows).
 constexpr int64_t kTileBytes = 192 * 1024;
 // Below this many tokens, decode-style dot products beat dequantize-then-GEMM.
@@ -96,22 +94,44 @@ namespace {
 
 thread_local AlignedBuffer<ActQ8> t_act;
 
-// The integer path: activations to int8 blocks once, then each thread takes whole 16-row groups.
-void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
+// Activations to int8 blocks, on the calling thread when there is too little work to share.
+ActQ8* quantize_activations(ThreadPool& pool, const float* x, int n_tokens, int64_t K) {
   const Kernels& k = kernels();
-  const int64_t K = w.ne[0], N = w.n_rows(), nb = K / 32;
-  const int64_t n_groups = (N + kPackRows - 1) / kPackRows;
+  const int64_t nb = K / 32;
   if (t_act.size() < static_cast<size_t>(n_tokens * nb)) t_act.resize(n_tokens * nb);
   ActQ8* act = t_act.data();
-  pool.parallel_for(n_tokens, [&](int, int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) k.quantize_act(x + t * K, K, act + t * nb);
-  });
+  if (n_tokens * K <= (1 << 14)) {
+    for (int t = 0; t < n_tokens; ++t) k.quantize_act(x + t * K, K, act + t * nb);
+  } else {
+    pool.parallel_for(n_tokens, [&](int, int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) k.quantize_act(x + t * K, K, act + t * nb);
+    });
+  }
+  return act;
+}
+
+// The integer path: each thread takes whole 16-row groups of the weights, in chunks of tokens.
+void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const ActQ8* act, int64_t K,
+                   int n_tokens) {
+  const Kernels& k = kernels();
+  const int64_t nb = K / 32;
+  int64_t first[8], total = 0;
+  CACHET_CHECK(n_outs <= 8);
+  for (int i = 0; i < n_outs; ++i) {
+    first[i] = total;
+    total += (outs[i].w->n_rows() + kPackRows - 1) / kPackRows;
+  }
   constexpr int kTokenChunk = 64;
-  pool.parallel_for(n_groups, [&](int, int64_t g0, int64_t g1) {
+  pool.parallel_for(total, [&](int, int64_t g0, int64_t g1) {
     float tmp[kTokenChunk * kPackRows];
     for (int t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
       const int nt = std::min(kTokenChunk, n_tokens - t0);
-      for (int64_t g = g0; g < g1; ++g) {
+      int i = 0;
+      for (int64_t gg = g0; gg < g1; ++gg) {
+        while (i + 1 < n_outs && gg >= first[i + 1]) ++i;
+        const TensorView& w = *outs[i].w;
+        float* y = outs[i].y;
+        const int64_t N = w.n_rows(), g = gg - first[i];
         const uint8_t* grp = w.packed + g * w.packed_group_bytes;
         const int64_t r0 = g * kPackRows;
         if (r0 + kPackRows <= N) {
@@ -124,6 +144,12 @@ void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_
       }
     }
   });
+}
+
+void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
+  const ActQ8* act = quantize_activations(pool, x, n_tokens, w.ne[0]);
+  const MatmulOut out{&w, y};
+  packed_groups(pool, &out, 1, act, w.ne[0], n_tokens);
 }
 
 }  // namespace
@@ -180,7 +206,6 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
   // tile is read from memory once and reused from L1 by the other heads. Per head, the operations and their
   // order are those of a head alone.
   pool.parallel_for(static_cast<int64_t>(a.n_tokens) * a.n_head_kv, [&](int, int64_t i0, int64_t i1) {
-    float scores[kAttnTile];
     float* acc = scratch(static_cast<size_t>(group) * a.head_dim + 2 * group);
     float* m = acc + static_cast<size_t>(group) * a.head_dim;  // running max per head
     float* l = m + group;                                      // running sum per head
@@ -191,6 +216,7 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
       const int n_ctx = a.positions[t] + 1;
       const size_t elem = seq->dtype() == DType::kF16 ? 2 : 4;
       const size_t head_off = static_cast<size_t>(kvh) * a.head_dim * elem;
+      const float* q = a.q + static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(kvh) * group * a.head_dim;
       std::fill(acc, acc + static_cast<size_t>(group) * a.head_dim, 0.0f);
       std::fill(m, m + group, -std::numeric_limits<float>::infinity());
       std::fill(l, l + group, 0.0f);
@@ -201,26 +227,7 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
           const int nt = std::min(kAttnTile, sp.n - j0);
           const uint8_t* kt = sp.k + static_cast<size_t>(j0) * sp.stride + head_off;
           const uint8_t* vt = sp.v + static_cast<size_t>(j0) * sp.stride + head_off;
-          for (int g = 0; g < group; ++g) {
-            const int h = kvh * group + g;
-            const float* q = a.q + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
-            float* acc_h = acc + static_cast<size_t>(g) * a.head_dim;
-            k.kv_scores(seq->dtype(), kt, sp.stride, nt, q, a.head_dim, scale, scores);
-            float tile_max = scores[0];
-            for (int j = 1; j < nt; ++j) tile_max = std::max(tile_max, scores[j]);
-            const float m_new = std::max(m[g], tile_max);
-            const float correction = std::exp(m[g] - m_new);  // 0 on the first tile (m = -inf)
-            float tile_sum = 0.0f;
-            for (int j = 0; j < nt; ++j) {
-              scores[j] = std::exp(scores[j] - m_new);
-              tile_sum += scores[j];
-            }
-            if (correction != 1.0f)
-              for (int d = 0; d < a.head_dim; ++d) acc_h[d] *= correction;
-            k.kv_accumulate(seq->dtype(), vt, sp.stride, nt, scores, a.head_dim, acc_h);
-            l[g] = l[g] * correction + tile_sum;
-            m[g] = m_new;
-          }
+          k.attn_tile(seq->dtype(), kt, vt, sp.stride, nt, q, group, a.head_dim, scale, m, l, acc);
         }
       }
       for (int g = 0; g < group; ++g) {
@@ -233,5 +240,16 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
   });
 }
 
-}  // namespace cachet
+void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const float* x, int n_tokens) {
+  const int64_t K = outs.begin()->w->ne[0];
+  bool fused = outs.size() <= 8;
+  for (const MatmulOut& o : outs) fused = fused && o.w->packed && o.w->ne[0] == K;
+  if (!fused) {
+    for (const MatmulOut& o : outs) matmul(pool, *o.w, x, n_tokens, o.y);
+    return;
+  }
+  const ActQ8* act = quantize_activations(pool, x, n_tokens, K);
+  packed_groups(pool, outs.begin(), static_cast<int>(outs.size()), act, K, n_tokens);
+}
 
+}  // namespace cachet

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -30,6 +31,15 @@ void pack_weight(ThreadPool& pool, TensorView* w, AlignedBuffer<uint8_t>* storag
 // Y = X W^T: X [n_tokens, K] f32, W a weight [K, N] in any computable type, Y [n_tokens, N].
 // Bitwise independent of n_tokens (see the reduction contract in kernels/kernels.h).
 void matmul(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y);
+
+// Several matmuls of the same input (Q, K and V; gate and up): Y_i = X W_i^T. When every weight is packed,
+// X is quantized once and one parallel region covers all their row groups (fewer synchronizations, better
+// balance); each output is bitwise what matmul() gives.
+struct MatmulOut {
+  const TensorView* w;
+  float* y;
+};
+void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const float* x, int n_tokens);
 
 // Causal attention for a batch. q: [n_tokens, n_head * head_dim] (already rotated);
 // out: [n_tokens, n_head * head_dim]. Token t attends to positions [0, positions[t]] of seqs[seq_index[t]]

@@ -12,9 +12,14 @@ def run_chat(cachet_bin, model, lines):
     return r.stdout, turns
 
 
+# The bare "What is the capital of France?" is a near tie for this model: the exact f32 forward prefers "The"
+# over "L" by 0.086 nats, so any int8 engine may land on either (docs/numerics.md). This wording is not.
+QUESTION = "What is the capital of France? Answer in one sentence."
+
+
 def test_capital_of_france_and_kv_reuse(cachet_bin, default_model):
-    out, turns = run_chat(cachet_bin, default_model, ["What is the capital of France?", "And of Germany?"])
-    assert "Paris" in out, out
+    out, turns = run_chat(cachet_bin, default_model, [QUESTION, "And of Germany?"])
+    assert "Paris" in out and "Berlin" in out, out
     assert len(turns) == 2, turns
     (p1, reused1, pre1, gen1), (p2, reused2, pre2, gen2) = turns
     assert reused1 == 0 and pre1 == p1

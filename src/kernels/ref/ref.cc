@@ -109,6 +109,28 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
   }
 }
 
+void attn_tile(DType t, const void* k, const void* v, size_t stride, int n, const float* q, int group, int d,
+               float scale, float* m, float* l, float* acc) {
+  float p[kAttnTileMax];
+  for (int g = 0; g < group; ++g) {
+    kv_scores(t, k, stride, n, q + static_cast<size_t>(g) * d, d, scale, p);
+    float m_new = m[g];
+    for (int i = 0; i < n; ++i) m_new = std::max(m_new, p[i]);
+    const float corr = std::exp(m[g] - m_new);
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) sum += p[i] = std::exp(p[i] - m_new);
+    float* ag = acc + static_cast<size_t>(g) * d;
+    for (int j = 0; j < d; ++j) ag[j] *= corr;
+    kv_accumulate(t, v, stride, n, p, d, ag);
+    l[g] = l[g] * corr + sum;
+    m[g] = m_new;
+  }
+}
+
+void silu_mul(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
 void kv_store(DType t, const float* src, void* dst, int n) {
   if (t == DType::kF32) {
     if (n > 0) std::memcpy(dst, src, n * sizeof(float));
@@ -133,6 +155,7 @@ void quantize_act(const float* x, int64_t n, ActQ8* out) {
     }
     out[b].d = d;
     out[b].sum = sum;
+    out[b].ds = d * static_cast<float>(sum);
   }
 }
 
@@ -161,7 +184,7 @@ void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x,
         acc = std::fma(static_cast<float>(isum), d * xb.d, acc);
         if (t == DType::kQ4_1) {
           const float m = fp16_to_f32(reinterpret_cast<const uint16_t*>(blk + 32)[r]);
-          acc = std::fma(m, xb.d * static_cast<float>(xb.sum), acc);
+          acc = std::fma(m, xb.ds, acc);
         }
       }
       out[tok * out_stride + r] = acc;
@@ -172,6 +195,6 @@ void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x,
 }  // namespace
 
 const Kernels kKernels = {Isa::kScalar, 1,        dequantize_row, dot_rows,     gemm_nt, kv_scores, kv_accumulate,
-                          kv_store,     quantize_act, packed_dot};
+                          kv_store,     quantize_act, packed_dot, attn_tile, silu_mul};
 
 }  // namespace cachet::ref

@@ -2,7 +2,10 @@
 // the CPU has them.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "base/check.h"
 #include "base/fp16.h"
@@ -153,6 +156,30 @@ struct V {
   static reg cvt_i(ireg i) { return _mm256_cvtepi32_ps(i); }
   static reg load_f16(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+
+  // Attention tile helpers. Lane i of the result = the sum of v[i]'s 8 lanes (an hadd tree).
+  static reg reduce_lanes(const reg* v) {
+    const reg a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const reg b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  }
+  // Lanes >= n become `fill`.
+  static reg keep_first(reg r, int n, float fill) {
+    if (n >= 8) return r;
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), r, _mm256_castsi256_ps(tail_mask(n)));
+  }
+  static reg min(reg a, reg b) { return _mm256_min_ps(a, b); }
+  static reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg round_nearest(reg x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127].
+  static reg pow2i(reg n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+  static reg select_below(reg x, float limit, reg if_below, reg otherwise) {
+    return _mm256_blendv_ps(otherwise, if_below, _mm256_cmp_ps(x, _mm256_set1_ps(limit), _CMP_LT_OQ));
   }
 };
 

@@ -2,7 +2,10 @@
 // -mavx512dq -mavx512vnni -mf16c -mfma; only called when cpuid says the CPU has them.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "base/check.h"
 #include "base/fp16.h"
@@ -93,7 +96,7 @@ struct V {
   // Integer path (kernels/packed.h): one 16-row group at once, lane r = row r; VNNI dot products.
   using ireg = __m512i;
   static constexpr int kPackHalves = 1;
-  static constexpr int kPackTokens = 8;  // 8 weight registers + 8 accumulators + operands fit 32 registers
+  static constexpr int kPackTokens = 8;  // 8 weight registers + 8 accumulators + operands fit 32 registers (16 measured slower)
   static constexpr int kQ8Bias = 128;  // vpdpbusd takes the biased (unsigned) Q8 weights as they are
   static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
   static reg abs(reg a) { return _mm512_abs_ps(a); }
@@ -119,6 +122,37 @@ struct V {
   static reg cvt_i(ireg i) { return _mm512_cvtepi32_ps(i); }
   static reg load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+
+  // Attention tile helpers. Lane i of the result = the sum of v[i]'s 16 lanes (a transpose-and-add tree:
+  // 15 adds and 30 shuffles instead of 16 separate horizontal reductions).
+  static reg reduce_lanes(const reg* v) {
+    reg x[8], y[4], z[2];
+    for (int i = 0; i < 8; ++i)
+      x[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; ++i)
+      y[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0x44),
+                           _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0xee));
+    for (int i = 0; i < 2; ++i)
+      z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0x88),
+                           _mm512_shuffle_f32x4(y[2 * i], y[2 * i + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x88), _mm512_shuffle_f32x4(z[0], z[1], 0xdd));
+  }
+  // Lanes >= n become `fill`.
+  static reg keep_first(reg r, int n, float fill) {
+    return _mm512_mask_blend_ps(n >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n), _mm512_set1_ps(fill), r);
+  }
+  static reg min(reg a, reg b) { return _mm512_min_ps(a, b); }
+  static reg div(reg a, reg b) { return _mm512_div_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static reg round_nearest(reg x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for integral n in [-126, 127].
+  static reg pow2i(reg n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+  static reg select_below(reg x, float limit, reg if_below, reg otherwise) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(limit), _CMP_LT_OQ), otherwise, if_below);
   }
 };
 
