@@ -38,14 +38,71 @@ Result<int64_t> parse_memory(const std::string& s) {
 
 }  // namespace
 
+int run_batch(const BatchOptions& o) {
+  auto lm = load_with_tokenizer(o.model, o.threads);
+  if (!lm.is_ok()) return fail(lm.status());
+  if (!lm->tokenizer) return fail(invalid_argument("batch needs a model file with a tokenizer"));
+  const Tokenizer& tok = *lm->tokenizer;
+  auto mem = parse_memory(o.kv_memory);
+  if (!mem.is_ok() || o.block_size % 16 != 0 || o.block_size <= 0) return fail(mem.is_ok() ? invalid_argument("--block-size must be a positive multiple of 16") : mem.status());
+  EngineConfig cfg;
+  cfg.kv_memory_bytes = *mem;
+  cfg.block_size = o.block_size;
+  cfg.max_running = o.parallel;
+  cfg.prefill_chunk = o.chunk;
+  Engine engine(*lm->model, cfg);
+  std::ifstream in(o.prompts_file);
+  if (!in) return fail(io_error("cannot read " + o.prompts_file));
+  std::vector<int32_t> eog;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id)
+    if (tok.is_end_of_generation(id)) eog.push_back(id);
+  std::vector<RequestId> ids;
+  std::map<RequestId, std::vector<int32_t>> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    std::string text = line;
+    const GgufFile* g = lm->model->gguf();
+    if (!o.raw && g && g->find("tokenizer.chat_template")) {
+      ChatTemplateInputs ti;
+      ti.messages.push_back({{"role", "user"}, {"content", line}});
+      if (tok.bos()) ti.bos_token = tok.token_text(*tok.bos());
+      if (tok.eos()) ti.eos_token = tok.token_text(*tok.eos());
+      auto r = render_chat_template(*g->get_string("tokenizer.chat_template"), ti);
+      if (!r.is_ok()) return fail(r.status());
+      text = *r;
+    }
+    auto id = engine.add_request(tok.encode(text, !(!o.raw && g && g->find("tokenizer.chat_template")), true),
+                                 o.sampling, eog);
+    if (!id.is_ok()) return fail(id.status());
+    ids.push_back(*id);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t generated = 0, steps = 0;
+  while (engine.has_work()) {
+    auto ev = engine.step();
+    if (!ev.is_ok()) return fail(ev.status());
+    ++steps;
+    for (const auto& x : *ev)
+      if (x.token >= 0) out[x.id].push_back(x.token), ++generated;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<int32_t> toks = out[ids[i]];
+    if (!toks.empty() && tok.is_end_of_generation(toks.back())) toks.pop_back();
+    const std::string text = tok.decode(toks);
+    if (o.json) std::printf("%s\n", nlohmann::json({{"index", i}, {"text", text}, {"token_ids", toks}}).dump().c_str());
+    else std::printf("[%zu] %s\n", i, text.c_str());
+  }
+  const EngineCounters cnt = engine.counters();
+  std::fprintf(stderr, "%zu prompts, %lld tokens in %.2f s (%.1f tok/s aggregate), %lld steps, %lld preemptions, "
+               "%d KV blocks of %d tokens\n", ids.size(), static_cast<long long>(generated), secs, generated / secs,
+               static_cast<long long>(steps), static_cast<long long>(cnt.preemptions), cnt.blocks_total,
+               cfg.block_size);
+  return 0;
+}
+
 void add_batch_command(CLI::App& app, int* exit_code) {
-  struct Args {
-    std::string model, prompts_file, kv_memory = "512MiB";
-    int parallel = 16, threads = 0, block_size = 16, chunk = 256;
-    SamplingParams sampling;
-    bool json = false, raw = false;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<BatchOptions>();
   a->sampling.max_tokens = 64;
   CLI::App* c = app.add_subcommand("batch", "run many prompts at once with continuous batching (one per line)");
   c->add_option("-m,--model", a->model, "model file (default: SmolLM2-135M-Instruct)");
@@ -62,89 +119,7 @@ void add_batch_command(CLI::App& app, int* exit_code) {
   c->add_option("-t,--threads", a->threads);
   c->add_flag("--json", a->json, "one JSON object per prompt");
   c->add_flag("--raw", a->raw, "send each line as is (default: as a user message in the chat template)");
-  c->callback([a, exit_code] {
-    auto lm = load_with_tokenizer(a->model, a->threads);
-    if (!lm.is_ok()) {
-      *exit_code = fail(lm.status());
-      return;
-    }
-    if (!lm->tokenizer) {
-      *exit_code = fail(invalid_argument("batch needs a model file with a tokenizer"));
-      return;
-    }
-    const Tokenizer& tok = *lm->tokenizer;
-    auto mem = parse_memory(a->kv_memory);
-    if (!mem.is_ok() || a->block_size % 16 != 0 || a->block_size <= 0) {
-      *exit_code = fail(mem.is_ok() ? invalid_argument("--block-size must be a positive multiple of 16") : mem.status());
-      return;
-    }
-    EngineConfig cfg;
-    cfg.kv_memory_bytes = *mem;
-    cfg.block_size = a->block_size;
-    cfg.max_running = a->parallel;
-    cfg.prefill_chunk = a->chunk;
-    Engine engine(*lm->model, cfg);
-    std::ifstream in(a->prompts_file);
-    if (!in) {
-      *exit_code = fail(io_error("cannot read " + a->prompts_file));
-      return;
-    }
-    std::vector<int32_t> eog;
-    for (int32_t id = 0; id < tok.n_vocab(); ++id)
-      if (tok.is_end_of_generation(id)) eog.push_back(id);
-    std::vector<RequestId> ids;
-    std::map<RequestId, std::vector<int32_t>> out;
-    for (std::string line; std::getline(in, line);) {
-      if (line.empty()) continue;
-      std::string text = line;
-      const GgufFile* g = lm->model->gguf();
-      if (!a->raw && g && g->find("tokenizer.chat_template")) {
-        ChatTemplateInputs ti;
-        ti.messages.push_back({{"role", "user"}, {"content", line}});
-        if (tok.bos()) ti.bos_token = tok.token_text(*tok.bos());
-        if (tok.eos()) ti.eos_token = tok.token_text(*tok.eos());
-        auto r = render_chat_template(*g->get_string("tokenizer.chat_template"), ti);
-        if (!r.is_ok()) {
-          *exit_code = fail(r.status());
-          return;
-        }
-        text = *r;
-      }
-      auto id = engine.add_request(tok.encode(text, !(!a->raw && g && g->find("tokenizer.chat_template")), true),
-                                   a->sampling, eog);
-      if (!id.is_ok()) {
-        *exit_code = fail(id.status());
-        return;
-      }
-      ids.push_back(*id);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    int64_t generated = 0, steps = 0;
-    while (engine.has_work()) {
-      auto ev = engine.step();
-      if (!ev.is_ok()) {
-        *exit_code = fail(ev.status());
-        return;
-      }
-      ++steps;
-      for (const auto& x : *ev)
-        if (x.token >= 0) out[x.id].push_back(x.token), ++generated;
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      std::vector<int32_t> toks = out[ids[i]];
-      if (!toks.empty() && tok.is_end_of_generation(toks.back())) toks.pop_back();
-      const std::string text = tok.decode(toks);
-      if (a->json) std::printf("%s\n", nlohmann::json({{"index", i}, {"text", text}, {"token_ids", toks}}).dump().c_str());
-      else std::printf("[%zu] %s\n", i, text.c_str());
-    }
-    const EngineCounters cnt = engine.counters();
-    std::fprintf(stderr, "%zu prompts, %lld tokens in %.2f s (%.1f tok/s aggregate), %lld steps, %lld preemptions, "
-                 "%d KV blocks of %d tokens\n", ids.size(), static_cast<long long>(generated), secs, generated / secs,
-                 static_cast<long long>(steps), static_cast<long long>(cnt.preemptions), cnt.blocks_total,
-                 cfg.block_size);
-    *exit_code = 0;
-  });
+  c->callback([a, exit_code] { *exit_code = run_batch(*a); });
 }
 
 }  // namespace cachet::cli

@@ -29,9 +29,27 @@ struct RunArgs {
   bool precise = false;
   int beam_width = 0;
   float length_penalty = 1.0f;
+  std::string prompts_file;  // with --parallel: many prompts through the batching engine
+  int parallel = 0;
+  std::string kv_memory = "512MiB";
 };
 
 int run(const RunArgs& a) {
+  if (!a.prompts_file.empty() || a.parallel > 0) {
+    if (a.prompts_file.empty()) return fail(invalid_argument("--parallel needs -f/--prompts-file (one prompt per line)"));
+    if (!a.prompt.empty() || !a.prompt_ids.empty() || a.beam_width > 0 || a.no_kv_cache)
+      return fail(invalid_argument("-f/--prompts-file does not combine with -p, --prompt-ids, --beam-width or "
+                                   "--no-kv-cache"));
+    BatchOptions o;
+    o.model = a.model;
+    o.prompts_file = a.prompts_file;
+    o.kv_memory = a.kv_memory;
+    o.parallel = a.parallel > 0 ? a.parallel : 16;
+    o.threads = a.threads;
+    o.sampling = a.sampling;
+    o.json = a.format == "json";
+    return run_batch(o);
+  }
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
   auto lm = load_with_tokenizer(a.model, a.threads, a.precise);
   if (!lm.is_ok()) return fail(lm.status());
@@ -166,6 +184,10 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_flag("--precise", a->precise, "f32 activations in every matmul (slower; see docs/numerics.md)");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
   c->add_option("--format", a->format, "output format")->check(CLI::IsMember({"text", "json"}));
+  c->add_option("-f,--prompts-file", a->prompts_file, "many prompts, one per line, batched (see --parallel)");
+  c->add_option("--parallel", a->parallel, "with -f: most prompts running at once (continuous batching)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--kv-memory", a->kv_memory, "with -f: KV cache memory (512MiB, 2GiB, or a fraction of RAM)");
   c->callback([a, exit_code] { *exit_code = run(*a); });
 }
 

@@ -8,6 +8,7 @@
 
 #include "cachet/status.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 
 namespace CLI {
 class App;
@@ -46,6 +47,16 @@ Result<LoadedModel> load_with_prompt(const std::string& model_flag, int n_thread
 
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.
 int fail(const Status& s);
+
+// Many prompts (one per line of a file) through the continuous-batching engine: `cachet batch`, and
+// `cachet run -f FILE --parallel N`.
+struct BatchOptions {
+  std::string model, prompts_file, kv_memory = "512MiB";
+  int parallel = 16, threads = 0, block_size = 16, chunk = 256;
+  SamplingParams sampling;
+  bool json = false, raw = false;
+};
+int run_batch(const BatchOptions& o);
 
 void add_run_command(CLI::App& app, int* exit_code);
 void add_info_command(CLI::App& app, int* exit_code);
