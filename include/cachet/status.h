@@ -10,7 +10,7 @@
 
 namespace cachet {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kOutOfRange, kUnimplemented, kIo, kResourceExhausted };
+enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kOutOfRange, kUnimplemented, kIo, kResourceExhausted, kUnavailable };
 
 class [[nodiscard]] Status {
  public:
@@ -39,6 +39,7 @@ inline Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status io_error(std::string m) { return {StatusCode::kIo, std::move(m)}; }
 inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 
 template <typename T>
 class [[nodiscard]] Result {

@@ -77,7 +77,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   for (RequestId id : aborted_) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
-    events.push_back({id, -1, RequestFinish::kAborted});
+    events.push_back({id, -1, RequestFinish::kAborted, 0.0f, {}});
     finish(it->second.get());
   }
   aborted_.clear();
@@ -174,7 +174,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
     if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
     CACHET_ASSIGN_OR_RETURN(SampleResult s, r->sampler->sample(row, V, r->tokens, r->n_prompt));
     r->tokens.push_back(s.id);
-    RequestEvent ev{r->id, s.id, RequestFinish::kNone};
+    RequestEvent ev{r->id, s.id, RequestFinish::kNone, s.logprob, std::move(s.top)};
     const bool stop = (r->stop_at_eos && sp.eos && s.id == *sp.eos) ||
                       std::find(r->stop_ids.begin(), r->stop_ids.end(), s.id) != r->stop_ids.end();
     if (stop) ev.finish = RequestFinish::kStop;

@@ -16,9 +16,6 @@
 
 namespace cachet::cli {
 
-namespace {
-
-// "512MiB", "2GiB", "1000000" (bytes), or "0.25" (a fraction of physical memory).
 Result<int64_t> parse_memory(const std::string& s) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -35,8 +32,6 @@ Result<int64_t> parse_memory(const std::string& s) {
   if (it == kUnits.end()) return invalid_argument("--kv-memory: unknown unit '" + unit + "'");
   return static_cast<int64_t>(v * static_cast<double>(it->second));
 }
-
-}  // namespace
 
 int run_batch(const BatchOptions& o) {
   auto lm = load_with_tokenizer(o.model, o.threads);

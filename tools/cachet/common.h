@@ -48,6 +48,9 @@ Result<LoadedModel> load_with_prompt(const std::string& model_flag, int n_thread
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.
 int fail(const Status& s);
 
+// "512MiB", "2GiB", "1000000" (bytes), or "0.25" (a fraction of physical memory).
+Result<int64_t> parse_memory(const std::string& s);
+
 // Many prompts (one per line of a file) through the continuous-batching engine: `cachet batch`, and
 // `cachet run -f FILE --parallel N`.
 struct BatchOptions {
@@ -69,5 +72,6 @@ void add_kv_math_command(CLI::App& app, int* exit_code);
 void add_trace_command(CLI::App& app, int* exit_code);
 void add_break_command(CLI::App& app, int* exit_code);
 void add_batch_command(CLI::App& app, int* exit_code);
+void add_serve_command(CLI::App& app, int* exit_code);
 
 }  // namespace cachet::cli

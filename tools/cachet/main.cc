@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   cachet::cli::add_trace_command(app, &exit_code);
   cachet::cli::add_break_command(app, &exit_code);
   cachet::cli::add_batch_command(app, &exit_code);
+  cachet::cli::add_serve_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,131 @@
+#include "server/engine_service.h"
+
+#include <unordered_set>
+
+namespace cachet::server {
+
+bool RequestStream::wait(std::vector<StreamEvent>* out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return !events_.empty(); });
+  if (events_.empty()) return false;
+  for (auto& e : events_) out->push_back(std::move(e));
+  events_.clear();
+  return true;
+}
+
+void RequestStream::push(StreamEvent e) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+EngineService::EngineService(Model& model, EngineConfig cfg, int max_waiting)
+    : engine_(model, std::move(cfg)), max_waiting_(max_waiting) {
+  snapshot_.counters = engine_.counters();
+  thread_ = std::thread([this] { loop(); });
+}
+
+EngineService::~EngineService() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Result<std::shared_ptr<RequestStream>> EngineService::submit(std::vector<int32_t> prompt,
+                                                             const SamplingParams& params,
+                                                             std::vector<int32_t> stop_ids, bool stop_at_eos,
+                                                             int n) {
+  Submission sub{std::move(prompt), params, std::move(stop_ids), stop_at_eos, n, {}};
+  auto fut = sub.done.get_future();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) return unavailable("the server is shutting down");
+    const ServiceSnapshot snap = snapshot();
+    if (snap.counters.waiting + static_cast<int>(submissions_.size()) >= max_waiting_)
+      return resource_exhausted("the request queue is full (" + std::to_string(max_waiting_) +
+                                " waiting); retry later");
+    submissions_.push_back(&sub);
+  }
+  cv_.notify_all();
+  return fut.get();
+}
+
+void EngineService::cancel(const std::shared_ptr<RequestStream>& s, int index) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (int i = 0; i < s->n(); ++i)
+      if (index < 0 || i == index) cancels_.push_back(s->first_id() + i);
+  }
+  cv_.notify_all();
+}
+
+ServiceSnapshot EngineService::snapshot() const {
+  std::lock_guard<std::mutex> lk(snap_mu_);
+  return snapshot_;
+}
+
+void EngineService::loop() {
+  int64_t steps = 0;
+  for (;;) {
+    std::deque<Submission*> subs;
+    std::vector<RequestId> cancels;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !submissions_.empty() || !cancels_.empty() || engine_.has_work(); });
+      if (stop_) break;
+      subs.swap(submissions_);
+      cancels.swap(cancels_);
+    }
+    for (Submission* sub : subs) {
+      auto id = engine_.add_request(std::move(sub->prompt), sub->params, std::move(sub->stop_ids), sub->stop_at_eos,
+                                    sub->n);
+      if (!id.is_ok()) {
+        sub->done.set_value(id.status());
+        continue;
+      }
+      auto stream = std::make_shared<RequestStream>(*id, sub->n);
+      for (int i = 0; i < sub->n; ++i) routes_[*id + i] = {stream, i};
+      sub->done.set_value(stream);
+    }
+    for (RequestId id : cancels)
+      if (routes_.count(id)) engine_.abort(id);
+    if (engine_.has_work()) {
+      auto events = engine_.step();
+      ++steps;
+      if (!events.is_ok()) {
+        // A failed forward pass (NaN logits, ...) ends every running request with an error event; the
+        // server stays up.
+        for (auto& [id, route] : routes_) engine_.abort(id);
+        for (auto& [id, route] : routes_)
+          route.first->push({route.second, RequestEvent{id, -1, RequestFinish::kAborted, 0.0f, {}}});
+        routes_.clear();
+      } else {
+        for (RequestEvent& ev : *events) {
+          auto it = routes_.find(ev.id);
+          if (it == routes_.end()) continue;
+          const bool done = ev.finish != RequestFinish::kNone;
+          it->second.first->push({it->second.second, std::move(ev)});
+          if (done) routes_.erase(it);
+        }
+      }
+    }
+    std::unordered_set<const RequestStream*> live;
+    for (const auto& [id, route] : routes_) live.insert(route.first.get());
+    std::lock_guard<std::mutex> lk(snap_mu_);
+    snapshot_.counters = engine_.counters();
+    snapshot_.steps = steps;
+    snapshot_.active_streams = static_cast<int>(live.size());
+  }
+  // Shutting down: whoever still waits gets an aborted finish.
+  for (auto& [id, route] : routes_) route.first->push({route.second, RequestEvent{id, -1, RequestFinish::kAborted, 0.0f, {}}});
+  std::lock_guard<std::mutex> lk(mu_);
+  for (Submission* sub : submissions_) sub->done.set_value(unavailable("the server is shutting down"));
+  submissions_.clear();
+}
+
+}  // namespace cachet::server

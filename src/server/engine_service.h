@@ -1,0 +1,91 @@
+// The engine behind the server: one thread owns the Engine and runs step() while there is work; HTTP
+// threads submit requests and cancellations through a queue the engine thread drains between steps (so a
+// submission waits at most one step, and nobody else ever touches the Engine). Each submitted request gets a
+// RequestStream that receives its token events; n > 1 choices share one stream.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cachet/status.h"
+#include "engine/engine.h"
+
+namespace cachet::server {
+
+struct StreamEvent {
+  int index = 0;  // choice
+  RequestEvent ev;
+};
+
+class RequestStream {
+ public:
+  RequestStream(RequestId first, int n) : first_(first), n_(n) {}
+  RequestId first_id() const { return first_; }
+  int n() const { return n_; }
+  // Waits up to `timeout` for events; moves them into *out. Returns false when nothing arrived.
+  bool wait(std::vector<StreamEvent>* out, std::chrono::milliseconds timeout);
+  void push(StreamEvent e);
+
+ private:
+  RequestId first_;
+  int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<StreamEvent> events_;
+};
+
+struct ServiceSnapshot {
+  EngineCounters counters;
+  int64_t steps = 0;
+  int active_streams = 0;  // submitted and not yet finished (all choices)
+};
+
+class EngineService {
+ public:
+  EngineService(Model& model, EngineConfig cfg, int max_waiting);
+  ~EngineService();
+  EngineService(const EngineService&) = delete;
+  EngineService& operator=(const EngineService&) = delete;
+
+  // Adds a request (blocks until the engine thread took it, at most one step). kResourceExhausted when the
+  // waiting queue is full; the Engine's own errors (invalid parameters, a request that can never fit) as is.
+  Result<std::shared_ptr<RequestStream>> submit(std::vector<int32_t> prompt, const SamplingParams& params,
+                                                std::vector<int32_t> stop_ids, bool stop_at_eos, int n);
+  // Cancels the choices of a stream that have not finished; their blocks are freed at the next step.
+  void cancel(const std::shared_ptr<RequestStream>& s, int index = -1);
+  ServiceSnapshot snapshot() const;
+  const EngineConfig& config() const { return engine_.config(); }
+
+ private:
+  struct Submission {
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    std::vector<int32_t> stop_ids;
+    bool stop_at_eos;
+    int n;
+    std::promise<Result<std::shared_ptr<RequestStream>>> done;
+  };
+  void loop();
+
+  Engine engine_;
+  int max_waiting_;
+  std::mutex mu_;  // guards the queues below and stop_
+  std::condition_variable cv_;
+  std::deque<Submission*> submissions_;
+  std::vector<RequestId> cancels_;
+  bool stop_ = false;
+  // Engine thread only (except snapshot_, under snap_mu_).
+  std::unordered_map<RequestId, std::pair<std::shared_ptr<RequestStream>, int>> routes_;
+  mutable std::mutex snap_mu_;
+  ServiceSnapshot snapshot_;
+  std::thread thread_;
+};
+
+}  // namespace cachet::server

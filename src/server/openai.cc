@@ -1,0 +1,224 @@
+#include "server/openai.h"
+
+#include <cmath>
+#include <set>
+#include <variant>
+
+namespace cachet::server {
+
+using nlohmann::json;
+
+json ApiError::body() const {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+namespace {
+
+ApiError bad(const std::string& param, const std::string& message) {
+  return ApiError{400, message, "invalid_request_error", param, ""};
+}
+
+// Field readers: absent or null -> keep the default; wrong type or range -> an error naming the field.
+std::optional<ApiError> read_number(const json& b, const char* key, double lo, double hi, float* out) {
+  if (!b.contains(key) || b[key].is_null()) return std::nullopt;
+  const json& v = b[key];
+  if (!v.is_number()) return bad(key, std::string("'") + key + "' must be a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    return bad(key, std::string("'") + key + "' must be between " + json(lo).dump() + " and " + json(hi).dump() +
+                        ", got " + v.dump());
+  *out = static_cast<float>(x);
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_int(const json& b, const char* key, int64_t lo, int64_t hi, int64_t* out) {
+  if (!b.contains(key) || b[key].is_null()) return std::nullopt;
+  const json& v = b[key];
+  if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+    return bad(key, std::string("'") + key + "' must be an integer");
+  if (v.is_number_float() && std::fabs(v.get<double>()) > 9e15)
+    return bad(key, std::string("'") + key + "' is out of range");
+  const int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                        ? INT64_MAX
+                        : (v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>());
+  if (x < lo || x > hi)
+    return bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
+                        std::to_string(hi) + ", got " + v.dump());
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_bool(const json& b, const char* key, bool* out) {
+  if (!b.contains(key) || b[key].is_null()) return std::nullopt;
+  if (!b[key].is_boolean()) return bad(key, std::string("'") + key + "' must be a boolean");
+  *out = b[key].get<bool>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b, Endpoint endpoint,
+                                                                   int64_t n_vocab) {
+  if (!b.is_object()) return bad("", "the request body must be a JSON object");
+  const bool chat = endpoint == Endpoint::kChat;
+  static const std::set<std::string> kCommon = {
+      "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed",
+      "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
+      // ours
+      "top_k", "min_p", "repetition_penalty", "ignore_eos"};
+  static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix"};
+  static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
+  for (const auto& [k, v] : b.items())
+    if (!kCommon.count(k) && !(chat ? kChat : kCompletions).count(k))
+      return bad(k, "Unrecognized request argument supplied: " + k);
+
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  if (!b.contains("model") || !b["model"].is_string()) return bad("model", "'model' is required and must be a string");
+  r.model = b["model"].get<std::string>();
+
+  if (chat) {
+    if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())
+      return bad("messages", "'messages' must be a non-empty array");
+    r.messages = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < b["messages"].size(); ++i) {
+      const json& m = b["messages"][i];
+      const std::string where = "messages[" + std::to_string(i) + "]";
+      if (!m.is_object()) return bad(where, where + " must be an object");
+      if (!m.contains("role") || !m["role"].is_string()) return bad(where + ".role", where + ".role must be a string");
+      const std::string role = m["role"];
+      if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
+        return bad(where + ".role", "unknown role '" + role + "' (system, developer, user, assistant, tool)");
+      std::string content;
+      if (!m.contains("content") || m["content"].is_null()) {
+        if (role != "assistant") return bad(where + ".content", where + ".content is required");
+      } else if (m["content"].is_string()) {
+        content = m["content"];
+      } else if (m["content"].is_array()) {
+        for (const json& part : m["content"]) {
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+              !part["text"].is_string())
+            return bad(where + ".content", "only text content parts are supported");
+          content += part["text"].get<std::string>();
+        }
+      } else {
+        return bad(where + ".content", where + ".content must be a string or an array of text parts");
+      }
+      r.messages.push_back({{"role", role == "developer" ? "system" : role}, {"content", content}});
+    }
+  } else {
+    if (!b.contains("prompt")) return bad("prompt", "'prompt' is required");
+    const json& p = b["prompt"];
+    if (p.is_string()) {
+      r.prompt_text = p;
+    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+      r.prompt_text = p[0];
+    } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+      for (const json& t : p) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+          return bad("prompt", "token ids in 'prompt' must be integers in [0, " + std::to_string(n_vocab) + ")");
+        r.prompt_ids.push_back(t.get<int32_t>());
+      }
+    } else if (p.is_array() && p.size() > 1) {
+      return bad("prompt", "one prompt per request: send a string, a one-string array or an array of token ids");
+    } else {
+      return bad("prompt", "'prompt' must be a string, an array of one string or an array of token ids");
+    }
+    if (r.prompt_text.empty() && r.prompt_ids.empty()) return bad("prompt", "'prompt' must not be empty");
+    bool echo = false;
+    if (auto e = read_bool(b, "echo", &echo)) return *e;
+    if (echo) return bad("echo", "'echo' is not supported");
+    if (b.contains("suffix") && !b["suffix"].is_null()) return bad("suffix", "'suffix' is not supported");
+  }
+
+  int64_t v = 0;
+  SamplingParams& s = r.sampling;
+  s.max_tokens = chat ? -1 : 16;  // OpenAI's defaults: 16 for completions, up to the context for chat
+  const char* max_key = chat && b.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  v = s.max_tokens;
+  if (auto e = read_int(b, max_key, 1, 1 << 30, &v)) return *e;
+  s.max_tokens = static_cast<int32_t>(v);
+  s.temperature = 1.0f;  // OpenAI's default
+  if (auto e = read_number(b, "temperature", 0.0, 2.0, &s.temperature)) return *e;
+  if (auto e = read_number(b, "top_p", 0.0, 1.0, &s.top_p)) return *e;
+  if (b.contains("top_p") && b["top_p"].is_number() && s.top_p <= 0.0f) return bad("top_p", "'top_p' must be > 0");
+  if (auto e = read_number(b, "presence_penalty", -2.0, 2.0, &s.presence_penalty)) return *e;
+  if (auto e = read_number(b, "frequency_penalty", -2.0, 2.0, &s.frequency_penalty)) return *e;
+  if (auto e = read_number(b, "min_p", 0.0, 1.0, &s.min_p)) return *e;
+  if (auto e = read_number(b, "repetition_penalty", 0.01, 100.0, &s.repetition_penalty)) return *e;
+  v = 0;
+  if (auto e = read_int(b, "top_k", 0, 1 << 30, &v)) return *e;
+  s.top_k = static_cast<int32_t>(v);
+  v = 1;
+  if (auto e = read_int(b, "n", 1, 16, &v)) return *e;
+  r.n = static_cast<int>(v);
+  if (b.contains("best_of") && !b["best_of"].is_null() && b["best_of"] != b.value("n", json(1)))
+    return bad("best_of", "'best_of' is not supported unless equal to 'n'");
+  if (b.contains("seed") && !b["seed"].is_null()) {
+    if (!b["seed"].is_number_integer()) return bad("seed", "'seed' must be an integer");
+    s.seed = b["seed"].is_number_unsigned() ? b["seed"].get<uint64_t>()
+                                            : static_cast<uint64_t>(b["seed"].get<int64_t>());
+  } else {
+    s.seed = std::random_device{}();
+  }
+  if (auto e = read_bool(b, "stream", &r.stream)) return *e;
+  if (auto e = read_bool(b, "ignore_eos", &r.ignore_eos)) return *e;
+  if (b.contains("stream_options") && !b["stream_options"].is_null()) {
+    const json& so = b["stream_options"];
+    if (!so.is_object()) return bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) return bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    for (const auto& [k, x] : so.items())
+      if (k != "include_usage") return bad("stream_options", "Unrecognized stream option: " + k);
+    if (auto e = read_bool(so, "include_usage", &r.include_usage)) return *e;
+  }
+  if (b.contains("stop") && !b["stop"].is_null()) {
+    const json& st = b["stop"];
+    if (st.is_string()) {
+      r.stop.push_back(st);
+    } else if (st.is_array() && st.size() <= 4) {
+      for (const json& x : st) {
+        if (!x.is_string()) return bad("stop", "'stop' must be a string or an array of up to 4 strings");
+        r.stop.push_back(x);
+      }
+    } else {
+      return bad("stop", "'stop' must be a string or an array of up to 4 strings");
+    }
+    for (const auto& x : r.stop)
+      if (x.empty()) return bad("stop", "stop sequences must not be empty");
+  }
+  if (b.contains("logit_bias") && !b["logit_bias"].is_null()) {
+    const json& lb = b["logit_bias"];
+    if (!lb.is_object()) return bad("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    for (const auto& [k, x] : lb.items()) {
+      char* end = nullptr;
+      const long id = std::strtol(k.c_str(), &end, 10);
+      if (k.empty() || *end || id < 0 || id >= n_vocab)
+        return bad("logit_bias", "logit_bias key '" + k + "' is not a token id in [0, " + std::to_string(n_vocab) + ")");
+      if (!x.is_number() || x.get<double>() < -100 || x.get<double>() > 100)
+        return bad("logit_bias", "logit_bias values must be numbers in [-100, 100]");
+      s.logit_bias[static_cast<int32_t>(id)] = x.get<float>();
+    }
+  }
+  if (chat) {
+    bool want = false;
+    if (auto e = read_bool(b, "logprobs", &want)) return *e;
+    v = 0;
+    if (auto e = read_int(b, "top_logprobs", 0, 20, &v)) return *e;
+    if (b.contains("top_logprobs") && !b["top_logprobs"].is_null() && !want)
+      return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.logprobs = want ? static_cast<int>(v) : -1;
+  } else {
+    v = -1;
+    if (auto e = read_int(b, "logprobs", 0, 20, &v)) return *e;
+    r.logprobs = static_cast<int>(v);
+  }
+  s.logprobs = r.logprobs;
+  s.stop.clear();  // the server matches stop strings itself, per choice
+  return r;
+}
+
+}  // namespace cachet::server

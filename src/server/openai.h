@@ -1,0 +1,46 @@
+// OpenAI API requests: parsing and validation of /v1/completions and /v1/chat/completions bodies into one
+// GenerationRequest, and the error shape. Every field is checked for type and range; unknown fields are an
+// error (as the OpenAI API does), so a typo never silently changes behaviour.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace cachet::server {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+  nlohmann::json body() const;
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::string prompt_text;              // completions: the prompt; chat: filled by the caller from messages
+  std::vector<int32_t> prompt_ids;      // completions given token ids
+  nlohmann::ordered_json messages;      // chat
+  SamplingParams sampling;              // temperature, top_p, ..., seed, max_tokens (-1 = up to the context)
+  std::vector<std::string> stop;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  bool ignore_eos = false;
+  int logprobs = -1;                    // -1: none; else the number of alternatives (0..20)
+};
+
+// Parses a request body (already valid JSON) for the endpoint; n_vocab bounds logit_bias keys.
+std::variant<GenerationRequest, ApiError> parse_generation_request(const nlohmann::json& body, Endpoint endpoint,
+                                                                   int64_t n_vocab);
+
+}  // namespace cachet::server

@@ -1,0 +1,566 @@
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <variant>
+
+#include "chat/chat_template.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "sampling/stop.h"
+#include "server/chat_page.h"
+#include "server/engine_service.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cachet::server {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+enum class State { kLoading, kReady, kDraining };
+
+struct Metrics {
+  LabeledCounter requests{"cachet_requests_total", "HTTP requests by status code", "status"};
+  Histogram ttft{"cachet_time_to_first_token_seconds", "request arrival to its first generated token",
+                 exponential_buckets(0.005, 2, 14)};
+  Histogram itl{"cachet_inter_token_latency_seconds", "time between consecutive tokens of a request",
+                exponential_buckets(0.001, 2, 14)};
+  Histogram e2e{"cachet_request_duration_seconds", "request arrival to its last token",
+                exponential_buckets(0.01, 2, 14)};
+  std::atomic<int64_t> prompt_tokens{0}, generation_tokens{0};
+};
+
+struct App {
+  ServerOptions opts;
+  std::atomic<State> state{State::kLoading};
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<EngineService> service;
+  std::string model_id, chat_template;
+  int n_ctx = 0;
+  std::vector<int32_t> eog;
+  Metrics metrics;
+  std::atomic<int> in_flight{0};  // generation requests between acceptance and their last byte
+};
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(e.body().dump(), "application/json");
+}
+
+ApiError error_of(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kResourceExhausted: return {429, s.message(), "rate_limit_error", "", "queue_full"};
+    case StatusCode::kUnavailable: return {503, s.message(), "server_error", "", "unavailable"};
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange: return {400, s.message(), "invalid_request_error", "", ""};
+    default: return {500, s.message(), "server_error", "", ""};
+  }
+}
+
+// cpp-httplib 0.11 does not expose a request's socket, so a handler finds it by the peer address; then
+// poll(POLLRDHUP) tells whether the client has gone, even while nothing is being written (queued, prefill).
+int connection_fd(const httplib::Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (dirent* e = readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd <= 2) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) continue;
+    char host[INET6_ADDRSTRLEN] = {0};
+    int port = -1;
+    if (ss.ss_family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+      port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+      port = ntohs(a->sin6_port);
+    }
+    if (port == req.remote_port && req.remote_addr == host) {
+      found = fd;
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, static_cast<short>(POLLRDHUP), 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+std::string finish_name(RequestFinish f) {
+  switch (f) {
+    case RequestFinish::kStop: return "stop";
+    case RequestFinish::kLength: return "length";
+    default: return "abort";
+  }
+}
+
+// One generation request in flight: its choices' text, stop matching, logprobs, timings.
+class Generation {
+ public:
+  Generation(App& app, GenerationRequest r, int n_prompt, Clock::time_point t0)
+      : app_(app), r_(std::move(r)), n_prompt_(n_prompt), t0_(t0), created_(std::time(nullptr)) {
+    id_ = std::string(chat() ? "chatcmpl-" : "cmpl-") + std::to_string(t0.time_since_epoch().count());
+    for (int i = 0; i < r_.n; ++i) choices_.push_back(std::make_unique<Choice>(*app.tok, r_.stop));
+    ++app_.in_flight;
+  }
+  ~Generation() {
+    if (stream_ && !all_done()) app_.service->cancel(stream_);
+    --app_.in_flight;
+  }
+  void set_stream(std::shared_ptr<RequestStream> s) { stream_ = std::move(s); }
+  bool chat() const { return r_.endpoint == Endpoint::kChat; }
+  bool all_done() const {
+    for (const auto& c : choices_)
+      if (!c->done) return false;
+    return true;
+  }
+  void cancel() {
+    if (stream_) app_.service->cancel(stream_);
+  }
+
+  // Waits for events (up to `timeout`) and applies them; returns the streaming chunks they produce.
+  std::vector<json> pump(std::chrono::milliseconds timeout) {
+    std::vector<StreamEvent> evs;
+    std::vector<json> chunks;
+    if (!stream_->wait(&evs, timeout)) return chunks;
+    for (StreamEvent& e : evs) apply(e, &chunks);
+    return chunks;
+  }
+
+  json chunk_for(int index, const std::string& text, const json& logprobs, const std::string& finish) const {
+    json choice = {{"index", index}, {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
+                   {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
+    if (chat()) {
+      json delta = json::object();
+      if (!text.empty()) delta["content"] = text;
+      choice["delta"] = delta;
+    } else {
+      choice["text"] = text;
+    }
+    return {{"id", id_}, {"object", chat() ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+            {"model", app_.model_id}, {"choices", json::array({choice})}};
+  }
+  // The first chunk of a streamed chat: the assistant role for every choice.
+  std::vector<json> role_chunks() const {
+    std::vector<json> out;
+    if (!chat()) return out;
+    for (int i = 0; i < r_.n; ++i) {
+      json c = chunk_for(i, "", nullptr, "");
+      c["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
+      out.push_back(c);
+    }
+    return out;
+  }
+  json usage() const {
+    int completion = 0;
+    for (const auto& c : choices_) completion += c->tokens;
+    return {{"prompt_tokens", n_prompt_}, {"completion_tokens", completion},
+            {"total_tokens", n_prompt_ + completion}};
+  }
+  json usage_chunk() const {
+    return {{"id", id_}, {"object", chat() ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+            {"model", app_.model_id}, {"choices", json::array()}, {"usage", usage()}};
+  }
+  json response() const {
+    json choices = json::array();
+    for (int i = 0; i < r_.n; ++i) {
+      const Choice& c = *choices_[i];
+      json ch = {{"index", i}, {"finish_reason", c.finish}, {"logprobs", nullptr}};
+      if (chat()) {
+        ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+        if (r_.logprobs >= 0) ch["logprobs"] = {{"content", c.lp_content}};
+      } else {
+        ch["text"] = c.text;
+        if (r_.logprobs >= 0) ch["logprobs"] = c.lp_completion;
+      }
+      choices.push_back(ch);
+    }
+    return {{"id", id_}, {"object", chat() ? "chat.completion" : "text_completion"}, {"created", created_},
+            {"model", app_.model_id}, {"choices", choices}, {"usage", usage()}};
+  }
+  bool include_usage() const { return r_.include_usage; }
+  void observe_end() {
+    if (observed_end_) return;
+    observed_end_ = true;
+    app_.metrics.e2e.observe(std::chrono::duration<double>(Clock::now() - t0_).count());
+  }
+
+ private:
+  struct Choice {
+    Choice(const Tokenizer& tok, const std::vector<std::string>& stops) : dec(tok), stop(stops) {}
+    StreamDecoder dec;
+    StopMatcher stop;
+    std::string text, finish;
+    int tokens = 0;
+    bool done = false;
+    json lp_content = json::array();                       // chat
+    json lp_completion = {{"tokens", json::array()},       // completions
+                          {"token_logprobs", json::array()},
+                          {"top_logprobs", json::array()},
+                          {"text_offset", json::array()}};
+  };
+
+  void apply(StreamEvent& e, std::vector<json>* chunks) {
+    Choice& c = *choices_[e.index];
+    if (c.done) return;
+    const RequestEvent& ev = e.ev;
+    std::string out;
+    json lp = nullptr;
+    const bool eog = ev.token >= 0 && !r_.ignore_eos && app_.tok->is_end_of_generation(ev.token);
+    if (ev.token >= 0 && !eog) {
+      const auto now = Clock::now();
+      if (!first_token_) {
+        first_token_ = true;
+        app_.metrics.ttft.observe(std::chrono::duration<double>(now - t0_).count());
+      } else {
+        app_.metrics.itl.observe(std::chrono::duration<double>(now - last_token_).count());
+      }
+      last_token_ = now;
+      ++c.tokens;
+      ++app_.metrics.generation_tokens;
+      out = c.stop.feed(c.dec.push(ev.token));
+      if (r_.logprobs >= 0) lp = record_logprobs(c, ev);
+      if (c.stop.stopped()) {
+        c.finish = "stop";
+        c.done = true;
+        app_.service->cancel(stream_, e.index);
+      }
+    }
+    if (!c.done && ev.finish != RequestFinish::kNone) {
+      out += c.stop.feed(c.dec.flush());
+      if (!c.stop.stopped()) out += c.stop.flush();
+      c.finish = c.stop.stopped() ? "stop" : finish_name(ev.finish);
+      c.done = true;
+    }
+    c.text += out;
+    if (!out.empty() || c.done || !lp.is_null()) chunks->push_back(chunk_for(e.index, out, lp, c.done ? c.finish : ""));
+    if (all_done()) observe_end();
+  }
+
+  json record_logprobs(Choice& c, const RequestEvent& ev) {
+    const std::string piece = app_.tok->decode({ev.token});
+    auto bytes_of = [](const std::string& s) {
+      json b = json::array();
+      for (unsigned char ch : s) b.push_back(static_cast<int>(ch));
+      return b;
+    };
+    if (chat()) {
+      json top = json::array();
+      for (const auto& t : ev.top) {
+        const std::string p = app_.tok->decode({t.id});
+        top.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", bytes_of(p)}});
+      }
+      json item = {{"token", piece}, {"logprob", ev.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}};
+      c.lp_content.push_back(item);
+      return {{"content", json::array({item})}};
+    }
+    json top = json::object();
+    for (const auto& t : ev.top) top[app_.tok->decode({t.id})] = t.logprob;
+    const int offset = static_cast<int>(c.text.size());
+    c.lp_completion["tokens"].push_back(piece);
+    c.lp_completion["token_logprobs"].push_back(ev.logprob);
+    c.lp_completion["top_logprobs"].push_back(top);
+    c.lp_completion["text_offset"].push_back(offset);
+    return {{"tokens", {piece}}, {"token_logprobs", {ev.logprob}}, {"top_logprobs", {top}}, {"text_offset", {offset}}};
+  }
+
+  App& app_;
+  GenerationRequest r_;
+  int n_prompt_;
+  Clock::time_point t0_, last_token_;
+  std::time_t created_;
+  std::string id_;
+  std::vector<std::unique_ptr<Choice>> choices_;
+  std::shared_ptr<RequestStream> stream_;
+  bool first_token_ = false, observed_end_ = false;
+};
+
+std::string sse(const json& j) {
+  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+void handle_generate(App& app, const httplib::Request& req, httplib::Response& res, Endpoint ep) {
+  const auto t0 = Clock::now();
+  const State st = app.state.load();
+  if (st != State::kReady) {
+    res.set_header("Retry-After", "5");
+    return send_error(res, {503, st == State::kLoading ? "the model is still loading" : "the server is shutting down",
+                            "server_error", "", "unavailable"});
+  }
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::exception& e) {
+    return send_error(res, {400, std::string("invalid JSON body: ") + e.what(), "invalid_request_error", "", ""});
+  }
+  auto parsed = parse_generation_request(body, ep, app.tok->n_vocab());
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  GenerationRequest r = std::move(std::get<GenerationRequest>(parsed));
+  if (r.model != app.model_id)
+    return send_error(res, {404, "The model '" + r.model + "' does not exist; this server serves '" + app.model_id + "'",
+                            "invalid_request_error", "model", "model_not_found"});
+  std::vector<int32_t> prompt;
+  if (ep == Endpoint::kChat) {
+    if (app.chat_template.empty())
+      return send_error(res, {400, "this model has no chat template; use /v1/completions", "invalid_request_error",
+                              "messages", ""});
+    ChatTemplateInputs ti;
+    ti.messages = r.messages;
+    if (app.tok->bos()) ti.bos_token = app.tok->token_text(*app.tok->bos());
+    if (app.tok->eos()) ti.eos_token = app.tok->token_text(*app.tok->eos());
+    auto text = render_chat_template(app.chat_template, ti);
+    if (!text.is_ok()) return send_error(res, {400, "chat template: " + text.status().message(), "invalid_request_error",
+                                               "messages", ""});
+    prompt = app.tok->encode(*text, false, true);
+  } else {
+    prompt = r.prompt_ids.empty() ? app.tok->encode(r.prompt_text, true, true) : r.prompt_ids;
+  }
+  const int n_prompt = static_cast<int>(prompt.size());
+  if (r.sampling.max_tokens < 0) r.sampling.max_tokens = std::max(1, app.n_ctx - n_prompt);
+  if (static_cast<int64_t>(n_prompt) + r.sampling.max_tokens > app.n_ctx)
+    return send_error(res, {400,
+                            "This model's maximum context length is " + std::to_string(app.n_ctx) +
+                                " tokens. However, you requested " + std::to_string(n_prompt + r.sampling.max_tokens) +
+                                " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
+                                std::to_string(r.sampling.max_tokens) + " for the completion).",
+                            "invalid_request_error", "max_tokens", "context_length_exceeded"});
+  auto gen = std::make_shared<Generation>(app, r, n_prompt, t0);
+  const int fd = connection_fd(req);
+  auto stream = app.service->submit(prompt, r.sampling, r.ignore_eos ? std::vector<int32_t>{} : app.eog,
+                                    !r.ignore_eos, r.n);
+  if (!stream.is_ok()) {
+    if (stream.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
+    return send_error(res, error_of(stream.status()));
+  }
+  gen->set_stream(*stream);
+  app.metrics.prompt_tokens += n_prompt;
+
+  if (!r.stream) {
+    while (!gen->all_done()) {
+      gen->pump(std::chrono::milliseconds(20));
+      if (peer_closed(fd)) {
+        gen->cancel();
+        res.status = 499;  // client closed the request (nothing can be sent)
+        return;
+      }
+    }
+    res.set_content(gen->response().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider("text/event-stream", [gen, fd](size_t, httplib::DataSink& sink) {
+    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+    for (const json& c : gen->role_chunks())
+      if (!write(sse(c))) return gen->cancel(), false;
+    while (!gen->all_done()) {
+      for (const json& c : gen->pump(std::chrono::milliseconds(20)))
+        if (!write(sse(c))) return gen->cancel(), false;
+      if (!gen->all_done() && peer_closed(fd)) return gen->cancel(), false;
+    }
+    if (gen->include_usage() && !write(sse(gen->usage_chunk()))) return false;
+    if (!write("data: [DONE]\n\n")) return false;
+    sink.done();
+    return true;
+  });
+}
+
+std::string metrics_text(App& app) {
+  std::string out;
+  app.metrics.requests.render(&out);
+  app.metrics.ttft.render(&out);
+  app.metrics.itl.render(&out);
+  app.metrics.e2e.render(&out);
+  render_scalar(&out, "cachet_prompt_tokens_total", "counter", "prompt tokens of accepted requests",
+                static_cast<double>(app.metrics.prompt_tokens.load()));
+  render_scalar(&out, "cachet_generation_tokens_total", "counter", "tokens generated",
+                static_cast<double>(app.metrics.generation_tokens.load()));
+  ServiceSnapshot s;
+  if (app.service) s = app.service->snapshot();
+  render_scalar(&out, "cachet_requests_running", "gauge", "sequences in the running batch", s.counters.running);
+  render_scalar(&out, "cachet_requests_waiting", "gauge", "sequences waiting for KV blocks or a batch slot",
+                s.counters.waiting);
+  render_scalar(&out, "cachet_kv_blocks_used", "gauge", "KV cache blocks in use", s.counters.blocks_used);
+  render_scalar(&out, "cachet_kv_blocks_total", "gauge", "KV cache blocks in the pool", s.counters.blocks_total);
+  render_scalar(&out, "cachet_kv_tokens_stored", "gauge", "token slots holding computed K/V",
+                static_cast<double>(s.counters.tokens_stored));
+  render_scalar(&out, "cachet_preemptions_total", "counter", "requests preempted (blocks freed, recomputed later)",
+                static_cast<double>(s.counters.preemptions));
+  render_scalar(&out, "cachet_engine_steps_total", "counter", "engine steps (one forward pass each)",
+                static_cast<double>(s.steps));
+  render_scalar(&out, "cachet_http_in_flight", "gauge", "generation requests being served", app.in_flight.load());
+  return out;
+}
+
+void install_routes(App& app, httplib::Server& svr) {
+  const ServerOptions& o = app.opts;
+  if (!o.cors_origin.empty())
+    svr.set_default_headers({{"Access-Control-Allow-Origin", o.cors_origin},
+                             {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                             {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"}});
+  svr.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
+  svr.set_pre_routing_handler([&app](const httplib::Request& req, httplib::Response& res) {
+    if (app.opts.api_key.empty() || req.method == "OPTIONS" || req.path.rfind("/v1/", 0) != 0)
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + app.opts.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, {401, "missing or invalid API key (send 'Authorization: Bearer <key>')", "invalid_request_error",
+                     "", "invalid_api_key"});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = "error " + std::to_string(res.status);
+    if (res.status == 404) msg = "no route for " + req.method + " " + req.path;
+    if (res.status == 413) msg = "the request body is larger than the server accepts";
+    if (res.status == 405) msg = "method not allowed";
+    ApiError e{res.status, msg, res.status >= 500 ? "server_error" : "invalid_request_error", "", ""};
+    res.set_content(e.body().dump(), "application/json");
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, {500, what, "server_error", "", ""});
+  });
+  svr.set_logger([&app](const httplib::Request&, const httplib::Response& res) {
+    app.metrics.requests.add(std::to_string(res.status));
+  });
+  svr.Get("/health", [&app](const httplib::Request&, httplib::Response& res) {
+    const State s = app.state.load();
+    res.status = s == State::kReady ? 200 : 503;
+    res.set_content(json({{"status", s == State::kReady ? "ok" : s == State::kLoading ? "loading" : "draining"}}).dump(),
+                    "application/json");
+  });
+  svr.Get("/metrics", [&app](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(app), "text/plain; version=0.0.4");
+  });
+  svr.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(kChatPage, "text/html"); });
+  svr.Get("/v1/models", [&app](const httplib::Request&, httplib::Response& res) {
+    if (app.state.load() == State::kLoading)
+      return send_error(res, {503, "the model is still loading", "server_error", "", "unavailable"});
+    res.set_content(json({{"object", "list"},
+                          {"data", json::array({{{"id", app.model_id},
+                                                 {"object", "model"},
+                                                 {"created", 0},
+                                                 {"owned_by", "cachet"},
+                                                 {"context_length", app.n_ctx}}})}})
+                        .dump(),
+                    "application/json");
+  });
+  svr.Post("/v1/completions", [&app](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(app, req, res, Endpoint::kCompletions);
+  });
+  svr.Post("/v1/chat/completions", [&app](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(app, req, res, Endpoint::kChat);
+  });
+}
+
+}  // namespace
+
+int serve(const ServerOptions& opts) {
+  // SIGTERM/SIGINT are taken by sigwait below; every thread started from here on inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  App app;
+  app.opts = opts;
+  httplib::Server svr;
+  const int http_threads = opts.http_threads;
+  svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
+  svr.set_payload_max_length(opts.max_body_bytes);
+  svr.set_keep_alive_max_count(1000);
+  install_routes(app, svr);
+  if (!svr.bind_to_port(opts.host.c_str(), opts.port)) {
+    std::fprintf(stderr, "error: cannot listen on %s:%d\n", opts.host.c_str(), opts.port);
+    return 1;
+  }
+  std::thread http([&svr] { svr.listen_after_bind(); });
+  std::fprintf(stderr, "cachet serve: listening on http://%s:%d (loading %s)\n", opts.host.c_str(), opts.port,
+               opts.model_path.c_str());
+
+  auto fail = [&](const std::string& msg) {
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
+    svr.stop();
+    http.join();
+    return 1;
+  };
+  LoadOptions lo;
+  lo.n_threads = opts.threads;
+  auto model = load_model(opts.model_path, lo);
+  if (!model.is_ok()) return fail(model.status().message());
+  app.model = std::move(*model);
+  const GgufFile* g = app.model->gguf();
+  if (!g) return fail("the server needs a GGUF model with a tokenizer");
+  auto tok = Tokenizer::from_gguf(*g);
+  if (!tok.is_ok()) return fail(tok.status().message());
+  app.tok = std::move(*tok);
+  if (g->find("tokenizer.chat_template"))
+    if (auto t = g->get_string("tokenizer.chat_template"); t.is_ok()) app.chat_template = *t;
+  for (int32_t id = 0; id < app.tok->n_vocab(); ++id)
+    if (app.tok->is_end_of_generation(id)) app.eog.push_back(id);
+  app.model_id = opts.model_alias;
+  if (app.model_id.empty()) {
+    std::string base = opts.model_path.substr(opts.model_path.find_last_of('/') + 1);
+    if (base.size() > 5 && base.substr(base.size() - 5) == ".gguf") base.resize(base.size() - 5);
+    app.model_id = base;
+  }
+  app.n_ctx = static_cast<int>(std::min<int64_t>(opts.ctx, app.model->config().n_ctx_train));
+  EngineConfig cfg;
+  cfg.kv_memory_bytes = opts.kv_memory_bytes;
+  cfg.max_running = opts.max_running;
+  app.service = std::make_unique<EngineService>(*app.model, cfg, opts.max_waiting);
+  app.state = State::kReady;
+  const ServiceSnapshot s = app.service->snapshot();
+  std::fprintf(stderr, "cachet serve: ready, model '%s', context %d, %d KV blocks of %d tokens\n",
+               app.model_id.c_str(), app.n_ctx, s.counters.blocks_total, cfg.block_size);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "cachet serve: %s, draining %d request(s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               app.in_flight.load());
+  app.state = State::kDraining;
+  while (app.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  svr.stop();
+  http.join();
+  app.service.reset();
+  std::fprintf(stderr, "cachet serve: drained, exiting\n");
+  return 0;
+}
+
+}  // namespace cachet::server

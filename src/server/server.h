@@ -1,0 +1,29 @@
+// `cachet serve`: an OpenAI-compatible HTTP server over the continuous-batching engine (docs/server.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cachet::server {
+
+struct ServerOptions {
+  std::string model_path;
+  std::string model_alias;            // the id clients send as "model" (default: the file name without .gguf)
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;                // empty: no authentication
+  std::string cors_origin;            // empty: no CORS headers
+  int threads = 0;                    // compute threads (0: all cores)
+  int http_threads = 256;             // connections served at once (a streaming request holds one)
+  int ctx = 8192;                     // context per request (capped at the model's training context)
+  int64_t kv_memory_bytes = 512ll << 20;
+  int max_running = 64;               // sequences decoded together
+  int max_waiting = 256;              // queued requests before 429
+  size_t max_body_bytes = 1 << 20;    // larger bodies get 413
+};
+
+// Runs until SIGTERM or SIGINT, then drains: new requests get 503, running ones finish; returns the exit
+// code (0 after a clean drain, 1 when the model or the port fails).
+int serve(const ServerOptions& opts);
+
+}  // namespace cachet::server

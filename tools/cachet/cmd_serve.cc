@@ -1,0 +1,42 @@
+// cachet serve: the OpenAI-compatible server (src/server, docs/server.md).
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "server/server.h"
+#include "tools/cachet/common.h"
+
+namespace cachet::cli {
+
+void add_serve_command(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<server::ServerOptions>();
+  auto kv_memory = std::make_shared<std::string>("512MiB");
+  CLI::App* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  c->add_option("-m,--model", o->model_path, "GGUF model (default: SmolLM2-135M-Instruct)");
+  c->add_option("--alias", o->model_alias, "model id clients send (default: the file name without .gguf)");
+  c->add_option("--host", o->host, "address to listen on");
+  c->add_option("--port", o->port, "port")->check(CLI::Range(0, 65535));
+  c->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1/* (or $CACHET_API_KEY)");
+  c->add_option("--cors", o->cors_origin, "send CORS headers allowing this origin (e.g. '*')");
+  c->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  c->add_option("--http-threads", o->http_threads, "connections served at once")->check(CLI::Range(4, 4096));
+  c->add_option("-c,--ctx-size", o->ctx, "context per request in tokens")->check(CLI::PositiveNumber);
+  c->add_option("--kv-memory", *kv_memory, "KV cache memory: 512MiB, 2GiB, or a fraction of RAM (0.25)");
+  c->add_option("--parallel", o->max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
+  c->add_option("--max-queue", o->max_waiting, "queued requests before answering 429")->check(CLI::PositiveNumber);
+  c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above)");
+  c->callback([o, kv_memory, exit_code] {
+    server::ServerOptions opts = *o;
+    opts.model_path = resolve_model_path(opts.model_path);
+    if (opts.api_key.empty())
+      if (const char* k = std::getenv("CACHET_API_KEY")) opts.api_key = k;
+    auto mem = parse_memory(*kv_memory);
+    if (!mem.is_ok()) {
+      *exit_code = fail(mem.status());
+      return;
+    }
+    opts.kv_memory_bytes = *mem;
+    *exit_code = server::serve(opts);
+  });
+}
+
+}  // namespace cachet::cli
