@@ -17,6 +17,7 @@
 #include <thread>
 #include <variant>
 
+#include "base/utf8.h"
 #include "chat/chat_template.h"
 #include "io/gguf.h"
 #include "model/model.h"
@@ -314,6 +315,8 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
     return send_error(res, {503, st == State::kLoading ? "the model is still loading" : "the server is shutting down",
                             "server_error", "", "unavailable"});
   }
+  if (sanitize_utf8(req.body) != req.body)
+    return send_error(res, {400, "invalid JSON body: the request is not valid UTF-8", "invalid_request_error", "", ""});
   json body;
   try {
     body = json::parse(req.body);

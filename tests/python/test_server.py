@@ -1,0 +1,376 @@
+"""`cachet serve` end to end: the real binary, the default model, the official openai client and raw HTTP."""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import openai
+import pytest
+
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+QUESTION = "What is the capital of France? Answer in one sentence."
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, cachet_bin, model, *extra):
+        self.port = free_port()
+        self.proc = subprocess.Popen([cachet_bin, "serve", "-m", str(model), "--port", str(self.port), *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                status, _ = self.get("/health")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            time.sleep(0.05)
+        raise RuntimeError("server did not become ready")
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        c.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        r = c.getresponse()
+        payload = r.read()
+        c.close()
+        return r.status, payload, dict(r.getheaders())
+
+    def get(self, path):
+        status, payload, _ = self.request("GET", path)
+        return status, payload
+
+    def metrics(self):
+        _, text = self.get("/metrics")
+        out = {}
+        for line in text.decode().splitlines():
+            m = re.match(r"^(cachet_[a-z_]+(?:\{[^}]*\})?) (\S+)$", line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+        return out
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def server(cachet_bin, default_model):
+    s = Server(cachet_bin, default_model, "--parallel", "64", "--max-queue", "512")
+    yield s
+    s.stop()
+
+
+def client(server):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused")
+
+
+def test_openai_client_completions_and_chat_streamed_equals_not(server):
+    c = client(server)
+    assert [m.id for m in c.models.list().data] == [MODEL_ID]
+    chat = c.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}],
+                                     temperature=0, max_tokens=32)
+    text = chat.choices[0].message.content
+    assert "Paris" in text and chat.choices[0].finish_reason == "stop"
+    assert chat.usage.prompt_tokens > 0 and chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+    parts, usage = [], None
+    for ev in c.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}],
+                                        temperature=0, max_tokens=32, stream=True,
+                                        stream_options={"include_usage": True}):
+        if ev.usage:
+            usage = ev.usage
+        for ch in ev.choices:
+            parts.append(ch.delta.content or "")
+    assert "".join(parts) == text
+    assert usage.completion_tokens == chat.usage.completion_tokens
+
+    comp = c.completions.create(model=MODEL_ID, prompt="The history of the Roman Empire", max_tokens=24,
+                                temperature=0)
+    assert comp.choices[0].finish_reason == "length" and comp.usage.completion_tokens == 24
+    streamed = "".join(ev.choices[0].text for ev in c.completions.create(
+        model=MODEL_ID, prompt="The history of the Roman Empire", max_tokens=24, temperature=0, stream=True))
+    assert streamed == comp.choices[0].text
+
+
+def test_sampling_fields_seed_n_stop_logprobs(server):
+    c = client(server)
+    kw = dict(model=MODEL_ID, prompt="Once upon a time", max_tokens=16, temperature=0.9, top_p=0.95)
+    a = c.completions.create(seed=7, **kw).choices[0].text
+    b = c.completions.create(seed=7, **kw).choices[0].text
+    assert a == b
+    many = c.completions.create(seed=7, n=3, extra_body={"top_k": 40, "min_p": 0.05}, **kw)
+    assert sorted(ch.index for ch in many.choices) == [0, 1, 2]
+    assert many.usage.completion_tokens == sum(16 for _ in many.choices)
+    full = c.completions.create(model=MODEL_ID, prompt="The history of the Roman Empire", max_tokens=24,
+                                temperature=0).choices[0].text
+    stop = full[len(full) // 2:len(full) // 2 + 3]  # a stop string from the middle of the reply
+    stopped = c.completions.create(model=MODEL_ID, prompt="The history of the Roman Empire", max_tokens=24,
+                                   temperature=0, stop=["never-seen", stop])
+    assert stopped.choices[0].finish_reason == "stop", (full, stop)
+    assert stopped.choices[0].text == full[:full.index(stop)]
+    lp = c.completions.create(model=MODEL_ID, prompt="Once upon a time", max_tokens=4, temperature=0, logprobs=3)
+    l = lp.choices[0].logprobs
+    assert len(l.tokens) == 4 and all(x <= 0 for x in l.token_logprobs) and all(len(t) == 3 for t in l.top_logprobs)
+    ch = c.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                   temperature=0, logprobs=True, top_logprobs=2)
+    assert len(ch.choices[0].logprobs.content) >= 1 and len(ch.choices[0].logprobs.content[0].top_logprobs) == 2
+    ign = c.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=40, temperature=0,
+                               extra_body={"ignore_eos": True})
+    assert ign.usage.completion_tokens == 40
+
+
+GOOD = {"model": MODEL_ID, "prompt": "Hello", "max_tokens": 4}
+BAD = [
+    ("malformed JSON", "/v1/completions", b'{"model": ', 400, "invalid JSON"),
+    ("body not an object", "/v1/completions", b"[1, 2]", 400, "JSON object"),
+    ("invalid UTF-8", "/v1/completions", b'{"model": "x", "prompt": "\xff\xfe"}', 400, "invalid JSON"),
+    ("missing model", "/v1/completions", {"prompt": "Hi"}, 400, "'model'"),
+    ("unknown model", "/v1/completions", {**GOOD, "model": "gpt-9"}, 404, "does not exist"),
+    ("missing prompt", "/v1/completions", {"model": MODEL_ID}, 400, "'prompt'"),
+    ("prompt wrong type", "/v1/completions", {**GOOD, "prompt": 12}, 400, "'prompt'"),
+    ("two prompts", "/v1/completions", {**GOOD, "prompt": ["a", "b"]}, 400, "one prompt"),
+    ("token id out of vocab", "/v1/completions", {**GOOD, "prompt": [1, 99999999]}, 400, "token ids"),
+    ("max_tokens string", "/v1/completions", {**GOOD, "max_tokens": "10"}, 400, "'max_tokens' must be an integer"),
+    ("max_tokens zero", "/v1/completions", {**GOOD, "max_tokens": 0}, 400, "'max_tokens' must be between"),
+    ("temperature too high", "/v1/completions", {**GOOD, "temperature": 3}, 400, "'temperature' must be between"),
+    ("temperature string", "/v1/completions", {**GOOD, "temperature": "hot"}, 400, "'temperature' must be a number"),
+    ("top_p zero", "/v1/completions", {**GOOD, "top_p": 0}, 400, "'top_p'"),
+    ("n too large", "/v1/completions", {**GOOD, "n": 100}, 400, "'n' must be between"),
+    ("stop wrong type", "/v1/completions", {**GOOD, "stop": 5}, 400, "'stop'"),
+    ("five stops", "/v1/completions", {**GOOD, "stop": ["a", "b", "c", "d", "e"]}, 400, "'stop'"),
+    ("logit_bias bad key", "/v1/completions", {**GOOD, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+    ("logit_bias out of range", "/v1/completions", {**GOOD, "logit_bias": {"5": 1000}}, 400, "[-100, 100]"),
+    ("unknown field", "/v1/completions", {**GOOD, "frobnicate": 1}, 400, "Unrecognized request argument"),
+    ("stream_options without stream", "/v1/completions", {**GOOD, "stream_options": {"include_usage": True}}, 400,
+     "stream_options"),
+    ("prompt + max_tokens over context", "/v1/completions", {**GOOD, "max_tokens": 9000}, 400,
+     "maximum context length is 8192 tokens"),
+    ("chat without messages", "/v1/chat/completions", {"model": MODEL_ID}, 400, "'messages'"),
+    ("chat bad role", "/v1/chat/completions", {"model": MODEL_ID, "messages": [{"role": "wizard", "content": "x"}]},
+     400, "unknown role"),
+    ("chat content wrong type", "/v1/chat/completions", {"model": MODEL_ID, "messages": [{"role": "user",
+                                                                                          "content": 5}]}, 400,
+     "content"),
+    ("top_logprobs without logprobs", "/v1/chat/completions",
+     {"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400, "top_logprobs"),
+    ("huge body", "/v1/completions", b'{"model": "' + b"x" * (2 << 20) + b'"}', 413, "larger than"),
+    ("unknown route", "/v1/nothing", GOOD, 404, "no route"),
+]
+
+
+@pytest.mark.parametrize("name,path,body,status,needle", BAD, ids=[b[0] for b in BAD])
+def test_bad_requests_get_documented_errors(server, name, path, body, status, needle):
+    raw = body if isinstance(body, bytes) else None
+    got, payload, _ = server.request("POST", path, None if raw else body, raw=raw)
+    assert got == status, payload
+    err = json.loads(payload)["error"]
+    assert needle in err["message"], err
+    assert set(err) == {"message", "type", "param", "code"}
+    # The server is still up and serving.
+    ok, payload, _ = server.request("POST", "/v1/completions", GOOD)
+    assert ok == 200, payload
+
+
+def test_context_error_names_both_numbers(server):
+    _, payload, _ = server.request("POST", "/v1/completions", {**GOOD, "max_tokens": 9000})
+    msg = json.loads(payload)["error"]["message"]
+    assert "8192" in msg and "9000" in msg and "9001" in msg  # limit, completion, total (1 prompt token + BOS)
+
+
+def stream_tokens(port, body, close_after=None):
+    """Streams a completion; returns (completion tokens from the usage chunk, finish reason), or
+    (chunks seen, None) for a client that hangs up after `close_after` chunks."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    c.request("POST", "/v1/completions",
+              body=json.dumps({**body, "stream": True, "stream_options": {"include_usage": True}}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    chunks, finish, used = 0, None, None
+    for line in r:
+        line = line.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        ev = json.loads(line[6:])
+        if ev.get("usage"):
+            used = ev["usage"]["completion_tokens"]
+        for ch in ev["choices"]:
+            if ch["text"]:
+                chunks += 1
+            finish = ch["finish_reason"] or finish
+        if close_after is not None and chunks >= close_after:
+            r.close()
+            c.sock.shutdown(socket.SHUT_RDWR)
+            c.close()
+            return chunks, None
+    c.close()
+    return used, finish
+
+
+def wait_idle(server, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = server.metrics()
+        if m["cachet_requests_running"] == 0 and m["cachet_kv_blocks_used"] == 0 and m["cachet_http_in_flight"] == 0:
+            return m
+        time.sleep(0.1)
+    return server.metrics()
+
+
+def test_abort_mid_stream_frees_everything(server):
+    body = {"model": MODEL_ID, "prompt": "Tell me a long story about a dragon.", "max_tokens": 48,
+            "temperature": 0.8, "seed": 1, "ignore_eos": True}
+    results = [None] * 100
+
+    def run(i):
+        close = 5 + i % 10 if i % 5 == 0 else None  # every fifth client hangs up after a few chunks
+        results[i] = stream_tokens(server.port, {**body, "seed": i}, close)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    closed = [r for i, r in enumerate(results) if i % 5 == 0]
+    kept = [r for i, r in enumerate(results) if i % 5 != 0]
+    assert len(closed) == 20 and all(r[1] is None for r in closed)
+    assert all(r == (48, "length") for r in kept), kept
+    m = wait_idle(server)
+    assert m["cachet_requests_running"] == 0 and m["cachet_requests_waiting"] == 0
+    assert m["cachet_kv_blocks_used"] == 0, m
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def load(port, clients, seconds, out, stop_flag=None):
+    """Closed-loop load: each client streams requests back to back; records TTFT, TBT, tokens, errors."""
+    def worker(k):
+        end = time.time() + seconds
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)  # kept alive, as API clients do
+        while time.time() < end and not (stop_flag and stop_flag.is_set()):
+            t0 = time.time()
+            try:
+                c.request("POST", "/v1/completions", body=json.dumps(
+                    {"model": MODEL_ID, "prompt": f"Story number {k}:", "max_tokens": 32, "temperature": 0.8,
+                     "seed": k, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}),
+                    headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                if r.status != 200:
+                    out["status"].append(r.status)
+                    r.read()
+                    continue
+                last, n = None, 0
+                for line in r:
+                    if not line.startswith(b"data: {"):
+                        continue
+                    ev = json.loads(line[6:])
+                    if ev.get("usage"):
+                        n = ev["usage"]["completion_tokens"]
+                        continue
+                    now = time.time()
+                    if last is None:
+                        out["ttft"].append(now - t0)
+                    else:
+                        out["tbt"].append(now - last)
+                    last = now
+                out["tokens"].append(n)
+            except Exception as e:  # noqa: BLE001 - every failure counts as an error
+                out["errors"].append(repr(e))
+                c.close()
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        c.close()
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p / 100 * len(v)))] if v else float("nan")
+
+
+def test_load_64_clients(server):
+    seconds = float(os.environ.get("CACHET_LOAD_SECONDS", "120"))
+    out = {"ttft": [], "tbt": [], "tokens": [], "errors": [], "status": []}
+    rss = []
+    t0 = time.time()
+    threads = load(server.port, 64, seconds, out)
+    while any(t.is_alive() for t in threads):
+        rss.append((time.time() - t0, rss_kib(server.proc.pid)))
+        time.sleep(1)
+    wall = time.time() - t0
+    assert not out["errors"] and not out["status"], (out["errors"][:3], out["status"][:3])
+    assert all(n == 32 for n in out["tokens"])
+    # Resident memory flat after warm-up: the last third within 5% (+8 MiB) of the middle third's peak.
+    warm = [r for t, r in rss if seconds / 3 <= t <= 2 * seconds / 3]
+    late = [r for t, r in rss if t > 2 * seconds / 3]
+    assert max(late) <= max(warm) * 1.05 + 8192, (max(warm), max(late))
+    report = (f"load: 64 clients, {seconds:.0f} s, {len(out['tokens'])} requests, "
+              f"{sum(out['tokens']) / wall:.1f} tok/s; TTFT p50 {1e3 * pct(out['ttft'], 50):.0f} ms "
+              f"p99 {1e3 * pct(out['ttft'], 99):.0f} ms; TBT p50 {1e3 * pct(out['tbt'], 50):.1f} ms "
+              f"p99 {1e3 * pct(out['tbt'], 99):.1f} ms; RSS {max(warm) // 1024} -> {max(late) // 1024} MiB")
+    print(report)
+    with open(os.environ.get("CACHET_LOAD_REPORT", "/tmp/cachet_load_report.txt"), "w") as f:
+        f.write(report + "\n")
+
+
+def test_api_key_and_cors(cachet_bin, default_model):
+    s = Server(cachet_bin, default_model, "--api-key", "sekret", "--cors", "*")
+    try:
+        st, payload, _ = s.request("POST", "/v1/completions", GOOD)
+        assert st == 401 and "API key" in json.loads(payload)["error"]["message"]
+        st, _, _ = s.request("POST", "/v1/completions", GOOD, headers={"Authorization": "Bearer wrong"})
+        assert st == 401
+        st, _, h = s.request("POST", "/v1/completions", GOOD, headers={"Authorization": "Bearer sekret"})
+        assert st == 200 and h.get("Access-Control-Allow-Origin") == "*"
+        st, _, _ = s.request("GET", "/health")
+        assert st == 200  # health and metrics need no key
+    finally:
+        s.stop()
+
+
+def test_sigterm_drains_in_flight_and_refuses_new(cachet_bin, default_model):
+    s = Server(cachet_bin, default_model)
+    results = []
+
+    def one():
+        results.append(stream_tokens(s.port, {"model": MODEL_ID, "prompt": "Go on:", "max_tokens": 200,
+                                              "temperature": 0.8, "seed": 5, "ignore_eos": True}))
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # all 8 are streaming
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    st, payload, _ = s.request("POST", "/v1/completions", GOOD)
+    assert st == 503, payload
+    st, _ = s.get("/health")
+    assert st == 503
+    for t in threads:
+        t.join()
+    assert s.proc.wait(timeout=60) == 0
+    assert results == [(200, "length")] * 8, results
+
+
+def test_chat_page_is_served(server):
+    st, payload = server.get("/")
+    assert st == 200 and b"/v1/chat/completions" in payload and b"<script>" in payload
