@@ -2,6 +2,7 @@
 import http.client
 import json
 import os
+import pathlib
 import re
 import signal
 import socket
@@ -13,6 +14,7 @@ import openai
 import pytest
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+ROOT_DIR = pathlib.Path(__file__).resolve().parents[2]
 QUESTION = "What is the capital of France? Answer in one sentence."
 
 
@@ -374,3 +376,50 @@ def test_sigterm_drains_in_flight_and_refuses_new(cachet_bin, default_model):
 def test_chat_page_is_served(server):
     st, payload = server.get("/")
     assert st == 200 and b"/v1/chat/completions" in payload and b"<script>" in payload
+
+
+def test_chat_page_streams_in_headless_chromium(server, tmp_path):
+    """Must-show 6: Debian's chromium, driven by selenium through Debian's chromedriver, types a question into the
+    page at `/` and sees the reply grow chunk by chunk, then equal the non-streamed greedy answer; saves a
+    screenshot (CACHET_SCREENSHOT, default build/chat_page.png)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1000,700"):
+        opts.add_argument(a)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    try:
+        driver.get(f"http://127.0.0.1:{server.port}/")
+        WebDriverWait(driver, 30).until(lambda d: "SmolLM2" in d.find_element(By.ID, "model").text)
+        # Record every length the reply takes while it streams: a page that only painted the final text would
+        # show one length.
+        driver.execute_script("""
+            window.__lengths = [];
+            new MutationObserver(() => {
+              const b = document.querySelector('.msg.assistant .body');
+              if (b) window.__lengths.push(b.textContent.length);
+            }).observe(document.getElementById('log'), {childList: true, subtree: true, characterData: true});""")
+        box = driver.find_element(By.ID, "prompt")
+        box.send_keys(QUESTION)
+        driver.find_element(By.ID, "send").click()
+        WebDriverWait(driver, 120).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant[data-done='1']"))
+        reply = driver.find_element(By.CSS_SELECTOR, ".msg.assistant .body").text
+        lengths = driver.execute_script("return window.__lengths")
+        status = driver.find_element(By.ID, "status").text
+        shot = os.environ.get("CACHET_SCREENSHOT", str(ROOT_DIR / "build" / "chat_page.png"))
+        driver.save_screenshot(shot)
+        print(f"chat page: {status!r}; reply {reply!r}; screenshot {shot}")
+    finally:
+        driver.quit()
+    distinct = sorted(set(n for n in lengths if n > 0))
+    assert len(distinct) >= 3, lengths  # it grew in several steps
+    assert "first token" in status, status
+    want = client(server).chat.completions.create(
+        model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=256)
+    assert reply.strip() == want.choices[0].message.content.strip()
+    assert "Paris" in reply
