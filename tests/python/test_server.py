@@ -7,11 +7,15 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
 import openai
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+import loadgen  # noqa: E402 - the load generator the server bench uses too
 
 MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 ROOT_DIR = pathlib.Path(__file__).resolve().parents[2]
@@ -260,75 +264,24 @@ def rss_kib(pid):
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
-def load(port, clients, seconds, out, stop_flag=None):
-    """Closed-loop load: each client streams requests back to back; records TTFT, TBT, tokens, errors."""
-    def worker(k):
-        end = time.time() + seconds
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)  # kept alive, as API clients do
-        while time.time() < end and not (stop_flag and stop_flag.is_set()):
-            t0 = time.time()
-            try:
-                c.request("POST", "/v1/completions", body=json.dumps(
-                    {"model": MODEL_ID, "prompt": f"Story number {k}:", "max_tokens": 32, "temperature": 0.8,
-                     "seed": k, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}),
-                    headers={"Content-Type": "application/json"})
-                r = c.getresponse()
-                if r.status != 200:
-                    out["status"].append(r.status)
-                    r.read()
-                    continue
-                last, n = None, 0
-                for line in r:
-                    if not line.startswith(b"data: {"):
-                        continue
-                    ev = json.loads(line[6:])
-                    if ev.get("usage"):
-                        n = ev["usage"]["completion_tokens"]
-                        continue
-                    now = time.time()
-                    if last is None:
-                        out["ttft"].append(now - t0)
-                    else:
-                        out["tbt"].append(now - last)
-                    last = now
-                out["tokens"].append(n)
-            except Exception as e:  # noqa: BLE001 - every failure counts as an error
-                out["errors"].append(repr(e))
-                c.close()
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        c.close()
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    return threads
-
-
-def pct(v, p):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(p / 100 * len(v)))] if v else float("nan")
-
-
 def test_load_64_clients(server):
     seconds = float(os.environ.get("CACHET_LOAD_SECONDS", "120"))
-    out = {"ttft": [], "tbt": [], "tokens": [], "errors": [], "status": []}
     rss = []
-    t0 = time.time()
-    threads = load(server.port, 64, seconds, out)
-    while any(t.is_alive() for t in threads):
-        rss.append((time.time() - t0, rss_kib(server.proc.pid)))
+    load = loadgen.start_load(server.port, MODEL_ID, 64, seconds, 32, {"ignore_eos": True})
+    while any(t.is_alive() for t in load.threads):
+        rss.append((time.time() - load.t0, rss_kib(server.proc.pid)))
         time.sleep(1)
-    wall = time.time() - t0
-    assert not out["errors"] and not out["status"], (out["errors"][:3], out["status"][:3])
-    assert all(n == 32 for n in out["tokens"])
+    load.join()
+    assert not load.errors and not load.status, (load.errors[:3], load.status[:3])
+    assert load.tokens and all(n == 32 for n in load.tokens)
     # Resident memory flat after warm-up: the last third within 5% (+8 MiB) of the middle third's peak.
     warm = [r for t, r in rss if seconds / 3 <= t <= 2 * seconds / 3]
     late = [r for t, r in rss if t > 2 * seconds / 3]
     assert max(late) <= max(warm) * 1.05 + 8192, (max(warm), max(late))
-    report = (f"load: 64 clients, {seconds:.0f} s, {len(out['tokens'])} requests, "
-              f"{sum(out['tokens']) / wall:.1f} tok/s; TTFT p50 {1e3 * pct(out['ttft'], 50):.0f} ms "
-              f"p99 {1e3 * pct(out['ttft'], 99):.0f} ms; TBT p50 {1e3 * pct(out['tbt'], 50):.1f} ms "
-              f"p99 {1e3 * pct(out['tbt'], 99):.1f} ms; RSS {max(warm) // 1024} -> {max(late) // 1024} MiB")
+    s = load.summary()
+    report = (f"load: 64 clients, {seconds:.0f} s, {s['requests']} requests, {s['tok_per_s']:.1f} tok/s; "
+              f"TTFT p50 {s['ttft_p50_ms']:.0f} ms p99 {s['ttft_p99_ms']:.0f} ms; TBT p50 {s['tbt_p50_ms']:.1f} ms "
+              f"p99 {s['tbt_p99_ms']:.1f} ms; RSS {max(warm) // 1024} -> {max(late) // 1024} MiB")
     print(report)
     with open(os.environ.get("CACHET_LOAD_REPORT", "/tmp/cachet_load_report.txt"), "w") as f:
         f.write(report + "\n")
