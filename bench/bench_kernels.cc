@@ -38,17 +38,19 @@ void BM_Gemm(benchmark::State& st, const Kernels* k) {
   st.counters["FLOP/s"] = benchmark::Counter(2.0 * M * N * K * st.iterations(), benchmark::Counter::kIsRate);
 }
 
-// The integer path: one thread, a 576 x 1536 weight packed in 16-row groups, n_tokens activation rows.
+// The integer path: one thread, a K = 576 x N = 1536 weight (1536 x 576 for the K-quants, whose rows are
+// 256-element super-blocks) packed in 16-row groups, n_tokens activation rows.
 // Reports integer multiply-adds per second (K * N * n_tokens per call).
 void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
-  const int64_t K = 576, N = 1536;
+  const bool kq = traits(t).block_size == 256;
+  const int64_t K = kq ? 1536 : 576, N = kq ? 576 : 1536;
   const int n_tokens = static_cast<int>(st.range(0));
   const size_t rb = *row_bytes(t, K);
   std::vector<uint8_t> w(rb * N);
   std::vector<float> src(K * n_tokens);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
   for (int64_t r = 0; r < N; ++r) (void)quantize_row(t, src.data(), w.data() + r * rb, K);
-  const int64_t nb = K / 32, gb = nb * static_cast<int64_t>(packed_block_bytes(t));
+  const int64_t nb = K / 32, gb = static_cast<int64_t>(packed_group_bytes(t, K));
   std::vector<uint8_t> packed(gb * (N / kPackRows));
   for (int64_t g = 0; g < N / kPackRows; ++g)
     repack_group(t, w.data() + g * kPackRows * rb, rb, kPackRows, K, packed.data() + g * gb);
@@ -71,7 +73,8 @@ int register_all() {
       // A 576x1536 (SmolLM2 FFN) matrix fits L2; 2048x8192 (Llama-3.2-1B FFN) does not.
       benchmark::RegisterBenchmark(name.c_str(), BM_DotRows, k, t)->Args({576, 1536})->Args({2048, 8192});
     }
-    for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
+                    DType::kQ6_K}) {
       std::string name = std::string("packed_dot/") + isa_name(k->isa) + "/" + dtype_name(t);
       benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)->Arg(1)->Arg(8)->Arg(16)->Arg(64);
     }

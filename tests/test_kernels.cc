@@ -17,7 +17,8 @@ namespace {
 
 using testing::random_floats;
 
-const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                        DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 std::vector<const Kernels*> simd_tables() {
   std::vector<const Kernels*> v;
@@ -298,7 +299,19 @@ TEST(Quantize, RoundTripErrorIsBounded) {
       case DType::kQ8_0: bound = 1.0f / 254 * 1.15f; break;  // + the fp16 rounding of the scale
       case DType::kQ4_0: bound = 1.0f / 8; break;
       case DType::kQ4_1: bound = 1.0f / 15; break;
+      case DType::kQ5_0: bound = 1.0f / 16; break;
+      case DType::kQ5_1: bound = 1.0f / 31; break;
       default: break;
+    }
+    if (traits(t).block_size == 256) {
+      // K-quants: the 6/8-bit sub-block scales make the worst case loose; hold the RMS error instead, to
+      // within 25% of a uniform quantizer's over [-1, 1] with 2^bits levels (step^2 / 12).
+      const int bits = t == DType::kQ4_K ? 4 : t == DType::kQ5_K ? 5 : 6;
+      const double step = 2.0 / ((1 << bits) - 1);
+      double se = 0;
+      for (size_t i = 0; i < x.size(); ++i) se += (x[i] - y[i]) * (x[i] - y[i]);
+      EXPECT_LE(std::sqrt(se / x.size()), 1.25 * step / std::sqrt(12.0)) << dtype_name(t);
+      continue;
     }
     for (size_t i = 0; i < x.size(); ++i) ASSERT_LE(std::fabs(x[i] - y[i]), bound * 1.05f) << dtype_name(t);
   }
@@ -335,19 +348,25 @@ TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
         EXPECT_NEAR(ref[b].q[i] * ref[b].d, x[b * 32 + i], ref[b].d * 0.5f + 1e-7f);
       }
       EXPECT_EQ(s, ref[b].sum);
+      int32_t lo = 0;
+      for (int i = 0; i < 16; ++i) lo += ref[b].q[i];
+      EXPECT_EQ(lo, ref[b].hsum[0]);
+      EXPECT_EQ(s - lo, ref[b].hsum[1]);
     }
   }
 }
 
 TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
-    for (int64_t K : {32, 96, 576}) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K}) {
+    const bool kq = traits(t).block_size == 256;
+    for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1536} : std::vector<int64_t>{32, 96, 576}) {
       for (int rows : {16, 5}) {
         const int64_t nb = K / 32;
         QuantRows q = make_rows(t, rows, K, 40 + K + rows, 0);
-        std::vector<uint8_t> group(nb * packed_block_bytes(t));
+        std::vector<uint8_t> group(packed_group_bytes(t, K));
         repack_group(t, q.data, q.row_bytes, rows, K, group.data());
-        const int T = 6;
+        const int T = 17;
         auto x = random_floats(T * K, 8 + K, -2.0f, 2.0f);
         std::vector<ActQ8> act(T * nb);
         for (int tok = 0; tok < T; ++tok) ref::kKernels.quantize_act(x.data() + tok * K, K, act.data() + tok * nb);
@@ -369,7 +388,7 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
           }
         }
         for (const Kernels* k : simd_tables()) {
-          for (int nt : {1, 3, 4, 6}) {  // token counts exercise the 4-token and 1-token kernels
+          for (int nt : {1, 3, 4, 6, 8, 9, 17}) {  // token counts exercise every register-block width
             std::vector<float> got(T * kPackRows, -1.0f);
             k->packed_dot(t, group.data(), nb, act.data(), nb, nt, got.data(), kPackRows);
             ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))

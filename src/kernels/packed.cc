@@ -3,69 +3,182 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "base/fp16.h"
 #include "kernels/quant_blocks.h"
 
 namespace cachet {
 
-bool packable(DType t) { return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0; }
-
-size_t packed_block_bytes(DType t) {
+bool packable(DType t) {
   switch (t) {
-    case DType::kQ4_0: return 32 + 256;
-    case DType::kQ4_1: return 64 + 256;
-    case DType::kQ8_0: return 32 + 512;
-    default: CACHET_CHECK_MSG(false, "type %s is not packable", dtype_name(t));
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      return true;
+    default:
+      return false;
   }
-  return 0;
 }
 
-int packed_bias(DType t) { return t == DType::kQ4_0 ? 8 : t == DType::kQ8_0 ? 128 : 0; }
+PackedLayout packed_layout(DType t) {
+  switch (t) {
+    case DType::kQ8_0: return {1, 0, 32 + 512, 32, 0, 128};
+    case DType::kQ4_0: return {1, 0, 32 + 256, 32, 0, 8};
+    case DType::kQ4_1: return {1, 0, 64 + 256, 64, 0, 0};
+    case DType::kQ5_0: return {1, 0, 32 + 256 + 64, 32, 32 + 256, 16};
+    case DType::kQ5_1: return {1, 0, 64 + 256 + 64, 64, 64 + 256, 0};
+    case DType::kQ4_K: return {8, 64, 32 + 256, 32, 0, 0};
+    case DType::kQ5_K: return {8, 64, 32 + 256 + 64, 32, 32 + 256, 0};
+    case DType::kQ6_K: return {8, 32, 32 + 256 + 128, 32, 32 + 256, 32};
+    default: CACHET_CHECK_MSG(false, "type %s is not packable", dtype_name(t));
+  }
+  return {};
+}
+
+size_t packed_group_bytes(DType t, int64_t k) {
+  const PackedLayout l = packed_layout(t);
+  CACHET_CHECK(k % (32 * l.blocks) == 0);
+  return static_cast<size_t>(k / (32 * l.blocks)) * l.super_bytes();
+}
+
+namespace {
+
+// One row's super-block (or 32-block) decoded to unsigned quants and integer scales.
+struct Unpacked {
+  uint16_t d = 0, m = 0;  // f16: d and m (the *_1 minimum) or D and Dmin (K types)
+  uint8_t q[kQKK] = {};
+  int sc[16] = {};        // Q4_K/Q5_K: per 32-block; Q6_K: per 16 elements
+  int mn[8] = {};
+};
+
+void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
+  switch (t) {
+    case DType::kQ8_0: {
+      const auto& b = reinterpret_cast<const BlockQ8_0*>(row)[sb];
+      u->d = b.d;
+      for (int e = 0; e < 32; ++e) u->q[e] = static_cast<uint8_t>(b.qs[e] + 128);
+      return;
+    }
+    case DType::kQ4_0:
+    case DType::kQ4_1: {
+      const uint8_t* qs;
+      if (t == DType::kQ4_0) {
+        const auto& b = reinterpret_cast<const BlockQ4_0*>(row)[sb];
+        u->d = b.d;
+        qs = b.qs;
+      } else {
+        const auto& b = reinterpret_cast<const BlockQ4_1*>(row)[sb];
+        u->d = b.d;
+        u->m = b.m;
+        qs = b.qs;
+      }
+      for (int e = 0; e < 16; ++e) {
+        u->q[e] = qs[e] & 0x0f;
+        u->q[e + 16] = qs[e] >> 4;
+      }
+      return;
+    }
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      const uint8_t *qs, *qh;
+      if (t == DType::kQ5_0) {
+        const auto& b = reinterpret_cast<const BlockQ5_0*>(row)[sb];
+        u->d = b.d;
+        qs = b.qs;
+        qh = b.qh;
+      } else {
+        const auto& b = reinterpret_cast<const BlockQ5_1*>(row)[sb];
+        u->d = b.d;
+        u->m = b.m;
+        qs = b.qs;
+        qh = b.qh;
+      }
+      for (int e = 0; e < 32; ++e)
+        u->q[e] = static_cast<uint8_t>((e < 16 ? qs[e] & 0x0f : qs[e - 16] >> 4) | ((qh[e / 8] >> (e % 8)) & 1) << 4);
+      return;
+    }
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      const auto* p = row + sb * (t == DType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ5_K));
+      const auto* b4 = reinterpret_cast<const BlockQ4_K*>(p);
+      const auto* b5 = reinterpret_cast<const BlockQ5_K*>(p);
+      u->d = b4->d;
+      u->m = b4->dmin;
+      const uint8_t* qs = t == DType::kQ4_K ? b4->qs : b5->qs;
+      for (int j = 0; j < 8; ++j) q4k_scale_min(b4->scales, j, &u->sc[j], &u->mn[j]);
+      for (int e = 0; e < kQKK; ++e) {
+        const int pr = e / 64, k = e / 32 % 2, l = e % 32;
+        int q = k == 0 ? qs[32 * pr + l] & 0x0f : qs[32 * pr + l] >> 4;
+        if (t == DType::kQ5_K) q |= ((b5->qh[l] >> (2 * pr + k)) & 1) << 4;
+        u->q[e] = static_cast<uint8_t>(q);
+      }
+      return;
+    }
+    case DType::kQ6_K: {
+      const auto& b = reinterpret_cast<const BlockQ6_K*>(row)[sb];
+      u->d = b.d;
+      for (int j = 0; j < 16; ++j) u->sc[j] = b.scales[j];
+      for (int e = 0; e < kQKK; ++e) {
+        const int h = e / 128, s = e / 32 % 4, l = e % 32;
+        const uint8_t lo = b.ql[64 * h + 32 * (s % 2) + l];
+        u->q[e] = static_cast<uint8_t>((s < 2 ? lo & 0x0f : lo >> 4) | ((b.qh[32 * h + l] >> (2 * s)) & 3) << 4);
+      }
+      return;
+    }
+    default: CACHET_CHECK(false);
+  }
+}
+
+}  // namespace
 
 void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int64_t k, uint8_t* dst) {
-  CACHET_CHECK(packable(t) && n_rows >= 0 && n_rows <= kPackRows && k % 32 == 0);
-  const int64_t n_blocks = k / 32;
-  const size_t bb = packed_block_bytes(t);
-  std::memset(dst, 0, bb * n_blocks);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    uint8_t* out = dst + b * bb;
-    auto* d = reinterpret_cast<uint16_t*>(out);
-    for (int r = 0; r < n_rows; ++r) {
-      const uint8_t* row = src + r * row_bytes;
-      if (t == DType::kQ8_0) {
-        const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-        d[r] = blk.d;
-        uint8_t* qs = out + 32;
-        for (int j = 0; j < 8; ++j)
-          for (int i = 0; i < 4; ++i)
-            qs[j * 64 + r * 4 + i] = static_cast<uint8_t>(static_cast<int>(blk.qs[4 * j + i]) + 128);
+  CACHET_CHECK(packable(t) && n_rows >= 0 && n_rows <= kPackRows);
+  const PackedLayout l = packed_layout(t);
+  const int64_t n_super = k / (32 * l.blocks);
+  CACHET_CHECK(n_super * 32 * l.blocks == k);
+  const bool is_k = l.blocks > 1;
+  const bool nibbles = t != DType::kQ8_0;
+  std::memset(dst, 0, packed_group_bytes(t, k));
+  Unpacked u;
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    uint8_t* sup = dst + sb * l.super_bytes();
+    for (int r = 0; r < kPackRows; ++r) {
+      if (r < n_rows) {
+        unpack(t, src + r * row_bytes, sb, &u);
       } else {
-        const uint8_t* nib;
-        if (t == DType::kQ4_0) {
-          const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
-          d[r] = blk.d;
-          nib = blk.qs;
-        } else {
-          const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
-          d[r] = blk.d;
-          reinterpret_cast<uint16_t*>(out + 32)[r] = blk.m;
-          nib = blk.qs;
-        }
-        uint8_t* qs = out + (t == DType::kQ4_0 ? 32 : 64);
-        // Element e < 16 is the low nibble of nib[e], element 16 + e the high nibble.
-        for (int j = 0; j < 4; ++j)
-          for (int i = 0; i < 4; ++i) qs[j * 64 + r * 4 + i] = nib[4 * j + i];
+        // Rows past n_rows: zero scales, and quants equal to the bias so their integer sums are 0 too.
+        u = Unpacked();
+        std::memset(u.q, l.bias, sizeof(u.q));
       }
-    }
-    // Rows past n_rows: scale 0, and quants equal to the bias so their integer sums are 0 too.
-    if (t == DType::kQ8_0) {
-      for (int r = n_rows; r < kPackRows; ++r)
-        for (int j = 0; j < 8; ++j)
-          for (int i = 0; i < 4; ++i) out[32 + j * 64 + r * 4 + i] = 128;
-    } else if (t == DType::kQ4_0) {
-      for (int r = n_rows; r < kPackRows; ++r)
-        for (int j = 0; j < 4; ++j)
-          for (int i = 0; i < 4; ++i) out[32 + j * 64 + r * 4 + i] = 0x88;
+      if (is_k) {
+        reinterpret_cast<uint16_t*>(sup)[r] = u.d;
+        if (t != DType::kQ6_K) reinterpret_cast<uint16_t*>(sup + 32)[r] = u.m;
+      }
+      for (int b = 0; b < l.blocks; ++b) {
+        uint8_t* blk = sup + l.header + b * l.block_bytes;
+        const uint8_t* q = u.q + 32 * b;
+        if (t == DType::kQ6_K) {
+          blk[r] = static_cast<uint8_t>(static_cast<int8_t>(u.sc[2 * b]));
+          blk[16 + r] = static_cast<uint8_t>(static_cast<int8_t>(u.sc[2 * b + 1]));
+        } else if (is_k) {
+          blk[r] = static_cast<uint8_t>(u.sc[b]);
+          blk[16 + r] = static_cast<uint8_t>(u.mn[b]);
+        } else {
+          reinterpret_cast<uint16_t*>(blk)[r] = u.d;
+          if (t == DType::kQ4_1 || t == DType::kQ5_1) reinterpret_cast<uint16_t*>(blk + 32)[r] = u.m;
+        }
+        uint8_t* qs = blk + l.qs;
+        for (int e = 0; e < 32; ++e) {
+          const int s = e / 4, i = e % 4;
+          if (!nibbles) {
+            qs[s * 64 + r * 4 + i] = q[e];
+            continue;
+          }
+          qs[(s % 4) * 64 + r * 4 + i] |= static_cast<uint8_t>((q[e] & 0x0f) << (s < 4 ? 0 : 4));
+          if (t == DType::kQ6_K) {
+            blk[l.hi + (s / 4) * 64 + r * 4 + i] |= static_cast<uint8_t>(((q[e] >> 4) & 3) << (2 * (s % 4)));
+          } else if (l.hi != 0) {
+            blk[l.hi + r * 4 + i] |= static_cast<uint8_t>(((q[e] >> 4) & 1) << s);
+          }
+        }
+      }
     }
   }
 }

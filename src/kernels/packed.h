@@ -1,24 +1,32 @@
-// Packed weights for the integer decode/prefill path of the 8-bit and 4-bit block types.
+// Packed weights for the integer decode/prefill path of the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K, Q6_K).
 //
-// At load time a Q4_0 / Q4_1 / Q8_0 matrix is repacked into groups of 16 rows. Within a group, each
-// 32-element block stores the 16 rows' scales side by side and their quants interleaved so that one
-// 64-byte load holds 4 consecutive elements of every row: lane r of a 16 x int32 vector is row r. The
-// activations are quantized per 32-block to int8 (ActQ8). A row's dot product is then
-//
-//   acc = 0;  for each block b:  isum = sum_i w_q[i] * x_q[i]          (exact int32)
-//                               acc = fma(float(isum), d_w * d_x, acc)
-//                               Q4_1 only: acc = fma(m_w, d_x * float(sum_i x_q[i]), acc)  (ActQ8::ds)
-//
-// one lane per row, blocks in order, no horizontal reduction. Every implementation (scalar, AVX2,
+// At load time a matrix is repacked into groups of 16 rows. Within a group, each 32-element block stores
+// the 16 rows' scales side by side and their quants interleaved so that one 64-byte load holds 4 consecutive
+// elements of every row: lane r of a 16 x int32 vector is row r. The activations are quantized per
+// 32-block to int8 (ActQ8). A row's dot product is a float accumulation over its blocks in order, each
+// block's integer dot product exact in int32 and then scaled (the formulas below), one lane per row, no
+// horizontal reduction. Every implementation (scalar, AVX2,
 // AVX-512) performs exactly these float operations per (row, token), so results are bitwise identical
 // across ISAs, thread counts and batch sizes (decode vs prefill).
 //
-// Block layouts within a group (f16 scales; quants as unsigned bytes):
-//   Q4_0: d[16] (32 B) | qs[4][16][4] (256 B): byte (j, r, i) = q[r][4j+i] | q[r][16+4j+i] << 4,  w = (q-8)*d
-//   Q4_1: d[16] | m[16] (32 B) | qs as Q4_0,                                                   w = q*d + m
-//   Q8_0: d[16] | qs[8][16][4] (512 B): byte (j, r, i) = q[r][4j+i] + 128 (int8 biased to uint8),  w = q*d
-// The unsigned weights (Q4 nibbles, biased Q8) are undone per block with a bias term c * sum(x_q):
-// c = 8 for Q4_0, 128 for Q8_0, 0 for Q4_1 (whose zero point is the separate m term).
+// Layouts (PackedLayout): a group is a run of super-blocks, each `header` bytes then `blocks` 32-element
+// blocks of `block_bytes` (the 32-block types have no header and one block per super-block). In a block,
+// per-row values sit side by side (16 of them), and the quants of step s (elements 4s..4s+3 of each row) form
+// one 64-byte vector, byte r*4+i = element 4s+i of row r:
+//   Q8_0: d[16] f16 | q[8 steps][64] (int8 + 128)                                       w = (q-128)*d
+//   Q4_0: d[16] | nib[4][64]: step s < 4 the low nibbles of vector s, step s >= 4 the high ones of s-4   w = (q-8)*d
+//   Q4_1: d[16] | m[16] f16 | nib                                                        w = q*d + m
+//   Q5_0: d[16] | nib | hi[64]: bit s of byte r*4+i = bit 4 of element 4s+i               w = (q-16)*d
+//   Q5_1: d[16] | m[16] | nib | hi                                                       w = q*d + m
+//   Q4_K: header D[16] Dmin[16] f16; block sc[16] u8 | mn[16] u8 | nib                    w = D*sc*q - Dmin*mn
+//   Q5_K: as Q4_K, block sc | mn | nib | hi
+//   Q6_K: header D[16]; block sc0[16] sc1[16] int8 (elements 0..15, 16..31) | nib | hi2[2][64]: bits 2u, 2u+1 of
+//         byte r*4+i of vector k = bits 4, 5 of element 4(4k+u)+i                         w = D*sc*(q-32)
+// For a block, with isum = sum_i (q_i - bias) * x_q[i] over its elements (exact int32):
+//   *_0:  acc = fma(isum, d*d_x, acc);         *_1: that, then acc = fma(m, ActQ8::ds, acc)
+//   Q4_K, Q5_K: s = D*float(sc); acc = fma(isum, s*d_x, acc); acc = fma(-(Dmin*float(mn)), ActQ8::ds, acc)
+//   Q6_K: per half h (16 elements, bias 32 times ActQ8::hsum[h]): acc = fma(isum_h, (D*float(sc_h))*d_x, acc)
 #pragma once
 
 #include <cstddef>
@@ -33,20 +41,30 @@ constexpr int kPackRows = 16;
 // One quantized activation block: x[i] ~ d * q[i].
 struct ActQ8 {
   float d;
-  int32_t sum;  // sum of q
-  float ds;     // d * float(sum), for Q4_1's zero-point term
+  int32_t sum;       // sum of q
+  float ds;          // d * float(sum), for the zero-point terms
+  int16_t hsum[2];   // sums of q[0..16) and q[16..32), for Q6_K's per-half bias
   int8_t q[32];
 };
-static_assert(sizeof(ActQ8) == 44);
+static_assert(sizeof(ActQ8) == 48);
+
+struct PackedLayout {
+  int blocks;          // 32-element blocks per super-block
+  size_t header;       // bytes before the first block of a super-block
+  size_t block_bytes;  // bytes of one 32-element block of 16 rows
+  size_t qs;           // offset of the quants within a block
+  size_t hi;           // offset of the high-bit plane (0: none)
+  int bias;            // integer zero point of the stored unsigned quants
+  size_t super_bytes() const { return header + blocks * block_bytes; }
+};
 
 bool packable(DType t);
-// Bytes of one 32-element block of a 16-row group.
-size_t packed_block_bytes(DType t);
-// Integer bias of the stored unsigned weights (see above).
-int packed_bias(DType t);
+PackedLayout packed_layout(DType t);
+// Bytes of one packed 16-row group of rows of k elements.
+size_t packed_group_bytes(DType t, int64_t k);
 
 // Repacks rows [0, n_rows) (n_rows <= 16; missing rows are zero) of `src` (stored rows of K elements,
-// row_bytes apart) into one group of K/32 blocks at dst (K/32 * packed_block_bytes(t) bytes).
+// row_bytes apart) into one group at dst (packed_group_bytes(t, k) bytes).
 void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int64_t k, uint8_t* dst);
 
 }  // namespace cachet

@@ -26,4 +26,94 @@ struct BlockQ4_1 {
 };
 static_assert(sizeof(BlockQ4_1) == 20);
 
+struct BlockQ5_0 {
+  uint16_t d;            // fp16 scale
+  uint8_t qh[4];         // bit j (little-endian u32) = bit 4 of element j
+  uint8_t qs[kQK / 2];   // low 4 bits, nibbles as in Q4_0; w = (q-16)*d
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+struct BlockQ5_1 {
+  uint16_t d;            // fp16 scale
+  uint16_t m;            // fp16 minimum
+  uint8_t qh[4];         // as Q5_0
+  uint8_t qs[kQK / 2];   // as Q5_0; w = q*d + m
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+// The K-quants: 256-element super-blocks with per-sub-block integer scales under fp16 super-scales.
+constexpr int kQKK = 256;
+
+// 16 sub-blocks of 16: w = d*(scales[j] & 15)*q - dmin*(scales[j] >> 4), q in 0..3.
+// Element 128*h + 32*s + 16*k + l (h < 2, s < 4, k < 2, l < 16): bits 2s..2s+1 of qs[32h + 16k + l],
+// sub-block 8h + 2s + k.
+struct BlockQ2_K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// 16 sub-blocks of 16: w = d*(s[j]-32)*(q-4), q = low 2 bits as Q2_K | hmask bit << 2, where the hmask bit
+// of element 128*h + 32*s + 16*k + l is bit 4h+s of hmask[16k + l]; s[j] 6-bit, packed in 12 bytes:
+// low 4 bits: j < 8 low nibble of scales[j], else high nibble of scales[j-8]; high 2 bits: bits 2(j/4)..
+// of scales[8 + j%4].
+struct BlockQ3_K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// 8 sub-blocks of 32 with 6-bit scale sc and min m (12 bytes, see q4k_scale_min): w = d*sc*q - dmin*m,
+// q in 0..15. Element 64*p + 32*k + l: low (k=0) or high (k=1) nibble of qs[32p + l], sub-block 2p + k.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// As Q4_K with a fifth bit: bit 2p + k of qh[l] is bit 4 of element 64*p + 32*k + l; q in 0..31.
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
+// 16 sub-blocks of 16 with int8 scales: w = d*scales[j]*(q-32), q in 0..63. Element 128*h + 32*s + l
+// (s < 4, l < 32): low 4 bits from ql[64h + 32*(s%2) + l] (low nibble for s < 2, high for s >= 2), high 2 bits
+// = bits 2s..2s+1 of qh[32h + l]; sub-block 8h + 2s + l/16.
+struct BlockQ6_K {
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// Sub-block j's (scale, min) of a Q4_K / Q5_K block: 6 bits each, packed in 12 bytes.
+inline void q4k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Sub-block j's 6-bit scale of a Q3_K block (0..63; the weight uses scale - 32).
+inline int q3k_scale(const uint8_t* s, int j) {
+  const int lo = j < 8 ? (s[j] & 0x0f) : (s[j - 8] >> 4);
+  const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return lo | (hi << 4);
+}
+
 }  // namespace cachet

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "base/fp16.h"
 #include "kernels/quant_blocks.h"
@@ -56,6 +58,178 @@ void quantize_q4_1(const float* x, BlockQ4_1* b) {
   }
 }
 
+void quantize_q5(const float* x, DType t, uint8_t* out) {
+  uint8_t q[kQK];
+  uint16_t d16, m16 = 0;
+  if (t == DType::kQ5_0) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK; ++j)
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    d16 = f32_to_fp16(d);
+    for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(x[j] * id + 16.5f), 0, 31));
+  } else {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < kQK; ++j) {
+      lo = std::min(lo, x[j]);
+      hi = std::max(hi, x[j]);
+    }
+    const float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    d16 = f32_to_fp16(d);
+    m16 = f32_to_fp16(lo);
+    for (int j = 0; j < kQK; ++j)
+      q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>((x[j] - lo) * id + 0.5f), 0, 31));
+  }
+  uint8_t* qh = out + (t == DType::kQ5_0 ? offsetof(BlockQ5_0, qh) : offsetof(BlockQ5_1, qh));
+  uint8_t* qs = out + (t == DType::kQ5_0 ? offsetof(BlockQ5_0, qs) : offsetof(BlockQ5_1, qs));
+  std::memcpy(out, &d16, 2);
+  if (t == DType::kQ5_1) std::memcpy(out + 2, &m16, 2);
+  std::memset(qh, 0, 4);
+  for (int j = 0; j < kQK / 2; ++j) qs[j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+  for (int j = 0; j < kQK; ++j) qh[j / 8] |= static_cast<uint8_t>((q[j] >> 4) << (j % 8));
+}
+
+// Fits x ~ scale * l - mn with l in 0..nmax, mn >= 0 (the range always includes 0, as ggml's K-quants do):
+// a few candidate step sizes, each refined by least squares on its levels; the smallest squared error wins.
+void fit_scale_min(const float* x, int n, int nmax, float* scale, float* mn) {
+  float lo = 0.0f, hi = x[0];
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  if (hi <= lo) {
+    *scale = 0.0f;
+    *mn = -lo;
+    return;
+  }
+  float best_err = std::numeric_limits<float>::infinity(), best_s = (hi - lo) / nmax, best_m = -lo;
+  for (int step = -4; step <= 12; ++step) {
+    const float iscale = (nmax + 0.1f * step) / (hi - lo);
+    double sl = 0, sll = 0, sx = 0, slx = 0;
+    int l[kQKK];
+    for (int i = 0; i < n; ++i) {
+      l[i] = std::clamp(static_cast<int>(std::lround(iscale * (x[i] - lo))), 0, nmax);
+      sl += l[i];
+      sll += static_cast<double>(l[i]) * l[i];
+      sx += x[i];
+      slx += l[i] * static_cast<double>(x[i]);
+    }
+    const double det = n * sll - sl * sl;
+    if (det <= 0) continue;
+    double s = (n * slx - sl * sx) / det, off = (sll * sx - sl * slx) / det;
+    if (off > 0) {  // the offset (the minimum) may not be above 0: refit the scale alone
+      off = 0;
+      s = sll > 0 ? slx / sll : 0;
+    }
+    float err = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const float e = static_cast<float>(s * l[i] + off) - x[i];
+      err += e * e;
+    }
+    if (err < best_err) {
+      best_err = err;
+      best_s = static_cast<float>(s);
+      best_m = static_cast<float>(-off);
+    }
+  }
+  *scale = std::max(best_s, 0.0f);
+  *mn = best_m;
+}
+
+// Q4_K / Q5_K: per 32-element sub-block a (scale, min) pair, quantized to 6 bits under fp16 d and dmin.
+void quantize_q45_k(const float* x, DType t, uint8_t* out) {
+  const int nmax = t == DType::kQ4_K ? 15 : 31;
+  float scales[8], mins[8], max_s = 0.0f, max_m = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    fit_scale_min(x + 32 * j, 32, nmax, &scales[j], &mins[j]);
+    max_s = std::max(max_s, scales[j]);
+    max_m = std::max(max_m, mins[j]);
+  }
+  const uint16_t d16 = f32_to_fp16(max_s / 63.0f), dmin16 = f32_to_fp16(max_m / 63.0f);
+  const float d = fp16_to_f32(d16), dmin = fp16_to_f32(dmin16);
+  int sc[8], mn[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = d > 0 ? std::clamp(static_cast<int>(std::lround(scales[j] / d)), 0, 63) : 0;
+    mn[j] = dmin > 0 ? std::clamp(static_cast<int>(std::lround(mins[j] / dmin)), 0, 63) : 0;
+  }
+  auto* b4 = reinterpret_cast<BlockQ4_K*>(out);
+  auto* b5 = reinterpret_cast<BlockQ5_K*>(out);
+  b4->d = d16;
+  b4->dmin = dmin16;
+  for (int j = 0; j < 4; ++j) {
+    b4->scales[j] = static_cast<uint8_t>(sc[j] | (sc[j + 4] >> 4) << 6);
+    b4->scales[j + 4] = static_cast<uint8_t>(mn[j] | (mn[j + 4] >> 4) << 6);
+    b4->scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+  }
+  uint8_t* qs = t == DType::kQ4_K ? b4->qs : b5->qs;
+  std::memset(qs, 0, kQKK / 2);
+  if (t == DType::kQ5_K) std::memset(b5->qh, 0, sizeof(b5->qh));
+  for (int e = 0; e < kQKK; ++e) {
+    const int j = e / 32, pr = e / 64, k = j % 2, l = e % 32;
+    const float s = d * static_cast<float>(sc[j]), m = dmin * static_cast<float>(mn[j]);
+    const int q = s > 0 ? std::clamp(static_cast<int>(std::lround((x[e] + m) / s)), 0, nmax) : 0;
+    qs[32 * pr + l] |= static_cast<uint8_t>((q & 15) << (4 * k));
+    if (t == DType::kQ5_K) b5->qh[l] |= static_cast<uint8_t>((q >> 4) << (2 * pr + k));
+  }
+}
+
+// Q6_K: per 16-element sub-block a signed scale (the largest magnitude maps to -32, refined by least
+// squares over a few candidates), quantized to int8 under one fp16 d.
+void quantize_q6_k(const float* x, BlockQ6_K* b) {
+  float scales[16], max_abs_s = 0.0f, max_s = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    const float* xs = x + 16 * j;
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 16; ++i)
+      if (std::fabs(xs[i]) > amax) {
+        amax = std::fabs(xs[i]);
+        max = xs[i];
+      }
+    float best_s = 0.0f, best_err = std::numeric_limits<float>::infinity();
+    if (amax > 0) {
+      for (int step = -4; step <= 4; ++step) {
+        const float iscale = -(32.0f + 0.1f * step) / max;
+        double slx = 0, sll = 0;
+        int l[16];
+        for (int i = 0; i < 16; ++i) {
+          l[i] = std::clamp(static_cast<int>(std::lround(iscale * xs[i])), -32, 31);
+          slx += l[i] * static_cast<double>(xs[i]);
+          sll += static_cast<double>(l[i]) * l[i];
+        }
+        if (sll <= 0) continue;
+        const float s = static_cast<float>(slx / sll);
+        float err = 0.0f;
+        for (int i = 0; i < 16; ++i) err += (s * l[i] - xs[i]) * (s * l[i] - xs[i]);
+        if (err < best_err) {
+          best_err = err;
+          best_s = s;
+        }
+      }
+    }
+    scales[j] = best_s;
+    if (std::fabs(best_s) > max_abs_s) {
+      max_abs_s = std::fabs(best_s);
+      max_s = best_s;
+    }
+  }
+  const float iscale = max_abs_s > 0 ? -128.0f / max_s : 0.0f;
+  b->d = f32_to_fp16(max_abs_s > 0 ? 1.0f / iscale : 0.0f);
+  const float d = fp16_to_f32(b->d);
+  std::memset(b->ql, 0, sizeof(b->ql));
+  std::memset(b->qh, 0, sizeof(b->qh));
+  for (int j = 0; j < 16; ++j) b->scales[j] = static_cast<int8_t>(std::clamp<long>(std::lround(iscale * scales[j]), -128, 127));
+  for (int e = 0; e < kQKK; ++e) {
+    const int h = e / 128, s = e / 32 % 4, l = e % 32;
+    const float sd = d * static_cast<float>(b->scales[8 * h + 2 * s + l / 16]);
+    const int q = sd != 0 ? std::clamp(static_cast<int>(std::lround(x[e] / sd)) + 32, 0, 63) : 32;
+    b->ql[64 * h + 32 * (s % 2) + l] |= static_cast<uint8_t>((q & 15) << (s < 2 ? 0 : 4));
+    b->qh[32 * h + l] |= static_cast<uint8_t>((q >> 4) << (2 * s));
+  }
+}
+
 }  // namespace
 
 Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
@@ -84,6 +258,22 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
       return Status::ok();
     case DType::kQ4_1:
       for (int64_t i = 0; i < n / kQK; ++i) quantize_q4_1(src + i * kQK, static_cast<BlockQ4_1*>(dst) + i);
+      return Status::ok();
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      const size_t bytes = t == DType::kQ5_0 ? sizeof(BlockQ5_0) : sizeof(BlockQ5_1);
+      for (int64_t i = 0; i < n / kQK; ++i) quantize_q5(src + i * kQK, t, static_cast<uint8_t*>(dst) + i * bytes);
+      return Status::ok();
+    }
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      const size_t bytes = t == DType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ5_K);
+      for (int64_t i = 0; i < n / kQKK; ++i)
+        quantize_q45_k(src + i * kQKK, t, static_cast<uint8_t*>(dst) + i * bytes);
+      return Status::ok();
+    }
+    case DType::kQ6_K:
+      for (int64_t i = 0; i < n / kQKK; ++i) quantize_q6_k(src + i * kQKK, static_cast<BlockQ6_K*>(dst) + i);
       return Status::ok();
     default:
       return unimplemented(std::string("quantizing to ") + dtype_name(t) + " is not supported yet");

@@ -77,7 +77,7 @@ void pack_weight(ThreadPool& pool, TensorView* w, AlignedBuffer<uint8_t>* storag
   if (!packable(w->type)) return;
   const int64_t K = w->ne[0], N = w->n_rows();
   const int64_t n_groups = (N + kPackRows - 1) / kPackRows;
-  const size_t gb = (K / 32) * packed_block_bytes(w->type);
+  const size_t gb = packed_group_bytes(w->type, K);
   storage->resize(gb * n_groups);
   uint8_t* dst = storage->data();
   pool.parallel_for(n_groups, [&](int, int64_t g0, int64_t g1) {

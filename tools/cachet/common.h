@@ -73,5 +73,7 @@ void add_trace_command(CLI::App& app, int* exit_code);
 void add_break_command(CLI::App& app, int* exit_code);
 void add_batch_command(CLI::App& app, int* exit_code);
 void add_serve_command(CLI::App& app, int* exit_code);
+void add_quantize_commands(CLI::App& app, int* exit_code);
+void add_perplexity_command(CLI::App& app, int* exit_code);
 
 }  // namespace cachet::cli

@@ -114,6 +114,8 @@ int main(int argc, char** argv) {
   cachet::cli::add_break_command(app, &exit_code);
   cachet::cli::add_batch_command(app, &exit_code);
   cachet::cli::add_serve_command(app, &exit_code);
+  cachet::cli::add_quantize_commands(app, &exit_code);
+  cachet::cli::add_perplexity_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

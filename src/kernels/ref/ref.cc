@@ -58,13 +58,86 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      const size_t bytes = t == DType::kQ5_0 ? sizeof(BlockQ5_0) : sizeof(BlockQ5_1);
+      for (int64_t i = 0; i < n / kQK; ++i) {
+        const auto* p = static_cast<const uint8_t*>(src) + i * bytes;
+        const float d = fp16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+        const bool q50 = t == DType::kQ5_0;
+        const float m = q50 ? 0.0f : fp16_to_f32(reinterpret_cast<const BlockQ5_1*>(p)->m);
+        const uint8_t* qh = q50 ? reinterpret_cast<const BlockQ5_0*>(p)->qh : reinterpret_cast<const BlockQ5_1*>(p)->qh;
+        const uint8_t* qs = q50 ? reinterpret_cast<const BlockQ5_0*>(p)->qs : reinterpret_cast<const BlockQ5_1*>(p)->qs;
+        const uint32_t h = qh[0] | qh[1] << 8 | qh[2] << 16 | static_cast<uint32_t>(qh[3]) << 24;
+        for (int j = 0; j < kQK; ++j) {
+          const int q = (j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4) | ((h >> j) & 1) << 4;
+          dst[i * kQK + j] = q50 ? static_cast<float>(q - 16) * d : std::fma(static_cast<float>(q), d, m);
+        }
+      }
+      return;
+    }
+    case DType::kQ2_K:
+      for (int64_t i = 0; i < n / kQKK; ++i) {
+        const auto& b = static_cast<const BlockQ2_K*>(src)[i];
+        const float d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
+        for (int e = 0; e < kQKK; ++e) {
+          const int h = e / 128, s = e / 32 % 4, k = e / 16 % 2, l = e % 16, j = 8 * h + 2 * s + k;
+          const int q = (b.qs[32 * h + 16 * k + l] >> (2 * s)) & 3;
+          dst[i * kQKK + e] = (d * static_cast<float>(b.scales[j] & 15)) * static_cast<float>(q) -
+                              dmin * static_cast<float>(b.scales[j] >> 4);
+        }
+      }
+      return;
+    case DType::kQ3_K:
+      for (int64_t i = 0; i < n / kQKK; ++i) {
+        const auto& b = static_cast<const BlockQ3_K*>(src)[i];
+        const float d = fp16_to_f32(b.d);
+        for (int e = 0; e < kQKK; ++e) {
+          const int h = e / 128, s = e / 32 % 4, k = e / 16 % 2, l = e % 16, j = 8 * h + 2 * s + k;
+          const int q = ((b.qs[32 * h + 16 * k + l] >> (2 * s)) & 3) | ((b.hmask[16 * k + l] >> (4 * h + s)) & 1) << 2;
+          dst[i * kQKK + e] = (d * static_cast<float>(q3k_scale(b.scales, j) - 32)) * static_cast<float>(q - 4);
+        }
+      }
+      return;
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      const size_t bytes = t == DType::kQ4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ5_K);
+      for (int64_t i = 0; i < n / kQKK; ++i) {
+        const auto* p = static_cast<const uint8_t*>(src) + i * bytes;
+        const auto* b4 = reinterpret_cast<const BlockQ4_K*>(p);
+        const auto* b5 = reinterpret_cast<const BlockQ5_K*>(p);
+        const float d = fp16_to_f32(b4->d), dmin = fp16_to_f32(b4->dmin);
+        const uint8_t* qs = t == DType::kQ4_K ? b4->qs : b5->qs;
+        for (int e = 0; e < kQKK; ++e) {
+          const int pr = e / 64, k = e / 32 % 2, l = e % 32;
+          int q = k == 0 ? qs[32 * pr + l] & 0x0f : qs[32 * pr + l] >> 4;
+          if (t == DType::kQ5_K) q |= ((b5->qh[l] >> (2 * pr + k)) & 1) << 4;
+          int sc, m;
+          q4k_scale_min(b4->scales, 2 * pr + k, &sc, &m);
+          dst[i * kQKK + e] = (d * static_cast<float>(sc)) * static_cast<float>(q) - dmin * static_cast<float>(m);
+        }
+      }
+      return;
+    }
+    case DType::kQ6_K:
+      for (int64_t i = 0; i < n / kQKK; ++i) {
+        const auto& b = static_cast<const BlockQ6_K*>(src)[i];
+        const float d = fp16_to_f32(b.d);
+        for (int e = 0; e < kQKK; ++e) {
+          const int h = e / 128, s = e / 32 % 4, l = e % 32;
+          const uint8_t lo = b.ql[64 * h + 32 * (s % 2) + l];
+          const int q = (s < 2 ? lo & 0x0f : lo >> 4) | ((b.qh[32 * h + l] >> (2 * s)) & 3) << 4;
+          dst[i * kQKK + e] = (d * static_cast<float>(b.scales[8 * h + 2 * s + l / 16])) * static_cast<float>(q - 32);
+        }
+      }
+      return;
     default:
       CACHET_CHECK_MSG(false, "dequantize_row: type %s not computable", dtype_name(t));
   }
 }
 
 void dot_rows(DType t, const void* w, size_t row_stride, int n_rows, const float* x, int64_t n, float* out) {
-  float buf[kQK];
+  float buf[kQKK];
   const int64_t bs = traits(t).block_size == 1 ? kQK : traits(t).block_size;
   const size_t chunk_bytes = *row_bytes(t, bs);
   for (int r = 0; r < n_rows; ++r) {
@@ -153,38 +226,62 @@ void quantize_act(const float* x, int64_t n, ActQ8* out) {
       out[b].q[i] = static_cast<int8_t>(q);
       sum += q;
     }
+    int32_t lo = 0;
+    for (int i = 0; i < 16; ++i) lo += out[b].q[i];
     out[b].d = d;
     out[b].sum = sum;
     out[b].ds = d * static_cast<float>(sum);
+    out[b].hsum[0] = static_cast<int16_t>(lo);
+    out[b].hsum[1] = static_cast<int16_t>(sum - lo);
   }
 }
 
-// Unsigned stored weight of (row r, element e) of a packed block (see kernels/packed.h).
-int packed_weight(DType t, const uint8_t* blk, int r, int e) {
-  if (t == DType::kQ8_0) return blk[32 + (e / 4) * 64 + r * 4 + e % 4];
-  const uint8_t* qs = blk + (t == DType::kQ4_0 ? 32 : 64);
-  const int k = e % 16;
-  const uint8_t byte = qs[(k / 4) * 64 + r * 4 + k % 4];
-  return e < 16 ? (byte & 0x0f) : (byte >> 4);
+// Unsigned stored quant of (row r, element e) of a packed block (see kernels/packed.h).
+int packed_weight(DType t, const PackedLayout& l, const uint8_t* blk, int r, int e) {
+  const int s = e / 4, i = e % 4;
+  if (t == DType::kQ8_0) return blk[l.qs + s * 64 + r * 4 + i];
+  const uint8_t byte = blk[l.qs + (s % 4) * 64 + r * 4 + i];
+  int q = s < 4 ? (byte & 0x0f) : (byte >> 4);
+  if (t == DType::kQ6_K) {
+    q |= ((blk[l.hi + (s / 4) * 64 + r * 4 + i] >> (2 * (s % 4))) & 3) << 4;
+  } else if (l.hi != 0) {
+    q |= ((blk[l.hi + r * 4 + i] >> s) & 1) << 4;
+  }
+  return q;
 }
+
+float f16_at(const uint8_t* p, int i) { return fp16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]); }
 
 void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride, int n_tokens,
                 float* out, int64_t out_stride) {
-  const size_t bb = packed_block_bytes(t);
-  const int bias = packed_bias(t);
+  const PackedLayout l = packed_layout(t);
+  const bool is_k = l.blocks > 1;
   for (int tok = 0; tok < n_tokens; ++tok) {
     for (int r = 0; r < kPackRows; ++r) {
       float acc = 0.0f;
       for (int64_t b = 0; b < n_blocks; ++b) {
-        const uint8_t* blk = group + b * bb;
+        const uint8_t* sup = group + (b / l.blocks) * l.super_bytes();
+        const uint8_t* blk = sup + l.header + (b % l.blocks) * l.block_bytes;
         const ActQ8& xb = x[tok * x_stride + b];
+        if (t == DType::kQ6_K) {
+          for (int h = 0; h < 2; ++h) {
+            int32_t isum = 0;
+            for (int e = 16 * h; e < 16 * h + 16; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xb.q[e];
+            const float s = f16_at(sup, r) * static_cast<float>(static_cast<int8_t>(blk[16 * h + r]));
+            acc = std::fma(static_cast<float>(isum), s * xb.d, acc);
+          }
+          continue;
+        }
         int32_t isum = 0;
-        for (int e = 0; e < 32; ++e) isum += (packed_weight(t, blk, r, e) - bias) * xb.q[e];
-        const float d = fp16_to_f32(reinterpret_cast<const uint16_t*>(blk)[r]);
-        acc = std::fma(static_cast<float>(isum), d * xb.d, acc);
-        if (t == DType::kQ4_1) {
-          const float m = fp16_to_f32(reinterpret_cast<const uint16_t*>(blk + 32)[r]);
-          acc = std::fma(m, xb.ds, acc);
+        for (int e = 0; e < 32; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xb.q[e];
+        if (is_k) {
+          const float s = f16_at(sup, r) * static_cast<float>(blk[r]);
+          const float mn = f16_at(sup + 32, r) * static_cast<float>(blk[16 + r]);
+          acc = std::fma(static_cast<float>(isum), s * xb.d, acc);
+          acc = std::fma(-mn, xb.ds, acc);
+        } else {
+          acc = std::fma(static_cast<float>(isum), f16_at(blk, r) * xb.d, acc);
+          if (t == DType::kQ4_1 || t == DType::kQ5_1) acc = std::fma(f16_at(blk + 32, r), xb.ds, acc);
         }
       }
       out[tok * out_stride + r] = acc;

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "base/check.h"
 #include "base/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "kernels/quant_blocks.h"
 
 namespace cachet::avx2 {
@@ -153,6 +155,21 @@ struct V {
     __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));  // |pair| <= 2 * 128 * 127
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
   }
+  static ireg and_i(ireg a, ireg b) { return _mm256_and_si256(a, b); }
+  static ireg or_i(ireg a, ireg b) { return _mm256_or_si256(a, b); }
+  static ireg set1_i8(char v) { return _mm256_set1_epi8(v); }
+  template <int N>
+  static ireg shl16(ireg a) { return _mm256_slli_epi16(a, N); }
+  template <int N>
+  static ireg shr16(ireg a) { return _mm256_srli_epi16(a, N); }
+  // 8 bytes at p as floats (unsigned / signed).
+  static reg cvt_u8(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static reg cvt_i8(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static reg fnmadd(reg a, reg b, reg c) { return _mm256_fnmadd_ps(a, b, c); }
   static reg cvt_i(ireg i) { return _mm256_cvtepi32_ps(i); }
   static reg load_f16(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

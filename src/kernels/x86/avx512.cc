@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "base/check.h"
 #include "base/fp16.h"
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 #include "kernels/quant_blocks.h"
 
 namespace cachet::avx512 {
@@ -119,6 +121,21 @@ struct V {
   }
   static ireg dot4_u4(ireg acc, ireg w, const int8_t* x4) { return _mm512_dpbusd_epi32(acc, w, bcast4(x4)); }
   static ireg dot4_q8(ireg acc, ireg w, const int8_t* x4) { return _mm512_dpbusd_epi32(acc, w, bcast4(x4)); }
+  static ireg and_i(ireg a, ireg b) { return _mm512_and_si512(a, b); }
+  static ireg or_i(ireg a, ireg b) { return _mm512_or_si512(a, b); }
+  static ireg set1_i8(char v) { return _mm512_set1_epi8(v); }
+  template <int N>
+  static ireg shl16(ireg a) { return _mm512_slli_epi16(a, N); }
+  template <int N>
+  static ireg shr16(ireg a) { return _mm512_srli_epi16(a, N); }
+  // 16 bytes at p as floats (unsigned / signed).
+  static reg cvt_u8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static reg cvt_i8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static reg fnmadd(reg a, reg b, reg c) { return _mm512_fnmadd_ps(a, b, c); }
   static reg cvt_i(ireg i) { return _mm512_cvtepi32_ps(i); }
   static reg load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));

@@ -1,0 +1,104 @@
+// cachet perplexity: llama.cpp's measure. The text is tokenized once (BOS as the vocabulary says) and cut
+// into consecutive chunks of --ctx tokens; each chunk is one prefill from an empty cache (its first token
+// replaced by BOS when the vocabulary adds one), and only the second half of each chunk is scored, so every
+// scored token sees at least ctx/2 tokens of context. PPL = exp(mean negative log-likelihood).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/cachet/common.h"
+
+namespace cachet::cli {
+
+namespace {
+
+struct PplArgs {
+  std::string model, file, kv_type = "f16";
+  int ctx = 512, chunks = 0, threads = 0;
+  bool precise = false, json = false;
+};
+
+int perplexity(const PplArgs& a) {
+  std::ifstream in(a.file, std::ios::binary);
+  if (!in) return fail(io_error("cannot read " + a.file));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto lm = load_with_tokenizer(a.model, a.threads, a.precise);
+  if (!lm.is_ok()) return fail(lm.status());
+  if (!lm->tokenizer) return fail(invalid_argument("this model file has no tokenizer"));
+  Model& model = *lm->model;
+  const Tokenizer& tok = *lm->tokenizer;
+  if (a.ctx < 4 || a.ctx > model.config().n_ctx_train)
+    return fail(invalid_argument("--ctx " + std::to_string(a.ctx) + " is outside 4.." +
+                                 std::to_string(model.config().n_ctx_train)));
+  const std::vector<int32_t> tokens = tok.encode(ss.str(), /*add_special=*/true, /*parse_special=*/false);
+  int n_chunks = static_cast<int>(tokens.size() / a.ctx);
+  if (a.chunks > 0) n_chunks = std::min(n_chunks, a.chunks);
+  if (n_chunks == 0)
+    return fail(invalid_argument("the text has " + std::to_string(tokens.size()) + " tokens, fewer than --ctx " +
+                                 std::to_string(a.ctx)));
+  const int64_t V = model.config().n_vocab;
+  const int first = a.ctx / 2;
+  ContiguousKvCache cache(model.config(), a.ctx, a.kv_type == "f32" ? DType::kF32 : DType::kF16);
+  std::vector<float> logits(static_cast<size_t>(a.ctx) * V);
+  double nll = 0.0;
+  int64_t scored = 0;
+  std::vector<double> running;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < n_chunks; ++c) {
+    std::vector<int32_t> ids(tokens.begin() + static_cast<int64_t>(c) * a.ctx,
+                             tokens.begin() + static_cast<int64_t>(c + 1) * a.ctx);
+    if (tok.add_bos() && tok.bos()) ids[0] = *tok.bos();
+    // The cache is addressed by position: this chunk's prefill overwrites the previous chunk's rows.
+    ForwardBatch b = ForwardBatch::single(&cache, ids, 0, true);
+    if (Status s = model.forward(b, logits.data()); !s.is_ok()) return fail(s);
+    for (int i = first; i < a.ctx - 1; ++i) {
+      const float* l = logits.data() + static_cast<size_t>(i) * V;
+      float mx = l[0];
+      for (int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
+      double sum = 0.0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(l[v] - mx));
+      nll += std::log(sum) + mx - l[ids[i + 1]];
+      ++scored;
+    }
+    running.push_back(std::exp(nll / scored));
+    if (!a.json) std::fprintf(stderr, "[%d] %.4f\n", c + 1, running.back());
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double ppl = std::exp(nll / scored);
+  if (a.json) {
+    nlohmann::json j = {{"ppl", ppl}, {"nll", nll / scored}, {"chunks", n_chunks}, {"ctx", a.ctx},
+                        {"scored_tokens", scored}, {"text_tokens", tokens.size()}, {"seconds", secs},
+                        {"running", running}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("perplexity: %.4f over %lld tokens (%d chunks of %d, second halves scored), %.1f tokens/s\n", ppl,
+                static_cast<long long>(scored), n_chunks, a.ctx, n_chunks * a.ctx / secs);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<PplArgs>();
+  CLI::App* c = app.add_subcommand("perplexity", "perplexity of a model on a text (llama.cpp's chunked measure)");
+  c->add_option("-m,--model", a->model, "model file");
+  c->add_option("-f,--file", a->file, "text file (data/kjv_genesis_1-12.txt is shipped for this)")->required();
+  c->add_option("-c,--ctx", a->ctx, "tokens per chunk; the second half of each is scored");
+  c->add_option("--chunks", a->chunks, "score at most this many chunks (0: all)");
+  c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
+  c->add_option("-t,--threads", a->threads);
+  c->add_flag("--precise", a->precise, "f32 activations in every matmul");
+  c->add_flag("--json", a->json, "print JSON");
+  c->callback([a, exit_code] { *exit_code = perplexity(*a); });
+}
+
+}  // namespace cachet::cli

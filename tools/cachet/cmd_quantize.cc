@@ -1,0 +1,202 @@
+// cachet quantize: rewrite a GGUF's weight matrices in another type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_S/M,
+// Q5_K_S/M, Q6_K, F16, BF16), keeping every metadata key, the tokenizer and the 1-D tensors (norms) as they
+// are. The mixes follow llama.cpp's so files compare like for like (docs/quantize.md).
+// cachet tensor: print a tensor's type, shape and value statistics, or write it dequantized as raw f32.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "base/thread_pool.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "kernels/kernels.h"
+#include "kernels/quantize.h"
+#include "tools/cachet/common.h"
+
+namespace cachet::cli {
+
+namespace {
+
+struct Scheme {
+  DType base;
+  uint32_t ftype;       // llama_ftype, stored as general.file_type
+  bool more_bits_mix;   // _M: Q6_K for part of attn_v / ffn_down
+};
+
+const std::map<std::string, Scheme>& schemes() {
+  static const std::map<std::string, Scheme> m = {
+      {"F32", {DType::kF32, 0, false}},    {"F16", {DType::kF16, 1, false}},    {"BF16", {DType::kBF16, 32, false}},
+      {"Q4_0", {DType::kQ4_0, 2, false}},  {"Q4_1", {DType::kQ4_1, 3, false}},  {"Q8_0", {DType::kQ8_0, 7, false}},
+      {"Q5_0", {DType::kQ5_0, 8, false}},  {"Q5_1", {DType::kQ5_1, 9, false}},  {"Q4_K_S", {DType::kQ4_K, 14, false}},
+      {"Q4_K_M", {DType::kQ4_K, 15, true}}, {"Q5_K_S", {DType::kQ5_K, 16, false}}, {"Q5_K_M", {DType::kQ5_K, 17, true}},
+      {"Q6_K", {DType::kQ6_K, 18, false}}, {"Q4_K", {DType::kQ4_K, 15, true}},  {"Q5_K", {DType::kQ5_K, 17, true}},
+  };
+  return m;
+}
+
+bool is_float(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// llama.cpp's rule for which layers of attn_v / ffn_down get more bits in the _M mixes.
+bool more_bits(int layer, int n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// K-quant rows must be whole 256-element super-blocks; otherwise llama.cpp's fallbacks.
+DType fit_row(DType t, int64_t ne0) {
+  if (ne0 % 256 != 0) {
+    if (t == DType::kQ4_K) t = DType::kQ5_0;
+    if (t == DType::kQ5_K) t = DType::kQ5_1;
+    if (t == DType::kQ6_K) t = DType::kQ8_0;
+  }
+  if (ne0 % 32 != 0 && !is_float(t)) t = DType::kF16;
+  return t;
+}
+
+DType target_type(const Scheme& s, const GgufTensorInfo& t, bool has_output, int n_layer) {
+  if (t.n_dims < 2 || t.name.size() < 7 || t.name.compare(t.name.size() - 7, 7, ".weight") != 0) return t.type;
+  DType want = s.base;
+  const bool output = t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
+  if (output && !is_float(s.base) && s.base != DType::kQ8_0) want = DType::kQ6_K;
+  static const std::regex kLayer(R"(^blk\.(\d+)\.(attn_v|ffn_down)\.weight$)");
+  std::smatch m;
+  if (s.more_bits_mix && std::regex_match(t.name, m, kLayer) && more_bits(std::stoi(m[1]), n_layer))
+    want = DType::kQ6_K;
+  return fit_row(want, t.ne[0]);
+}
+
+struct QuantizeArgs {
+  std::string in, out, type;
+  int threads = 0;
+  bool allow_requantize = false;
+};
+
+int quantize(const QuantizeArgs& a) {
+  const auto it = schemes().find(a.type);
+  if (it == schemes().end()) return fail(invalid_argument("unknown --type " + a.type));
+  const Scheme& scheme = it->second;
+  auto f = GgufFile::open(a.in);
+  if (!f.is_ok()) return fail(f.status());
+  const GgufFile& in = **f;
+  std::string arch = "llama";
+  if (auto s = in.get_string("general.architecture"); s.is_ok()) arch = *s;
+  auto blocks = in.get_uint(arch + ".block_count");
+  const int n_layer = blocks.is_ok() ? static_cast<int>(*blocks) : 0;
+  const bool has_output = in.find_tensor("output.weight") != nullptr;
+
+  GgufWriter w;
+  for (const std::string& key : in.keys()) {
+    if (key == "general.file_type" || key == "general.quantization_version") continue;
+    w.set_value(key, *in.find(key));
+  }
+  w.set_u32("general.file_type", scheme.ftype);
+  w.set_u32("general.quantization_version", 2);
+
+  ThreadPool pool(a.threads > 0 ? a.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t in_bytes = 0, out_bytes = 0;
+  std::map<std::string, int> counts;
+  for (const GgufTensorInfo& t : in.tensors()) {
+    const DType to = target_type(scheme, t, has_output, n_layer);
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max(1, t.n_dims));
+    in_bytes += t.n_bytes;
+    ++counts[dtype_name(to)];
+    if (to == t.type) {
+      if (Status s = w.add_tensor(t.name, t.type, ne, std::vector<uint8_t>(t.data, t.data + t.n_bytes)); !s.is_ok())
+        return fail(s);
+      out_bytes += t.n_bytes;
+      continue;
+    }
+    if (!is_float(t.type) && !a.allow_requantize)
+      return fail(invalid_argument("tensor '" + t.name + "' is " + dtype_name(t.type) +
+                                   ": quantize from F32/F16/BF16 (or pass --allow-requantize)"));
+    if (!dtype_computable(t.type)) return fail(unimplemented(std::string("cannot read ") + dtype_name(t.type)));
+    const int64_t K = t.ne[0], rows = t.n_elements() / K;
+    const size_t in_rb = *row_bytes(t.type, K), out_rb = *row_bytes(to, K);
+    std::vector<uint8_t> data(out_rb * rows);
+    Status err = Status::ok();
+    std::mutex mu;
+    pool.parallel_for(rows, [&](int, int64_t r0, int64_t r1) {
+      std::vector<float> row(K);
+      for (int64_t r = r0; r < r1; ++r) {
+        kernels().dequantize_row(t.type, t.data + r * in_rb, row.data(), K);
+        if (Status s = quantize_row(to, row.data(), data.data() + r * out_rb, K); !s.is_ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          err = s;
+          return;
+        }
+      }
+    });
+    if (!err.is_ok()) return fail(err);
+    out_bytes += data.size();
+    if (Status s = w.add_tensor(t.name, to, ne, std::move(data)); !s.is_ok()) return fail(s);
+  }
+  if (Status s = w.write(a.out); !s.is_ok()) return fail(s);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string mix;
+  for (const auto& [name, n] : counts) mix += (mix.empty() ? "" : ", ") + std::to_string(n) + " " + name;
+  std::printf("%s -> %s (%s): %.1f MiB -> %.1f MiB in %.1f s; tensors: %s\n", a.in.c_str(), a.out.c_str(),
+              a.type.c_str(), in_bytes / 1048576.0, out_bytes / 1048576.0, secs, mix.c_str());
+  return 0;
+}
+
+int tensor(const std::string& model, const std::string& name, const std::string& out) {
+  auto f = GgufFile::open(resolve_model_path(model));
+  if (!f.is_ok()) return fail(f.status());
+  const GgufTensorInfo* t = (*f)->find_tensor(name);
+  if (!t) return fail(not_found("no tensor '" + name + "'"));
+  if (!dtype_computable(t->type)) return fail(unimplemented(std::string("cannot read ") + dtype_name(t->type)));
+  const int64_t K = t->ne[0], rows = t->n_elements() / K;
+  const size_t rb = *row_bytes(t->type, K);
+  std::vector<float> v(static_cast<size_t>(K) * rows);
+  for (int64_t r = 0; r < rows; ++r) kernels().dequantize_row(t->type, t->data + r * rb, v.data() + r * K, K);
+  if (!out.empty()) {
+    FILE* fp = std::fopen(out.c_str(), "wb");
+    if (!fp || std::fwrite(v.data(), sizeof(float), v.size(), fp) != v.size()) {
+      if (fp) std::fclose(fp);
+      return fail(io_error("cannot write " + out));
+    }
+    std::fclose(fp);
+  }
+  double sum = 0, sq = 0;
+  float lo = v.empty() ? 0 : v[0], hi = lo;
+  for (float x : v) {
+    sum += x;
+    sq += static_cast<double>(x) * x;
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  const double n = std::max<size_t>(1, v.size());
+  std::printf("%s: %s %s, %zu bytes; min %g max %g mean %g rms %g\n", name.c_str(), dtype_name(t->type),
+              t->shape_string().c_str(), static_cast<size_t>(t->n_bytes), lo, hi, sum / n, std::sqrt(sq / n));
+  return 0;
+}
+
+}  // namespace
+
+void add_quantize_commands(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<QuantizeArgs>();
+  CLI::App* q = app.add_subcommand("quantize", "rewrite a GGUF's weights as Q8_0, Q4_0, Q4_1, Q5_0/1, Q4_K_M, Q6_K, ...");
+  q->add_option("-m,--model", a->in, "input GGUF (F32, F16 or BF16 weights)")->required();
+  q->add_option("-o,--output", a->out, "output GGUF")->required();
+  std::vector<std::string> names;
+  for (const auto& [n, s] : schemes()) names.push_back(n);
+  q->add_option("--type", a->type, "target type or mix")->required()->check(CLI::IsMember(names));
+  q->add_option("-t,--threads", a->threads);
+  q->add_flag("--allow-requantize", a->allow_requantize, "also convert already-quantized tensors (lossy twice)");
+  q->callback([a, exit_code] { *exit_code = quantize(*a); });
+
+  auto model = std::make_shared<std::string>(), name = std::make_shared<std::string>(),
+       out = std::make_shared<std::string>();
+  CLI::App* t = app.add_subcommand("tensor", "a tensor's type, shape and value statistics; -o writes it as raw f32");
+  t->add_option("-m,--model", *model, "GGUF file");
+  t->add_option("name", *name, "tensor name")->required();
+  t->add_option("-o,--output", *out, "write the dequantized values (float32, row-major) here");
+  t->callback([model, name, out, exit_code] { *exit_code = tensor(*model, *name, *out); });
+}
+
+}  // namespace cachet::cli
