@@ -402,3 +402,46 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
 
 }  // namespace
 }  // namespace cachet
+
+namespace cachet {
+namespace {
+
+// Packed float weights: SIMD == scalar bit for bit for every token count and length (tails of the 4 chains),
+// and the scalar one == the double-precision dot of the stored values.
+TEST(PackedKernels, PackedFloatDotMatchesScalarBitwiseAndDouble) {
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    for (int64_t K : {1, 3, 4, 5, 64, 577}) {
+      for (int rows : {16, 7}) {
+        QuantRows q = make_rows(t, rows, K, 90 + K + rows, 0);
+        std::vector<uint8_t> group(packed_group_bytes(t, K));
+        repack_group(t, q.data, q.row_bytes, rows, K, group.data());
+        const int T = 13;
+        auto x = random_floats(T * K, 5 + K, -2.0f, 2.0f);
+        std::vector<float> ref(T * kPackRows), w(K);
+        ref::kKernels.packed_dot_f(t, group.data(), K, x.data(), K, T, ref.data(), kPackRows);
+        for (int tok = 0; tok < T; ++tok)
+          for (int r = 0; r < kPackRows; ++r) {
+            double want = 0, mag = 0;
+            if (r < rows) {
+              ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
+              for (int64_t i = 0; i < K; ++i) {
+                want += static_cast<double>(w[i]) * x[tok * K + i];
+                mag += std::fabs(static_cast<double>(w[i]) * x[tok * K + i]);
+              }
+            }
+            ASSERT_NEAR(ref[tok * kPackRows + r], want, 1e-6 * mag + 1e-7) << dtype_name(t) << " K=" << K;
+          }
+        for (const Kernels* k : simd_tables())
+          for (int nt : {1, 2, 3, 5, 6, 7, 13}) {
+            std::vector<float> got(T * kPackRows, -1.0f);
+            k->packed_dot_f(t, group.data(), K, x.data(), K, nt, got.data(), kPackRows);
+            ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
+                << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
+          }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cachet

@@ -53,6 +53,12 @@ struct Kernels {
   void (*packed_dot)(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
                      int n_tokens, float* out, int64_t out_stride);
 
+  // Packed float weights (F16/BF16, kernels/packed.h), f32 activations: for one 16-row group of k elements per
+  // row and n_tokens rows of x (x + t * x_stride): out[t * out_stride + r] = dot(row r, token t), summed in
+  // the packed order. Bitwise identical in every table.
+  void (*packed_dot_f)(DType t, const uint8_t* group, int64_t k, const float* x, int64_t x_stride, int n_tokens,
+                       float* out, int64_t out_stride);
+
   // One tile of flash attention for the `group` query heads that share a KV head: 1 <= n <= kAttnTileMax
   // cached positions (K and V rows `stride` bytes apart, kv_type kF32 or kF16), head size d; q holds the
   // group's query rows, d floats each, contiguous. Per head g, with running max m[g], running sum l[g] and

@@ -7,8 +7,11 @@
 
 namespace cachet {
 
+bool packed_is_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+
 bool packable(DType t) {
   switch (t) {
+    case DType::kF16: case DType::kBF16:
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
     case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
       return true;
@@ -33,6 +36,7 @@ PackedLayout packed_layout(DType t) {
 }
 
 size_t packed_group_bytes(DType t, int64_t k) {
+  if (packed_is_float(t)) return static_cast<size_t>(k) * kPackRows * 2;
   const PackedLayout l = packed_layout(t);
   CACHET_CHECK(k % (32 * l.blocks) == 0);
   return static_cast<size_t>(k / (32 * l.blocks)) * l.super_bytes();
@@ -130,6 +134,15 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
 
 void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int64_t k, uint8_t* dst) {
   CACHET_CHECK(packable(t) && n_rows >= 0 && n_rows <= kPackRows);
+  if (packed_is_float(t)) {
+    auto* out = reinterpret_cast<uint16_t*>(dst);
+    std::memset(dst, 0, packed_group_bytes(t, k));
+    for (int r = 0; r < n_rows; ++r) {
+      const auto* row = reinterpret_cast<const uint16_t*>(src + r * row_bytes);
+      for (int64_t i = 0; i < k; ++i) out[i * kPackRows + r] = row[i];
+    }
+    return;
+  }
   const PackedLayout l = packed_layout(t);
   const int64_t n_super = k / (32 * l.blocks);
   CACHET_CHECK(n_super * 32 * l.blocks == k);

@@ -58,8 +58,13 @@ struct PackedLayout {
   size_t super_bytes() const { return header + blocks * block_bytes; }
 };
 
-bool packable(DType t);
-PackedLayout packed_layout(DType t);
+// Float weights (F16, BF16) are packed too, for the f32-activation path: a group stores, for each k, the 16
+// rows' values side by side (32 bytes). A row's dot product with a token is ((c0 + c1) + (c2 + c3)), where c_j
+// is the fma chain over the k = j (mod 4) in increasing k, starting from 0. One sequential stream per group
+// instead of 16 short rows read side by side.
+bool packable(DType t);          // every type below, block or float
+bool packed_is_float(DType t);   // F16, BF16
+PackedLayout packed_layout(DType t);  // block types only
 // Bytes of one packed 16-row group of rows of k elements.
 size_t packed_group_bytes(DType t, int64_t k);
 

@@ -111,7 +111,8 @@ ActQ8* quantize_activations(ThreadPool& pool, const float* x, int n_tokens, int6
 }
 
 // The integer path: each thread takes whole 16-row groups of the weights, in chunks of tokens.
-void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const ActQ8* act, int64_t K,
+// `act` is the ActQ8 activations for the block types, or x itself (f32) for the packed float types.
+void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const void* act, int64_t K,
                    int n_tokens) {
   const Kernels& k = kernels();
   const int64_t nb = K / 32;
@@ -134,10 +135,15 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const Ac
         const int64_t N = w.n_rows(), g = gg - first[i];
         const uint8_t* grp = w.packed + g * w.packed_group_bytes;
         const int64_t r0 = g * kPackRows;
-        if (r0 + kPackRows <= N) {
-          k.packed_dot(w.type, grp, nb, act + t0 * nb, nb, nt, y + t0 * N + r0, N);
+        const bool direct = r0 + kPackRows <= N;
+        float* dst = direct ? y + t0 * N + r0 : tmp;
+        const int64_t ds = direct ? N : kPackRows;
+        if (packed_is_float(w.type)) {
+          k.packed_dot_f(w.type, grp, K, static_cast<const float*>(act) + t0 * K, K, nt, dst, ds);
         } else {
-          k.packed_dot(w.type, grp, nb, act + t0 * nb, nb, nt, tmp, kPackRows);
+          k.packed_dot(w.type, grp, nb, static_cast<const ActQ8*>(act) + t0 * nb, nb, nt, dst, ds);
+        }
+        if (!direct) {
           for (int t = 0; t < nt; ++t)
             for (int64_t r = 0; r < N - r0; ++r) y[(t0 + t) * N + r0 + r] = tmp[t * kPackRows + r];
         }
@@ -147,8 +153,8 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const Ac
 }
 
 void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
-  const ActQ8* act = quantize_activations(pool, x, n_tokens, w.ne[0]);
   const MatmulOut out{&w, y};
+  const void* act = packed_is_float(w.type) ? static_cast<const void*>(x) : quantize_activations(pool, x, n_tokens, w.ne[0]);
   packed_groups(pool, &out, 1, act, w.ne[0], n_tokens);
 }
 
@@ -243,12 +249,14 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
 void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const float* x, int n_tokens) {
   const int64_t K = outs.begin()->w->ne[0];
   bool fused = outs.size() <= 8;
-  for (const MatmulOut& o : outs) fused = fused && o.w->packed && o.w->ne[0] == K;
+  const bool is_float = packed_is_float(outs.begin()->w->type);
+  for (const MatmulOut& o : outs)
+    fused = fused && o.w->packed && o.w->ne[0] == K && packed_is_float(o.w->type) == is_float;
   if (!fused) {
     for (const MatmulOut& o : outs) matmul(pool, *o.w, x, n_tokens, o.y);
     return;
   }
-  const ActQ8* act = quantize_activations(pool, x, n_tokens, K);
+  const void* act = is_float ? static_cast<const void*>(x) : quantize_activations(pool, x, n_tokens, K);
   packed_groups(pool, outs.begin(), static_cast<int>(outs.size()), act, K, n_tokens);
 }
 

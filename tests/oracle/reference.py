@@ -29,7 +29,7 @@ class Config:
 
 class Model:
     # Weight types whose matmuls take 8-bit activations (quantized per 32-block) in cachet, as in llama.cpp.
-    INT8_ACTIVATION_TYPES = {"Q4_0", "Q4_1", "Q8_0"}
+    INT8_ACTIVATION_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}
 
     def __init__(self, cfg: Config, w: dict[str, np.ndarray], types: dict[str, str] | None = None):
         self.cfg = cfg

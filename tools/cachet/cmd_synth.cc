@@ -18,7 +18,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("-o,--output", a->out, "output path")->required();
   c->add_option("--preset", a->preset, "a real model's shape")
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "tiny"}));
-  c->add_option("--type", a->type, "matmul weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1)");
+  c->add_option("--type", a->type, "matmul weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K)");
   c->add_option("--embd-type", a->embd_type, "token embedding type (default: Q8_0 for 4-bit types, else --type)");
   c->add_option("--n-vocab", a->spec.n_vocab);
   c->add_option("--n-embd", a->spec.n_embd);

@@ -112,6 +112,7 @@ struct V {
   // Integer path (kernels/packed.h): a 16-row group in two halves of 8 rows, lane r = row r.
   // No VNNI: maddubs (u8 x s8 pairs to s16) then madd with ones (to s32).
   using ireg = __m256i;
+  static constexpr int kFloatTokens = 3;  // packed float path: 4 x NT accumulators
   static constexpr int kPackHalves = 2;
   static constexpr int kPackTokens = 4;
   static constexpr int kQ8Bias = 0;  // dot4_q8 removes the +128 bias itself (maddubs would saturate)

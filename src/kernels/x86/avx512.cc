@@ -97,6 +97,7 @@ struct V {
 
   // Integer path (kernels/packed.h): one 16-row group at once, lane r = row r; VNNI dot products.
   using ireg = __m512i;
+  static constexpr int kFloatTokens = 6;  // packed float path: 4 x NT accumulators
   static constexpr int kPackHalves = 1;
   static constexpr int kPackTokens = 8;  // 8 weight registers + 8 accumulators + operands fit 32 registers (16 measured slower)
   static constexpr int kQ8Bias = 128;  // vpdpbusd takes the biased (unsigned) Q8 weights as they are

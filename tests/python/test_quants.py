@@ -1,0 +1,138 @@
+"""The quantized types against PyPI `gguf`'s own numpy decoders (an independent reading of ggml's layouts),
+and `cachet quantize` / `cachet perplexity` end to end."""
+import json
+import subprocess
+
+import gguf
+import numpy as np
+import pytest
+from gguf.quants import dequantize
+
+from reference import Model
+
+# Block bytes and the byte offsets of each block's fp16 scale fields.
+LAYOUTS = {
+    "Q8_0": (34, [0]), "Q4_0": (18, [0]), "Q4_1": (20, [0, 2]), "Q5_0": (22, [0]), "Q5_1": (24, [0, 2]),
+    "Q2_K": (84, [80, 82]), "Q3_K": (110, [108]), "Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]),
+    "Q6_K": (210, [208]),
+}
+
+
+def random_blocks(qtype, rows, cols, rng):
+    """Random bytes in `qtype`'s block layout, with finite fp16 scales (of both signs) where the scales sit."""
+    block_bytes, scale_offsets = LAYOUTS[qtype]
+    block_elems = gguf.GGML_QUANT_SIZES[getattr(gguf.GGMLQuantizationType, qtype)][0]
+    n_blocks = rows * cols // block_elems
+    raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    for off in scale_offsets:
+        scales = (rng.standard_normal(n_blocks) * 0.02).astype(np.float16)
+        raw[:, off:off + 2] = scales.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(rows, cols // block_elems * block_bytes)
+
+
+def test_every_block_type_decodes_as_gguf_py_does(cachet_bin, tmp_path):
+    rng = np.random.default_rng(11)
+    path = tmp_path / "blocks.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    tensors = {}
+    for qtype in LAYOUTS:
+        raw = random_blocks(qtype, 3, 512, rng)
+        tensors[qtype] = raw
+        w.add_tensor(f"t.{qtype}", raw, raw_dtype=getattr(gguf.GGMLQuantizationType, qtype))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for qtype, raw in tensors.items():
+        out = tmp_path / f"{qtype}.f32"
+        subprocess.run([cachet_bin, "tensor", "-m", str(path), f"t.{qtype}", "-o", str(out)], check=True,
+                       capture_output=True)
+        ours = np.fromfile(out, dtype=np.float32).reshape(3, 512)
+        want = dequantize(raw, getattr(gguf.GGMLQuantizationType, qtype)).reshape(3, 512)
+        np.testing.assert_allclose(ours, want, rtol=2e-6, atol=1e-9, err_msg=qtype)
+
+
+def quantize(cachet_bin, src, dst, qtype):
+    out = subprocess.run([cachet_bin, "quantize", "-m", str(src), "-o", str(dst), "--type", qtype], check=True,
+                         capture_output=True, text=True).stdout
+    return {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(dst)).tensors}, out
+
+
+def test_quantize_mixes_follow_llama_cpp(cachet_bin, tmp_path):
+    # A 256-wide model, so the K-quants apply everywhere but the 1-D norms; 8 layers for the _M rule.
+    src = tmp_path / "f16.gguf"
+    subprocess.run([cachet_bin, "synth", "-o", str(src), "--type", "F16", "--n-vocab", "320", "--n-embd", "256",
+                    "--n-layer", "8", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--seed", "5"],
+                   check=True)
+    types, _ = quantize(cachet_bin, src, tmp_path / "q4km.gguf", "Q4_K_M")
+    # llama.cpp's use_more_bits for 8 layers: i < 1, i >= 7, (i - 1) % 3 == 2 -> layers 0, 3, 6, 7.
+    for i in range(8):
+        more = i in (0, 3, 6, 7)
+        assert types[f"blk.{i}.attn_v.weight"] == ("Q6_K" if more else "Q4_K"), i
+        assert types[f"blk.{i}.ffn_down.weight"] == ("Q6_K" if more else "Q4_K"), i
+        assert types[f"blk.{i}.attn_q.weight"] == "Q4_K"
+        assert types[f"blk.{i}.attn_norm.weight"] == "F32"
+    assert types["token_embd.weight"] == "Q6_K"  # tied: it is also the output head
+    types, _ = quantize(cachet_bin, src, tmp_path / "q8.gguf", "Q8_0")
+    assert {t for n, t in types.items() if n.endswith(".weight") and "norm" not in n} == {"Q8_0"}
+    # Rows that are not whole super-blocks fall back as llama.cpp does (Q4_K -> Q5_0, Q6_K -> Q8_0).
+    narrow = tmp_path / "narrow.gguf"
+    subprocess.run([cachet_bin, "synth", "-o", str(narrow), "--type", "F16", "--n-vocab", "320", "--n-embd", "192",
+                    "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--seed", "5"],
+                   check=True)
+    types, _ = quantize(cachet_bin, narrow, tmp_path / "narrow_q4km.gguf", "Q4_K_M")
+    # 2 layers: only layer 1 (i >= 7n/8) gets more bits.
+    assert types["blk.0.attn_q.weight"] == "Q5_0" and types["blk.0.attn_v.weight"] == "Q5_0"
+    assert types["blk.1.attn_v.weight"] == "Q8_0"  # Q6_K, 192 wide
+    assert types["blk.0.ffn_down.weight"] == "Q4_K" and types["blk.1.ffn_down.weight"] == "Q6_K"  # 512 wide
+
+
+def test_quantized_models_stay_close_to_their_f16_source(cachet_bin, tmp_path):
+    """Logits of each quantized file against the f16 source, all through the numpy reference: the quantizer's
+    own error, bounded and ordered by bits."""
+    src = tmp_path / "f16.gguf"
+    subprocess.run([cachet_bin, "synth", "-o", str(src), "--type", "F16", "--n-vocab", "320", "--n-embd", "256",
+                    "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--seed", "9"],
+                   check=True)
+    ids = np.random.default_rng(1).integers(0, 320, size=24).tolist()
+    ref = Model.load(str(src))
+    ref.quantize_activations = False
+    a = ref.logits(ids)
+    err = {}
+    for qtype in ["Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "Q4_0"]:
+        dst = tmp_path / f"{qtype}.gguf"
+        quantize(cachet_bin, src, dst, qtype)
+        got = Model.load(str(dst))
+        got.quantize_activations = False
+        err[qtype] = np.abs(got.logits(ids) - a).max() / np.abs(a).max()
+    print(err)
+    bounds = {"Q8_0": 0.01, "Q6_K": 0.04, "Q5_K_M": 0.06, "Q5_0": 0.08, "Q4_K_M": 0.12, "Q4_0": 0.2}
+    assert all(err[q] <= bounds[q] for q in bounds), err
+    assert err["Q8_0"] < err["Q6_K"] < err["Q5_K_M"] < err["Q4_K_M"] < err["Q4_0"], err
+
+
+def test_perplexity_matches_numpy(cachet_bin, default_model, tmp_path, shared_dir):
+    """`cachet perplexity` on the shipped text (2 chunks of 128 tokens) against the same measure computed from
+    the numpy reference's logits over the same tokens."""
+    import pathlib
+    text = pathlib.Path(__file__).resolve().parents[2] / "data" / "kjv_genesis_1-12.txt"
+    out = subprocess.run([cachet_bin, "perplexity", "-m", default_model, "-f", str(text), "--ctx", "128",
+                          "--chunks", "2", "--kv-type", "f32", "--precise", "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    ours = json.loads(out)
+    ids = subprocess.run([cachet_bin, "tokenize", "-m", default_model, "-f", str(text)], check=True,
+                         capture_output=True, text=True).stdout.split()
+    ids = [int(i) for i in ids]
+    m = Model.load(default_model)
+    m.quantize_activations = False
+    nll, n = 0.0, 0
+    for c in range(2):
+        chunk = ids[c * 128:(c + 1) * 128]
+        logits = m.logits(chunk)
+        for i in range(64, 127):
+            row = logits[i]
+            mx = row.max()
+            nll += np.log(np.exp(row - mx).sum()) + mx - row[chunk[i + 1]]
+            n += 1
+    assert ours["scored_tokens"] == n
+    assert abs(ours["ppl"] - np.exp(nll / n)) <= 1e-3 * np.exp(nll / n), (ours["ppl"], np.exp(nll / n))
