@@ -69,5 +69,40 @@ TEST(Attention, FlashEqualsNaive) {
   }
 }
 
+// A deep decode step alone spreads its chunks over threads (flash-decoding) and merges them afterwards; in a
+// batch with many heads each thread walks a head's chunks itself. The two must agree bit for bit.
+TEST(Attention, SplitChunksEqualWholeHeadsBitwise) {
+  ModelConfig c;
+  c.n_layer = 1;
+  c.n_head = 6;
+  c.n_head_kv = 2;
+  c.head_dim = 32;
+  const int max_ctx = 1500, H = 6, KH = 2, D = 32, T = 8;
+  for (DType kv : {DType::kF32, DType::kF16}) {
+    ContiguousKvCache cache(c, max_ctx, kv);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> row(KH * D);
+    for (int p = 0; p < max_ctx; ++p) {
+      for (auto& x : row) x = nd(rng);
+      kernels().kv_store(kv, row.data(), cache.k_row(0, p), KH * D);
+      for (auto& x : row) x = nd(rng);
+      kernels().kv_store(kv, row.data(), cache.v_row(0, p), KH * D);
+    }
+    ThreadPool pool(2);
+    std::vector<float> q(T * H * D), batch_out(T * H * D), alone(H * D);
+    for (auto& x : q) x = 2.0f * nd(rng);
+    const int32_t positions[T] = {1499, 1024, 255, 256, 257, 700, 3, 1300};
+    const int32_t seq_index[T] = {0, 0, 0, 0, 0, 0, 0, 0};
+    KvSequence* seqs[] = {&cache};
+    attention(pool, {q.data(), batch_out.data(), T, positions, seq_index, seqs, 0, H, KH, D});
+    for (int t = 0; t < T; ++t) {
+      attention(pool, {q.data() + t * H * D, alone.data(), 1, &positions[t], seq_index, seqs, 0, H, KH, D});
+      for (int i = 0; i < H * D; ++i)
+        ASSERT_EQ(alone[i], batch_out[t * H * D + i]) << "position " << positions[t] << " element " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cachet

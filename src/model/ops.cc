@@ -203,45 +203,137 @@ void matmul(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens,
 // online softmax (running max, running sum, rescaled accumulator), so no score row longer than a tile is ever
 // materialized. Tiles never straddle a span as long as spans (KV blocks) are multiples of kAttnTile, so a
 // paged cache and the contiguous one compute the same operations in the same order.
+//
+// Positions are further cut into chunks of kAttnChunk at absolute multiples of it. Each chunk's softmax state
+// starts fresh, and the chunks are merged in order (merge_chunk). The operations are therefore the same
+// whether one thread walks all of a head's chunks or the chunks are spread over threads and merged afterwards
+// (flash-decoding), so a decode step with few heads uses every core at depth and its logits still do not depend
+// on what else shares its batch.
+namespace {
+
+constexpr int kAttnChunk = 256;
+static_assert(kAttnChunk % kAttnTile == 0);
+
+// The softmax state of `group` heads: max, sum and unnormalized output.
+struct HeadState {
+  float* m;
+  float* l;
+  float* acc;
+};
+
+// Fresh state, then every tile of positions [p0, p1) of one KV head.
+void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int kvh, const float* q, int group,
+                  float scale, int p0, int p1, const HeadState& st) {
+  std::fill(st.acc, st.acc + static_cast<size_t>(group) * a.head_dim, 0.0f);
+  std::fill(st.m, st.m + group, -std::numeric_limits<float>::infinity());
+  std::fill(st.l, st.l + group, 0.0f);
+  const size_t elem = seq->dtype() == DType::kF16 ? 2 : 4;
+  const size_t head_off = static_cast<size_t>(kvh) * a.head_dim * elem;
+  const int len = seq->span_len();
+  for (int p = p0; p < p1;) {
+    const int s = p / len;
+    const KvSpan sp = seq->span(a.layer, s, p1);
+    const int off = p - s * len;
+    const int nt = std::min({kAttnTile, sp.n - off, p1 - p});
+    const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.stride + head_off;
+    const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.stride + head_off;
+    k.attn_tile(seq->dtype(), kt, vt, sp.stride, nt, q, group, a.head_dim, scale, st.m, st.l, st.acc);
+    p += nt;
+  }
+}
+
+// into = merge(into, c), per head: both rescaled to the larger max. `first`: into is empty, take c as it is.
+void merge_chunk(const HeadState& into, const HeadState& c, int group, int d, bool first) {
+  for (int g = 0; g < group; ++g) {
+    float* ia = into.acc + static_cast<size_t>(g) * d;
+    const float* ca = c.acc + static_cast<size_t>(g) * d;
+    if (first) {
+      std::copy(ca, ca + d, ia);
+      into.m[g] = c.m[g];
+      into.l[g] = c.l[g];
+      continue;
+    }
+    const float m = std::max(into.m[g], c.m[g]);
+    const float wa = std::exp(into.m[g] - m), wb = std::exp(c.m[g] - m);
+    for (int j = 0; j < d; ++j) ia[j] = ia[j] * wa + ca[j] * wb;
+    into.l[g] = into.l[g] * wa + c.l[g] * wb;
+    into.m[g] = m;
+  }
+}
+
+void write_heads(const AttentionArgs& a, int t, int kvh, int group, const HeadState& st) {
+  const int q_dim = a.n_head * a.head_dim;
+  for (int g = 0; g < group; ++g) {
+    const int h = kvh * group + g;
+    float* out = a.out + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
+    const float inv = 1.0f / st.l[g];
+    for (int d = 0; d < a.head_dim; ++d) out[d] = st.acc[static_cast<size_t>(g) * a.head_dim + d] * inv;
+  }
+}
+
+thread_local AlignedBuffer<float> t_partials;
+
+}  // namespace
+
 void attention(ThreadPool& pool, const AttentionArgs& a) {
   const Kernels& k = kernels();
   const int group = a.n_head / a.n_head_kv;
   const int q_dim = a.n_head * a.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  const size_t state_floats = static_cast<size_t>(group) * a.head_dim + 2 * group;
+  auto state_at = [&](float* base) {
+    return HeadState{base + static_cast<size_t>(group) * a.head_dim, base + static_cast<size_t>(group) * a.head_dim + group,
+                     base};
+  };
+  auto query = [&](int t, int kvh) {
+    return a.q + static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(kvh) * group * a.head_dim;
+  };
+  int max_chunks = 0;
+  for (int t = 0; t < a.n_tokens; ++t) max_chunks = std::max(max_chunks, a.positions[t] / kAttnChunk + 1);
+  const int64_t heads = static_cast<int64_t>(a.n_tokens) * a.n_head_kv;
+
+  if (max_chunks > 1 && heads < 4 * pool.n_threads()) {
+    // Few heads, deep context: one work item per (token, KV head, chunk), merged in chunk order afterwards.
+    const int64_t items = heads * max_chunks;
+    if (t_partials.size() < items * state_floats) t_partials.resize(items * state_floats);
+    float* partials = t_partials.data();
+    pool.parallel_for(items, [&](int, int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t hi = i / max_chunks;
+        const int c = static_cast<int>(i % max_chunks);
+        const int t = static_cast<int>(hi / a.n_head_kv), kvh = static_cast<int>(hi % a.n_head_kv);
+        const int n_ctx = a.positions[t] + 1;
+        if (c * kAttnChunk >= n_ctx) continue;
+        attend_chunk(k, a, a.seqs[a.seq_index[t]], kvh, query(t, kvh), group, scale, c * kAttnChunk,
+                     std::min(n_ctx, (c + 1) * kAttnChunk), state_at(partials + i * state_floats));
+      }
+    });
+    float* run = scratch(state_floats);
+    for (int64_t hi = 0; hi < heads; ++hi) {
+      const int t = static_cast<int>(hi / a.n_head_kv), kvh = static_cast<int>(hi % a.n_head_kv);
+      const int n_chunks = (a.positions[t] + 1 + kAttnChunk - 1) / kAttnChunk;
+      for (int c = 0; c < n_chunks; ++c)
+        merge_chunk(state_at(run), state_at(partials + (hi * max_chunks + c) * state_floats), group, a.head_dim,
+                    c == 0);
+      write_heads(a, t, kvh, group, state_at(run));
+    }
+    return;
+  }
   // One work item per (token, KV head): the query heads of a group walk the same K/V tiles together, so each
   // tile is read from memory once and reused from L1 by the other heads. Per head, the operations and their
   // order are those of a head alone.
-  pool.parallel_for(static_cast<int64_t>(a.n_tokens) * a.n_head_kv, [&](int, int64_t i0, int64_t i1) {
-    float* acc = scratch(static_cast<size_t>(group) * a.head_dim + 2 * group);
-    float* m = acc + static_cast<size_t>(group) * a.head_dim;  // running max per head
-    float* l = m + group;                                      // running sum per head
+  pool.parallel_for(heads, [&](int, int64_t i0, int64_t i1) {
+    float* buf = scratch(2 * state_floats);
+    const HeadState run = state_at(buf), chunk = state_at(buf + state_floats);
     for (int64_t i = i0; i < i1; ++i) {
-      const int t = static_cast<int>(i / a.n_head_kv);
-      const int kvh = static_cast<int>(i % a.n_head_kv);
-      KvSequence* seq = a.seqs[a.seq_index[t]];
+      const int t = static_cast<int>(i / a.n_head_kv), kvh = static_cast<int>(i % a.n_head_kv);
       const int n_ctx = a.positions[t] + 1;
-      const size_t elem = seq->dtype() == DType::kF16 ? 2 : 4;
-      const size_t head_off = static_cast<size_t>(kvh) * a.head_dim * elem;
-      const float* q = a.q + static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(kvh) * group * a.head_dim;
-      std::fill(acc, acc + static_cast<size_t>(group) * a.head_dim, 0.0f);
-      std::fill(m, m + group, -std::numeric_limits<float>::infinity());
-      std::fill(l, l + group, 0.0f);
-      const int len = seq->span_len();
-      for (int s = 0; s * len < n_ctx; ++s) {
-        const KvSpan sp = seq->span(a.layer, s, n_ctx);
-        for (int j0 = 0; j0 < sp.n; j0 += kAttnTile) {
-          const int nt = std::min(kAttnTile, sp.n - j0);
-          const uint8_t* kt = sp.k + static_cast<size_t>(j0) * sp.stride + head_off;
-          const uint8_t* vt = sp.v + static_cast<size_t>(j0) * sp.stride + head_off;
-          k.attn_tile(seq->dtype(), kt, vt, sp.stride, nt, q, group, a.head_dim, scale, m, l, acc);
-        }
+      for (int c = 0; c * kAttnChunk < n_ctx; ++c) {
+        attend_chunk(k, a, a.seqs[a.seq_index[t]], kvh, query(t, kvh), group, scale, c * kAttnChunk,
+                     std::min(n_ctx, (c + 1) * kAttnChunk), chunk);
+        merge_chunk(run, chunk, group, a.head_dim, c == 0);
       }
-      for (int g = 0; g < group; ++g) {
-        const int h = kvh * group + g;
-        float* out = a.out + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
-        const float inv = 1.0f / l[g];
-        for (int d = 0; d < a.head_dim; ++d) out[d] = acc[static_cast<size_t>(g) * a.head_dim + d] * inv;
-      }
+      write_heads(a, t, kvh, group, run);
     }
   });
 }
