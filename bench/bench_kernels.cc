@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "kernels/quantize.h"
@@ -65,6 +66,17 @@ void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
   st.counters["MAC/s"] =
       benchmark::Counter(static_cast<double>(K) * N * n_tokens * st.iterations(), benchmark::Counter::kIsRate);
 }
+
+// The thread pool's dispatch + join: one parallel_for over 2 items doing nothing (the per-matmul overhead a
+// decode step pays a few hundred times).
+void BM_PoolSync(benchmark::State& st) {
+  ThreadPool pool(static_cast<int>(st.range(0)));
+  int64_t sink = 0;
+  for (auto _ : st) {
+    pool.parallel_for(pool.n_threads(), [&](int, int64_t b, int64_t e) { benchmark::DoNotOptimize(sink += e - b); });
+  }
+}
+BENCHMARK(BM_PoolSync)->Arg(2)->UseRealTime();
 
 int register_all() {
   for (const Kernels* k : supported_kernels()) {
