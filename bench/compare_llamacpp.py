@@ -31,33 +31,38 @@ def main():
     ap.add_argument("--bench", default=str(ROOT / "build" / "bench" / "cachet_bench"))
     a = ap.parse_args()
     threads = a.threads or [2]
-    bw = {t: run_json([a.bench, "--bandwidth", "-t", str(t), "-r", "3"])["read_gbs"] for t in threads}
+    # The machine is shared: its read bandwidth moves by 30% over minutes. So it is measured right before
+    # every repetition and each run's roofline uses its own measurement.
+    bws = {t: [] for t in threads}
     rows = []
     for model in a.model:
         for t in threads:
             ours = {"pp": [], "tg": []}
             theirs = {"pp": [], "tg": []}
-            info = None
+            roofs = []
             for _ in range(a.reps):
+                bw_now = run_json([a.bench, "--bandwidth", "-t", str(t), "-r", "1"])["read_gbs"]
+                bws[t].append(bw_now)
                 j = run_json([a.bench, "-m", model, "-t", str(t), "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)])
-                info = j
                 ours["pp"].append(j["pp_tok_s"])
                 ours["tg"].append(j["tg_tok_s"])
+                # Decode roofline: every weight byte read once per token (the embedding lookup reads one row;
+                # a tied head reads the whole matrix) plus the KV cache, over the measured read bandwidth.
+                per_tok = j["weight_bytes"] + j["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2)
+                roofs.append(j["tg_tok_s"] / (bw_now * 1e9 / per_tok))
                 k = run_json([sys.executable, str(ROOT / "bench" / "llamacpp_bench.py"), "-m", model, "-t", str(t),
                               "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)])
                 theirs["pp"].append(k["pp_tok_s"])
                 theirs["tg"].append(k["tg_tok_s"])
             med = {k: statistics.median(v) for k, v in ours.items()}
             lmed = {k: statistics.median(v) for k, v in theirs.items()}
-            # Decode roofline: every weight byte read once per token (the embedding lookup reads one row; a
-            # tied head reads the whole matrix) plus the KV cache, over the measured read bandwidth.
-            bytes_per_tok = info["weight_bytes"] + info["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2)
-            roof = bw[t] * 1e9 / bytes_per_tok
             rows.append((os.path.basename(model), t, med["pp"], lmed["pp"], med["pp"] / lmed["pp"], med["tg"],
-                         lmed["tg"], med["tg"] / lmed["tg"], med["tg"] / roof))
+                         lmed["tg"], med["tg"] / lmed["tg"], statistics.median(roofs)))
             print(json.dumps({"model": model, "threads": t, "cachet": ours, "llama.cpp": theirs}), file=sys.stderr)
     print(f"pp = prefill of {a.n_prompt} tokens, tg = decode of {a.n_gen} tokens after it; medians of {a.reps} "
-          f"alternating runs; read bandwidth {', '.join(f'{t}T {bw[t]:.1f} GB/s' for t in threads)}\n")
+          f"alternating runs; read bandwidth measured before each run, "
+          f"{', '.join(f'{t}T {min(bws[t]):.1f}-{max(bws[t]):.1f} GB/s' for t in threads)}; roofline = median of "
+          f"each run's decode tok/s x bytes per token / that run's bandwidth\n")
     print("| model | threads | cachet pp tok/s | llama.cpp pp tok/s | pp ratio | cachet tg tok/s | "
           "llama.cpp tg tok/s | tg ratio | tg / roofline |")
     print("|---|---|---|---|---|---|---|---|---|")
