@@ -15,23 +15,33 @@
 namespace cachet {
 namespace {
 
-TEST(Attention, FlashEqualsNaive) {
+ModelConfig one_layer(int n_head, int n_head_kv, int head_dim) {
   ModelConfig c;
   c.n_layer = 1;
-  c.n_head = 8;
-  c.n_head_kv = 2;
-  c.head_dim = 64;
+  c.n_head = n_head;
+  c.n_head_kv = n_head_kv;
+  c.head_dim = head_dim;
+  return c;
+}
+
+// Fills every position's K and V of layer 0 with standard normal values.
+void fill_random(ContiguousKvCache* cache, int kv_dim, std::mt19937* rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> row(kv_dim);
+  for (int p = 0; p < cache->capacity(); ++p) {
+    for (auto& x : row) x = nd(*rng);
+    kernels().kv_store(cache->dtype(), row.data(), cache->k_row(0, p), kv_dim);
+    for (auto& x : row) x = nd(*rng);
+    kernels().kv_store(cache->dtype(), row.data(), cache->v_row(0, p), kv_dim);
+  }
+}
+
+TEST(Attention, FlashEqualsNaive) {
   const int max_ctx = 4096, H = 8, KH = 2, D = 64;
-  ContiguousKvCache cache(c, max_ctx, DType::kF32);
+  ContiguousKvCache cache(one_layer(H, KH, D), max_ctx, DType::kF32);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> row(KH * D);
-  for (int p = 0; p < max_ctx; ++p) {
-    for (auto& x : row) x = nd(rng);
-    kernels().kv_store(DType::kF32, row.data(), cache.k_row(0, p), KH * D);
-    for (auto& x : row) x = nd(rng);
-    kernels().kv_store(DType::kF32, row.data(), cache.v_row(0, p), KH * D);
-  }
+  fill_random(&cache, KH * D, &rng);
   std::vector<int> lengths;
   for (int n = 1; n <= 70; ++n) lengths.push_back(n);
   for (int n = 100; n <= max_ctx; n = n * 3 / 2) lengths.push_back(n);
@@ -72,23 +82,12 @@ TEST(Attention, FlashEqualsNaive) {
 // A deep decode step alone spreads its chunks over threads (flash-decoding) and merges them afterwards; in a
 // batch with many heads each thread walks a head's chunks itself. The two must agree bit for bit.
 TEST(Attention, SplitChunksEqualWholeHeadsBitwise) {
-  ModelConfig c;
-  c.n_layer = 1;
-  c.n_head = 6;
-  c.n_head_kv = 2;
-  c.head_dim = 32;
   const int max_ctx = 1500, H = 6, KH = 2, D = 32, T = 8;
   for (DType kv : {DType::kF32, DType::kF16}) {
-    ContiguousKvCache cache(c, max_ctx, kv);
+    ContiguousKvCache cache(one_layer(H, KH, D), max_ctx, kv);
     std::mt19937 rng(9);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> row(KH * D);
-    for (int p = 0; p < max_ctx; ++p) {
-      for (auto& x : row) x = nd(rng);
-      kernels().kv_store(kv, row.data(), cache.k_row(0, p), KH * D);
-      for (auto& x : row) x = nd(rng);
-      kernels().kv_store(kv, row.data(), cache.v_row(0, p), KH * D);
-    }
+    fill_random(&cache, KH * D, &rng);
     ThreadPool pool(2);
     std::vector<float> q(T * H * D), batch_out(T * H * D), alone(H * D);
     for (auto& x : q) x = 2.0f * nd(rng);
