@@ -51,24 +51,25 @@ class Reader {
     pos_ += n;
     return Status::ok();
   }
-  Status skip_string(const char* what) {
-    uint64_t len;
-    CACHET_RETURN_IF_ERROR(read(&len, what));
-    if (len > remaining())
-      return out_of_range(std::string(what) + ": string length " + std::to_string(len) + " at byte " +
+  // Reads a string's length and checks that its bytes are in the file; they start at here().
+  Status string_length(uint64_t* len, const char* what) {
+    CACHET_RETURN_IF_ERROR(read(len, what));
+    if (*len > remaining())
+      return out_of_range(std::string(what) + ": string length " + std::to_string(*len) + " at byte " +
                           std::to_string(pos_ - 8) + " runs past the end of the file (" +
                           std::to_string(remaining()) + " bytes left)");
+    return Status::ok();
+  }
+  Status skip_string(const char* what) {
+    uint64_t len;
+    CACHET_RETURN_IF_ERROR(string_length(&len, what));
     pos_ += len;
     return Status::ok();
   }
 
   Status read_string(std::string* out, const char* what) {
     uint64_t len;
-    CACHET_RETURN_IF_ERROR(read(&len, what));
-    if (len > remaining())
-      return out_of_range(std::string(what) + ": string length " + std::to_string(len) + " at byte " +
-                          std::to_string(pos_ - 8) + " runs past the end of the file (" +
-                          std::to_string(remaining()) + " bytes left)");
+    CACHET_RETURN_IF_ERROR(string_length(&len, what));
     out->assign(reinterpret_cast<const char*>(p_ + pos_), len);
     pos_ += len;
     return Status::ok();

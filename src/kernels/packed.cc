@@ -20,23 +20,9 @@ bool packable(DType t) {
   }
 }
 
-PackedLayout packed_layout(DType t) {
-  switch (t) {
-    case DType::kQ8_0: return {1, 0, 32 + 512, 32, 0, 128};
-    case DType::kQ4_0: return {1, 0, 32 + 256, 32, 0, 8};
-    case DType::kQ4_1: return {1, 0, 64 + 256, 64, 0, 0};
-    case DType::kQ5_0: return {1, 0, 32 + 256 + 64, 32, 32 + 256, 16};
-    case DType::kQ5_1: return {1, 0, 64 + 256 + 64, 64, 64 + 256, 0};
-    case DType::kQ4_K: return {8, 64, 32 + 256, 32, 0, 0};
-    case DType::kQ5_K: return {8, 64, 32 + 256 + 64, 32, 32 + 256, 0};
-    case DType::kQ6_K: return {8, 32, 32 + 256 + 128, 32, 32 + 256, 32};
-    default: CACHET_CHECK_MSG(false, "type %s is not packable", dtype_name(t));
-  }
-  return {};
-}
-
 size_t packed_group_bytes(DType t, int64_t k) {
   if (packed_is_float(t)) return static_cast<size_t>(k) * kPackRows * 2;
+  CACHET_CHECK_MSG(packable(t), "type %s is not packable", dtype_name(t));
   const PackedLayout l = packed_layout(t);
   CACHET_CHECK(k % (32 * l.blocks) == 0);
   return static_cast<size_t>(k / (32 * l.blocks)) * l.super_bytes();

@@ -49,13 +49,13 @@ struct ActQ8 {
 static_assert(sizeof(ActQ8) == 48);
 
 struct PackedLayout {
-  int blocks;          // 32-element blocks per super-block
-  size_t header;       // bytes before the first block of a super-block
-  size_t block_bytes;  // bytes of one 32-element block of 16 rows
-  size_t qs;           // offset of the quants within a block
-  size_t hi;           // offset of the high-bit plane (0: none)
-  int bias;            // integer zero point of the stored unsigned quants
-  size_t super_bytes() const { return header + blocks * block_bytes; }
+  int blocks = 0;      // 32-element blocks per super-block
+  size_t header = 0;   // bytes before the first block of a super-block
+  size_t block_bytes = 0;  // bytes of one 32-element block of 16 rows
+  size_t qs = 0;       // offset of the quants within a block
+  size_t hi = 0;       // offset of the high-bit plane (0: none)
+  int bias = 0;        // integer zero point of the stored unsigned quants
+  constexpr size_t super_bytes() const { return header + blocks * block_bytes; }
 };
 
 // Float weights (F16, BF16) are packed too, for the f32-activation path: a group stores, for each k, the 16
@@ -64,7 +64,20 @@ struct PackedLayout {
 // instead of 16 short rows read side by side.
 bool packable(DType t);          // every type below, block or float
 bool packed_is_float(DType t);   // F16, BF16
-PackedLayout packed_layout(DType t);  // block types only
+// Block types only; a type without a packed layout is a caller's bug (checked in packed_group_bytes).
+constexpr PackedLayout packed_layout(DType t) {
+  switch (t) {
+    case DType::kQ8_0: return {1, 0, 32 + 512, 32, 0, 128};
+    case DType::kQ4_0: return {1, 0, 32 + 256, 32, 0, 8};
+    case DType::kQ4_1: return {1, 0, 64 + 256, 64, 0, 0};
+    case DType::kQ5_0: return {1, 0, 32 + 256 + 64, 32, 32 + 256, 16};
+    case DType::kQ5_1: return {1, 0, 64 + 256 + 64, 64, 64 + 256, 0};
+    case DType::kQ4_K: return {8, 64, 32 + 256, 32, 0, 0};
+    case DType::kQ5_K: return {8, 64, 32 + 256 + 64, 32, 32 + 256, 0};
+    case DType::kQ6_K: return {8, 32, 32 + 256 + 128, 32, 32 + 256, 32};
+    default: return {};
+  }
+}
 // Bytes of one packed 16-row group of rows of k elements.
 size_t packed_group_bytes(DType t, int64_t k);
 
