@@ -31,7 +31,7 @@ double median(std::vector<double> v) {
 }
 
 // Read bandwidth: each thread streams its own contiguous slice of a buffer much larger than the caches,
-// front to back, through the packed-F16 matvec (one sequential stream, 4 chains of 16 lanes, light compute):
+// front to back, through the packed bf16 matvec (one sequential stream, 2 chains of 16 lanes, light compute):
 // the best read rate a decode kernel can reach here, and so the roofline's denominator. (Reading several
 // short rows side by side, as a plain row-major matvec does, measured 20-30% lower on this machine.)
 double measure_bandwidth_gbs(int threads, int reps) {
@@ -40,7 +40,7 @@ double measure_bandwidth_gbs(int threads, int reps) {
   ThreadPool pool(threads);
   pool.parallel_for(static_cast<int64_t>(n / 2), [&](int, int64_t b, int64_t e) {
     auto* h = reinterpret_cast<uint16_t*>(buf.data());
-    for (int64_t i = b; i < e; ++i) h[i] = static_cast<uint16_t>(0x3c00 + (i & 7));  // small f16 values
+    for (int64_t i = b; i < e; ++i) h[i] = static_cast<uint16_t>(0x3f80 + (i & 7));  // small bf16 values
   });
   std::vector<double> gbs;
   std::vector<double> sums(threads);
@@ -51,12 +51,12 @@ double measure_bandwidth_gbs(int threads, int reps) {
     auto t0 = Clock::now();
     pool.parallel_for(n_groups, [&](int t, int64_t g0, int64_t g1) {
       const auto& k = kernels();
-      alignas(64) static thread_local float ones[kK];
-      std::fill(ones, ones + kK, 1.0f);
+      alignas(64) static thread_local uint32_t ones[kK / 2];
+      std::fill(ones, ones + kK / 2, 0x3f803f80u);  // bf16 pairs (1, 1)
       float out[kPackRows];
       double acc = 0.0;
       for (int64_t g = g0; g < g1; ++g) {
-        k.packed_dot_f(DType::kF16, buf.data() + g * group, kK, ones, kK, 1, out, kPackRows);
+        k.packed_dot_bf16(buf.data() + g * group, kK / 2, ones, kK / 2, 1, out, kPackRows);
         acc += out[0];
       }
       sums[t] += acc;

@@ -406,41 +406,70 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
 namespace cachet {
 namespace {
 
-// Packed float weights: SIMD == scalar bit for bit for every token count and length (tails of the 4 chains),
-// and the scalar one == the double-precision dot of the stored values.
-TEST(PackedKernels, PackedFloatDotMatchesScalarBitwiseAndDouble) {
+// Packed float weights (bf16 pairs): SIMD == scalar bit for bit for every token count and length (odd k pads a
+// pair, tails of the two chains), and the scalar one == the double-precision dot of the bf16-rounded values.
+TEST(PackedKernels, PackedBf16DotMatchesScalarBitwiseAndDouble) {
   for (DType t : {DType::kF16, DType::kBF16}) {
-    for (int64_t K : {1, 3, 4, 5, 64, 577}) {
+    for (int64_t K : {1, 2, 3, 4, 5, 64, 577}) {
       for (int rows : {16, 7}) {
         QuantRows q = make_rows(t, rows, K, 90 + K + rows, 0);
         std::vector<uint8_t> group(packed_group_bytes(t, K));
         repack_group(t, q.data, q.row_bytes, rows, K, group.data());
         const int T = 13;
+        const int64_t np = (K + 1) / 2;
         auto x = random_floats(T * K, 5 + K, -2.0f, 2.0f);
+        std::vector<uint16_t> xb(T * np * 2, 0);
+        for (int tok = 0; tok < T; ++tok) ref::kKernels.round_bf16(x.data() + tok * K, K, xb.data() + tok * np * 2);
+        const auto* xp = reinterpret_cast<const uint32_t*>(xb.data());
         std::vector<float> ref(T * kPackRows), w(K);
-        ref::kKernels.packed_dot_f(t, group.data(), K, x.data(), K, T, ref.data(), kPackRows);
+        ref::kKernels.packed_dot_bf16(group.data(), np, xp, np, T, ref.data(), kPackRows);
         for (int tok = 0; tok < T; ++tok)
           for (int r = 0; r < kPackRows; ++r) {
             double want = 0, mag = 0;
             if (r < rows) {
               ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
               for (int64_t i = 0; i < K; ++i) {
-                want += static_cast<double>(w[i]) * x[tok * K + i];
-                mag += std::fabs(static_cast<double>(w[i]) * x[tok * K + i]);
+                const double p = static_cast<double>(bf16_to_f32(f32_to_bf16_daz(w[i]))) *
+                                 bf16_to_f32(f32_to_bf16_daz(x[tok * K + i]));
+                want += p;
+                mag += std::fabs(p);
               }
             }
             ASSERT_NEAR(ref[tok * kPackRows + r], want, 1e-6 * mag + 1e-7) << dtype_name(t) << " K=" << K;
           }
         for (const Kernels* k : simd_tables())
-          for (int nt : {1, 2, 3, 5, 6, 7, 13}) {
+          for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
             std::vector<float> got(T * kPackRows, -1.0f);
-            k->packed_dot_f(t, group.data(), K, x.data(), K, nt, got.data(), kPackRows);
+            k->packed_dot_bf16(group.data(), np, xp, np, nt, got.data(), kPackRows);
             ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
                 << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
           }
       }
     }
   }
+}
+
+// Activations to bf16: every table == f32_to_bf16_daz, including subnormals (flushed, sign kept), NaN, infinities,
+// ties and the largest finite values, at every length and misalignment.
+TEST(PackedKernels, RoundBf16MatchesScalar) {
+  std::vector<float> x = random_floats(300, 77, -3.0f, 3.0f);
+  const float specials[] = {0.0f, -0.0f, 1e-39f, -1e-39f, 1.17549435e-38f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::nanf(""), 3.4028235e38f, -3.4028235e38f,
+                            1.00390625f, 1.01171875f, 65504.0f, 1e-45f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i * 7] = specials[i];
+  EXPECT_EQ(f32_to_bf16_daz(1e-39f), 0x0000);
+  EXPECT_EQ(f32_to_bf16_daz(-1e-39f), 0x8000);
+  EXPECT_EQ(f32_to_bf16_daz(1.00390625f), 0x3f80);  // tie to even
+  EXPECT_EQ(f32_to_bf16_daz(1.01171875f), 0x3f82);
+  EXPECT_EQ(f32_to_bf16_daz(3.4028235e38f), 0x7f80);  // rounds up to infinity, as vcvtneps2bf16
+  for (const Kernels* k : simd_tables())
+    for (int off : {0, 1, 3})
+      for (int64_t n : {0, 1, 15, 16, 17, 31, 33, 64, 299 - 3}) {
+        std::vector<uint16_t> want(n + 1, 0xdead), got(n + 1, 0xdead);
+        ref::kKernels.round_bf16(x.data() + off, n, want.data());
+        k->round_bf16(x.data() + off, n, got.data());
+        ASSERT_EQ(want, got) << isa_name(k->isa) << " n=" << n << " off=" << off;
+      }
 }
 
 }  // namespace

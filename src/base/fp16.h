@@ -64,4 +64,15 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+// As f32_to_bf16, but a subnormal input becomes a zero of its sign first: what AVX512_BF16's vcvtneps2bf16
+// does (it always treats denormals as zero). Branch-free, so the per-ISA loops over it vectorize.
+inline uint16_t f32_to_bf16_daz(float f) {
+  const uint32_t x = f32_to_bits(f);
+  const uint32_t ax = x & 0x7fffffffu;
+  uint32_t r = (x + 0x7fffu + ((x >> 16) & 1)) >> 16;
+  r = ax > 0x7f800000u ? ((x >> 16) | 0x40u) : r;
+  r = ax < 0x00800000u ? ((x >> 16) & 0x8000u) : r;
+  return static_cast<uint16_t>(r);
+}
+
 }  // namespace cachet

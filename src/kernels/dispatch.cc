@@ -11,6 +11,7 @@ const char* isa_name(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Bf16: return "avx512bf16";
   }
   return "?";
 }
@@ -19,7 +20,10 @@ std::vector<const Kernels*> supported_kernels() {
   const CpuFeatures& f = cpu_features();
   std::vector<const Kernels*> v{&ref::kKernels};
   if (f.avx2 && f.fma && f.f16c) v.push_back(&avx2::kKernels);
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.f16c) v.push_back(&avx512::kKernels);
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.f16c) {
+    v.push_back(&avx512::kKernels);
+    if (f.avx512bf16) v.push_back(&avx512_bf16::kKernels);
+  }
   return v;
 }
 

@@ -19,7 +19,8 @@
 
 namespace cachet {
 
-enum class Isa { kScalar, kAvx2, kAvx512 };
+// kAvx512Bf16 is kAvx512 plus AVX512_BF16's vdpbf16ps for the packed float path (same results).
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 const char* isa_name(Isa isa);
 
 struct Kernels {
@@ -53,11 +54,13 @@ struct Kernels {
   void (*packed_dot)(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
                      int n_tokens, float* out, int64_t out_stride);
 
-  // Packed float weights (F16/BF16, kernels/packed.h), f32 activations: for one 16-row group of k elements per
-  // row and n_tokens rows of x (x + t * x_stride): out[t * out_stride + r] = dot(row r, token t), summed in
-  // the packed order. Bitwise identical in every table.
-  void (*packed_dot_f)(DType t, const uint8_t* group, int64_t k, const float* x, int64_t x_stride, int n_tokens,
-                       float* out, int64_t out_stride);
+  // Packed float weights (F16/BF16 as bf16 pairs, kernels/packed.h). round_bf16: out[0..n) = the bf16 of
+  // x[0..n) (f32_to_bf16_daz). packed_dot_bf16: for one 16-row group of n_pairs pairs and n_tokens rows of
+  // bf16 pairs (x + t * x_stride dwords): out[t * out_stride + r] = dot(row r, token t) in the packed order.
+  // Bitwise identical in every table.
+  void (*round_bf16)(const float* x, int64_t n, uint16_t* out);
+  void (*packed_dot_bf16)(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
+                          float* out, int64_t out_stride);
 
   // One tile of flash attention for the `group` query heads that share a KV head: 1 <= n <= kAttnTileMax
   // cached positions (K and V rows `stride` bytes apart, kv_type kF32 or kF16), head size d; q holds the
@@ -88,6 +91,9 @@ namespace avx2 {
 extern const Kernels kKernels;
 }
 namespace avx512 {
+extern const Kernels kKernels;
+}
+namespace avx512_bf16 {
 extern const Kernels kKernels;
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/fp16.h"
 #include "kernels/quant_blocks.h"
 
 namespace cachet {
@@ -21,7 +22,7 @@ bool packable(DType t) {
 }
 
 size_t packed_group_bytes(DType t, int64_t k) {
-  if (packed_is_float(t)) return static_cast<size_t>(k) * kPackRows * 2;
+  if (packed_is_float(t)) return static_cast<size_t>((k + 1) / 2) * kPackRows * 4;
   CACHET_CHECK_MSG(packable(t), "type %s is not packable", dtype_name(t));
   const PackedLayout l = packed_layout(t);
   CACHET_CHECK(k % (32 * l.blocks) == 0);
@@ -125,7 +126,10 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
     std::memset(dst, 0, packed_group_bytes(t, k));
     for (int r = 0; r < n_rows; ++r) {
       const auto* row = reinterpret_cast<const uint16_t*>(src + r * row_bytes);
-      for (int64_t i = 0; i < k; ++i) out[i * kPackRows + r] = row[i];
+      for (int64_t i = 0; i < k; ++i) {
+        const float v = t == DType::kF16 ? fp16_to_f32(row[i]) : bf16_to_f32(row[i]);
+        out[(i / 2) * 2 * kPackRows + r * 2 + (i % 2)] = f32_to_bf16_daz(v);
+      }
     }
     return;
   }

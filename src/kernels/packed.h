@@ -58,10 +58,16 @@ struct PackedLayout {
   constexpr size_t super_bytes() const { return header + blocks * block_bytes; }
 };
 
-// Float weights (F16, BF16) are packed too, for the f32-activation path: a group stores, for each k, the 16
-// rows' values side by side (32 bytes). A row's dot product with a token is ((c0 + c1) + (c2 + c3)), where c_j
-// is the fma chain over the k = j (mod 4) in increasing k, starting from 0. One sequential stream per group
-// instead of 16 short rows read side by side.
+// Float weights (F16, BF16) take the bf16 dot-product path. A group stores, for each pair p of k (elements
+// 2p, 2p+1), the 16 rows' pairs side by side: dword r (64 bytes per pair) = w[r][2p] | w[r][2p+1] << 16, as
+// bf16. F16 weights are rounded to bf16 at repack (round to nearest even), subnormals become zeros of their
+// sign (the hardware reads them as zero anyway), an odd k is padded with a zero. Activations are rounded the
+// same way (Kernels::round_bf16) into pairs. For row r and token t, two f32 chains over the pairs p = 0, 1
+// (mod 2) in increasing p, each step c = (c + w[2p+1] * x[2p+1]) + w[2p] * x[2p] (the products are exact in
+// f32, so this is two roundings: exactly what one lane of AVX512_BF16's vdpbf16ps does), and the result is
+// c0 + c1. Every table computes exactly this (those without vdpbf16ps with two FMAs per pair); the one
+// difference left is that vdpbf16ps flushes a partial sum that falls below 2^-126 to zero.
+// docs/quantize.md says why F16 weights are computed in bf16 here (twice the multiply rate of f32 FMA).
 bool packable(DType t);          // every type below, block or float
 bool packed_is_float(DType t);   // F16, BF16
 // Block types only; a type without a packed layout is a caller's bug (checked in packed_group_bytes).

@@ -110,12 +110,34 @@ ActQ8* quantize_activations(ThreadPool& pool, const float* x, int n_tokens, int6
   return act;
 }
 
-// The integer path: each thread takes whole 16-row groups of the weights, in chunks of tokens.
-// `act` is the ActQ8 activations for the block types, or x itself (f32) for the packed float types.
+thread_local AlignedBuffer<uint16_t> t_act_bf16;
+
+// Activations to bf16 pairs for the packed float types: rows of K rounded up to even, the pad zero.
+const uint32_t* round_activations(ThreadPool& pool, const float* x, int n_tokens, int64_t K) {
+  const Kernels& k = kernels();
+  const int64_t kp = (K + 1) / 2 * 2;
+  if (t_act_bf16.size() < static_cast<size_t>(n_tokens * kp)) t_act_bf16.resize(n_tokens * kp);
+  uint16_t* act = t_act_bf16.data();
+  const auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      k.round_bf16(x + t * K, K, act + t * kp);
+      if (kp != K) act[t * kp + K] = 0;
+    }
+  };
+  if (n_tokens * K <= (1 << 14)) {
+    rows(0, n_tokens);
+  } else {
+    pool.parallel_for(n_tokens, [&](int, int64_t b, int64_t e) { rows(b, e); });
+  }
+  return reinterpret_cast<const uint32_t*>(act);
+}
+
+// The packed paths: each thread takes whole 16-row groups of the weights, in chunks of tokens.
+// `act` is the ActQ8 activations for the block types, or bf16 pairs for the packed float types.
 void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const void* act, int64_t K,
                    int n_tokens) {
   const Kernels& k = kernels();
-  const int64_t nb = K / 32;
+  const int64_t nb = K / 32, n_pairs = (K + 1) / 2;
   int64_t first[8], total = 0;
   CACHET_CHECK(n_outs <= 8);
   for (int i = 0; i < n_outs; ++i) {
@@ -139,7 +161,7 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const vo
         float* dst = direct ? y + t0 * N + r0 : tmp;
         const int64_t ds = direct ? N : kPackRows;
         if (packed_is_float(w.type)) {
-          k.packed_dot_f(w.type, grp, K, static_cast<const float*>(act) + t0 * K, K, nt, dst, ds);
+          k.packed_dot_bf16(grp, n_pairs, static_cast<const uint32_t*>(act) + t0 * n_pairs, n_pairs, nt, dst, ds);
         } else {
           k.packed_dot(w.type, grp, nb, static_cast<const ActQ8*>(act) + t0 * nb, nb, nt, dst, ds);
         }
@@ -154,7 +176,8 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const vo
 
 void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
   const MatmulOut out{&w, y};
-  const void* act = packed_is_float(w.type) ? static_cast<const void*>(x) : quantize_activations(pool, x, n_tokens, w.ne[0]);
+  const void* act = packed_is_float(w.type) ? static_cast<const void*>(round_activations(pool, x, n_tokens, w.ne[0]))
+                                            : quantize_activations(pool, x, n_tokens, w.ne[0]);
   packed_groups(pool, &out, 1, act, w.ne[0], n_tokens);
 }
 
@@ -348,7 +371,8 @@ void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const
     for (const MatmulOut& o : outs) matmul(pool, *o.w, x, n_tokens, o.y);
     return;
   }
-  const void* act = is_float ? static_cast<const void*>(x) : quantize_activations(pool, x, n_tokens, K);
+  const void* act = is_float ? static_cast<const void*>(round_activations(pool, x, n_tokens, K))
+                             : quantize_activations(pool, x, n_tokens, K);
   packed_groups(pool, outs.begin(), static_cast<int>(outs.size()), act, K, n_tokens);
 }
 

@@ -30,12 +30,15 @@ class Config:
 class Model:
     # Weight types whose matmuls take 8-bit activations (quantized per 32-block) in cachet, as in llama.cpp.
     INT8_ACTIVATION_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}
+    # Weight types whose matmuls run in bf16 (weights and activations rounded to bf16, f32 sums) in cachet.
+    BF16_TYPES = {"F16", "BF16"}
 
     def __init__(self, cfg: Config, w: dict[str, np.ndarray], types: dict[str, str] | None = None):
         self.cfg = cfg
         self.w = w  # name -> float64 array shaped [out, in] (numpy order) or [n]
         self.types = types or {}  # name -> stored type name
-        self.quantize_activations = True
+        self.quantize_activations = True  # round as cachet's fast path does (int8 blocks / bf16)
+        self._bf16_w: dict[str, np.ndarray] = {}
 
     @staticmethod
     def q8_blocks(x: np.ndarray) -> np.ndarray:
@@ -46,9 +49,22 @@ class Model:
         q = np.rint((x32 * inv).astype(np.float32))
         return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
 
+    @staticmethod
+    def bf16(x: np.ndarray) -> np.ndarray:
+        """x rounded to bfloat16 (nearest even; subnormals to zeros of their sign), as float64."""
+        u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+        r = np.where((u & 0x7FFFFFFF) < 0x00800000, u & 0x80000000, r)
+        return r.astype(np.uint32).view(np.float32).astype(np.float64)
+
     def _mm(self, x, name):
-        if self.quantize_activations and self.types.get(name) in self.INT8_ACTIVATION_TYPES:
+        t = self.types.get(name)
+        if self.quantize_activations and t in self.INT8_ACTIVATION_TYPES:
             x = self.q8_blocks(x)
+        if self.quantize_activations and t in self.BF16_TYPES:
+            if name not in self._bf16_w:
+                self._bf16_w[name] = self.bf16(self.w[name])
+            return self.bf16(x) @ self._bf16_w[name].T
         return x @ self.w[name].T
 
     # ---- loading -------------------------------------------------------------------------------------

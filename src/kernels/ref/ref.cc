@@ -289,18 +289,25 @@ void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x,
   }
 }
 
-void packed_dot_f(DType t, const uint8_t* group, int64_t k, const float* x, int64_t x_stride, int n_tokens,
-                  float* out, int64_t out_stride) {
-  const auto* w = reinterpret_cast<const uint16_t*>(group);
+void round_bf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16_daz(x[i]);
+}
+
+void packed_dot_bf16(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
+                     float* out, int64_t out_stride) {
+  const auto* w = reinterpret_cast<const uint32_t*>(group);
+  const auto lo = [](uint32_t v) { return bits_to_f32(v << 16); };
+  const auto hi = [](uint32_t v) { return bits_to_f32(v & 0xffff0000u); };
   for (int tok = 0; tok < n_tokens; ++tok) {
-    const float* xt = x + tok * x_stride;
+    const uint32_t* xt = x + tok * x_stride;
     for (int r = 0; r < kPackRows; ++r) {
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int64_t i = 0; i < k; ++i) {
-        const uint16_t h = w[i * kPackRows + r];
-        c[i % 4] = std::fma(t == DType::kF16 ? fp16_to_f32(h) : bf16_to_f32(h), xt[i], c[i % 4]);
+      float c[2] = {0.0f, 0.0f};
+      for (int64_t p = 0; p < n_pairs; ++p) {
+        const uint32_t wv = w[p * kPackRows + r], xv = xt[p];
+        c[p % 2] = std::fma(hi(wv), hi(xv), c[p % 2]);
+        c[p % 2] = std::fma(lo(wv), lo(xv), c[p % 2]);
       }
-      out[tok * out_stride + r] = (c[0] + c[1]) + (c[2] + c[3]);
+      out[tok * out_stride + r] = c[0] + c[1];
     }
   }
 }
@@ -308,6 +315,7 @@ void packed_dot_f(DType t, const uint8_t* group, int64_t k, const float* x, int6
 }  // namespace
 
 const Kernels kKernels = {Isa::kScalar, 1,        dequantize_row, dot_rows,     gemm_nt, kv_scores, kv_accumulate,
-                          kv_store,     quantize_act, packed_dot, packed_dot_f, attn_tile, silu_mul};
+                          kv_store,     quantize_act, packed_dot, round_bf16, packed_dot_bf16, attn_tile,
+                          silu_mul};
 
 }  // namespace cachet::ref

@@ -112,7 +112,7 @@ struct V {
   // Integer path (kernels/packed.h): a 16-row group in two halves of 8 rows, lane r = row r.
   // No VNNI: maddubs (u8 x s8 pairs to s16) then madd with ones (to s32).
   using ireg = __m256i;
-  static constexpr int kFloatTokens = 3;  // packed float path: 4 x NT accumulators
+  static constexpr int kFloatTokens = 4;  // packed bf16 path: 2 x NT accumulators
   static constexpr int kPackHalves = 2;
   static constexpr int kPackTokens = 4;
   static constexpr int kQ8Bias = 0;  // dot4_q8 removes the +128 bias itself (maddubs would saturate)
@@ -134,6 +134,11 @@ struct V {
       sum += q[i];
     }
     return sum;
+  }
+  // The bf16 in the low / high half of each dword, as f32.
+  static reg bf16_lo(ireg v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+  static reg bf16_hi(ireg v) {
+    return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
   }
   static ireg load_i(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static ireg nibble_lo(ireg q) { return _mm256_and_si256(q, _mm256_set1_epi8(0x0f)); }

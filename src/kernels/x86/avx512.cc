@@ -97,7 +97,7 @@ struct V {
 
   // Integer path (kernels/packed.h): one 16-row group at once, lane r = row r; VNNI dot products.
   using ireg = __m512i;
-  static constexpr int kFloatTokens = 6;  // packed float path: 4 x NT accumulators
+  static constexpr int kFloatTokens = 8;  // packed bf16 path without vdpbf16ps: 2 x NT accumulators
   static constexpr int kPackHalves = 1;
   static constexpr int kPackTokens = 8;  // 8 weight registers + 8 accumulators + operands fit 32 registers (16 measured slower)
   static constexpr int kQ8Bias = 128;  // vpdpbusd takes the biased (unsigned) Q8 weights as they are
@@ -109,6 +109,11 @@ struct V {
     __m512i i = _mm512_cvtps_epi32(v);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(i));
     return _mm512_reduce_add_epi32(i);
+  }
+  // The bf16 in the low / high half of each dword, as f32.
+  static reg bf16_lo(ireg v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+  static reg bf16_hi(ireg v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
   static ireg load_i(const uint8_t* p) { return _mm512_loadu_si512(p); }
   static ireg nibble_lo(ireg q) { return _mm512_and_si512(q, _mm512_set1_epi8(0x0f)); }

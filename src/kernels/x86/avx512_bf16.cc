@@ -1,0 +1,77 @@
+// The AVX-512 table with AVX512_BF16 for the packed float path: vdpbf16ps multiplies 32 bf16 pairs into 16 f32
+// lanes per instruction, twice the rate of f32 FMA (measured here: 234 vs 117 GFLOP/s per core). Compiled with
+// the AVX-512 flags plus -mavx512bf16; only chosen when cpuid reports AVX512_BF16. Everything else is the
+// plain AVX-512 table, and the results are the same bits (kernels/packed.h).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "base/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/packed.h"
+
+namespace cachet::avx512_bf16 {
+
+namespace {
+
+void round_bf16(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+    std::memcpy(out + i, &h, 32);
+  }
+  for (; i < n; ++i) out[i] = f32_to_bf16_daz(x[i]);
+}
+
+// NT tokens x 16 rows, two chains (even / odd pairs) per token; x is broadcast a pair at a time.
+template <int NT>
+void dot_n(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, float* out,
+           int64_t out_stride) {
+  __m512 c0[NT], c1[NT];
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) c0[t] = c1[t] = _mm512_setzero_ps();
+  const auto bcast = [&](int t, int64_t p) {
+    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(x[t * x_stride + p])));
+  };
+  int64_t p = 0;
+  for (; p + 2 <= n_pairs; p += 2) {
+    const auto w0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(group + p * kPackRows * 4));
+    const auto w1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(group + (p + 1) * kPackRows * 4));
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) c0[t] = _mm512_dpbf16_ps(c0[t], w0, bcast(t, p));
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) c1[t] = _mm512_dpbf16_ps(c1[t], w1, bcast(t, p + 1));
+  }
+  if (p < n_pairs) {
+    const auto w0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(group + p * kPackRows * 4));
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) c0[t] = _mm512_dpbf16_ps(c0[t], w0, bcast(t, p));
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * out_stride, _mm512_add_ps(c0[t], c1[t]));
+}
+
+constexpr int kTokens = 8;  // 16 accumulators + 2 weight registers; broadcasts are memory operands
+
+void packed_dot_bf16(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
+                     float* out, int64_t out_stride) {
+  int t = 0;
+  for (; t + kTokens <= n_tokens; t += kTokens)
+    dot_n<kTokens>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
+  for (; t + 4 <= n_tokens; t += 4) dot_n<4>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
+  for (; t < n_tokens; ++t) dot_n<1>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
+}
+
+Kernels make_table() {
+  Kernels k = avx512::kKernels;
+  k.isa = Isa::kAvx512Bf16;
+  k.round_bf16 = round_bf16;
+  k.packed_dot_bf16 = packed_dot_bf16;
+  return k;
+}
+
+}  // namespace
+
+const Kernels kKernels = make_table();
+
+}  // namespace cachet::avx512_bf16
