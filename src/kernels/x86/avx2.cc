@@ -24,6 +24,9 @@ struct V {
   static constexpr int kW = 8;
   static constexpr int kMR = 3;  // gemm register block: 3 x 4 accumulators + 4 operands <= 16 registers
   static constexpr int kNR = 4;
+  // Attention tile: K rows per pass and query heads sharing them (kHeadsPerPass x kPB accumulators).
+  static constexpr int kPB = 4;
+  static constexpr int kHeadsPerPass = 3;
 
   static __m256i tail_mask(int64_t n) {
     alignas(32) static const int32_t kMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};

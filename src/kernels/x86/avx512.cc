@@ -24,6 +24,9 @@ struct V {
   static constexpr int kW = 16;
   static constexpr int kMR = 4;  // gemm register block: 4 x 4 accumulators + 8 operands <= 32 registers
   static constexpr int kNR = 4;
+  // Attention tile: K rows per pass and query heads sharing them (kHeadsPerPass x kPB accumulators).
+  static constexpr int kPB = 8;
+  static constexpr int kHeadsPerPass = 3;
 
   static __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
