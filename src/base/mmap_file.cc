@@ -55,4 +55,12 @@ MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MappedFile::drop_pages(const uint8_t* p, size_t n) const {
+  if (data_ == nullptr || p < data_ || p + n > data_ + size_) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (e > b) (void)madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);  // a hint: failure changes nothing
+}
+
 }  // namespace cachet

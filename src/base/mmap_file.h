@@ -24,6 +24,11 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Tells the kernel the pages wholly inside [p, p + n) are not needed now: they leave this process's
+  // resident set (the page cache keeps them; a later read faults them back in from it). Ranges outside the
+  // mapping are ignored.
+  void drop_pages(const uint8_t* p, size_t n) const;
+
  private:
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;

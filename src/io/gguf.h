@@ -75,6 +75,8 @@ class GgufFile {
   uint64_t data_offset() const { return data_offset_; }
   size_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
+  // See MappedFile::drop_pages (nothing for a parsed caller buffer).
+  void drop_pages(const uint8_t* p, size_t n) const { file_.drop_pages(p, n); }
 
   const std::vector<std::string>& keys() const { return key_order_; }
   const GgufValue* find(const std::string& key) const;
