@@ -18,7 +18,7 @@ namespace {
 using testing::random_floats;
 
 const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                        DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                        DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 std::vector<const Kernels*> simd_tables() {
   std::vector<const Kernels*> v;
@@ -306,7 +306,7 @@ TEST(Quantize, RoundTripErrorIsBounded) {
     if (traits(t).block_size == 256) {
       // K-quants: the 6/8-bit sub-block scales make the worst case loose; hold the RMS error instead, to
       // within 25% of a uniform quantizer's over [-1, 1] with 2^bits levels (step^2 / 12).
-      const int bits = t == DType::kQ4_K ? 4 : t == DType::kQ5_K ? 5 : 6;
+      const int bits = t == DType::kQ3_K ? 3 : t == DType::kQ4_K ? 4 : t == DType::kQ5_K ? 5 : 6;
       const double step = 2.0 / ((1 << bits) - 1);
       double se = 0;
       for (size_t i = 0; i < x.size(); ++i) se += (x[i] - y[i]) * (x[i] - y[i]);
@@ -357,8 +357,8 @@ TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
 }
 
 TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
-                  DType::kQ6_K}) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K}) {
     const bool kq = traits(t).block_size == 256;
     for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1536} : std::vector<int64_t>{32, 96, 576}) {
       for (int rows : {16, 5}) {

@@ -16,7 +16,7 @@ bool packable(DType t) {
   switch (t) {
     case DType::kF16: case DType::kBF16:
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
-    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kQ3_K: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
       return true;
     default:
       return false;
@@ -104,6 +104,18 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       }
       return;
     }
+    case DType::kQ3_K: {
+      // As Q6_K values: q + 28 (so q6 - 32 = q - 4) and the 6-bit scale - 32 as a signed scale.
+      const auto& b = reinterpret_cast<const BlockQ3_K*>(row)[sb];
+      u->d = b.d;
+      for (int j = 0; j < 16; ++j) u->sc[j] = q3k_scale(b.scales, j) - 32;
+      for (int e = 0; e < kQKK; ++e) {
+        const int h = e / 128, s = e / 32 % 4, k = e / 16 % 2, l = e % 16;
+        const int q = ((b.qs[32 * h + 16 * k + l] >> (2 * s)) & 3) | ((b.hmask[16 * k + l] >> (4 * h + s)) & 1) << 2;
+        u->q[e] = static_cast<uint8_t>(q + 28);
+      }
+      return;
+    }
     case DType::kQ6_K: {
       const auto& b = reinterpret_cast<const BlockQ6_K*>(row)[sb];
       u->d = b.d;
@@ -145,6 +157,7 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
   CACHET_CHECK(n_super * 32 * l.blocks == k);
   const bool is_k = l.blocks > 1;
   const bool nibbles = t != DType::kQ8_0;
+  const bool q6 = packed_as(t) == DType::kQ6_K;
   std::memset(dst, 0, packed_group_bytes(t, k));
   Unpacked u;
   for (int64_t sb = 0; sb < n_super; ++sb) {
@@ -159,12 +172,12 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
       }
       if (is_k) {
         reinterpret_cast<uint16_t*>(sup)[r] = u.d;
-        if (t != DType::kQ6_K) reinterpret_cast<uint16_t*>(sup + 32)[r] = u.m;
+        if (!q6) reinterpret_cast<uint16_t*>(sup + 32)[r] = u.m;
       }
       for (int b = 0; b < l.blocks; ++b) {
         uint8_t* blk = sup + l.header + b * l.block_bytes;
         const uint8_t* q = u.q + 32 * b;
-        if (t == DType::kQ6_K) {
+        if (q6) {
           blk[r] = static_cast<uint8_t>(static_cast<int8_t>(u.sc[2 * b]));
           blk[16 + r] = static_cast<uint8_t>(static_cast<int8_t>(u.sc[2 * b + 1]));
         } else if (is_k) {
@@ -182,7 +195,7 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
             continue;
           }
           qs[(s % 4) * 64 + r * 4 + i] |= static_cast<uint8_t>((q[e] & 0x0f) << (s < 4 ? 0 : 4));
-          if (t == DType::kQ6_K) {
+          if (q6) {
             blk[l.hi + (s / 4) * 64 + r * 4 + i] |= static_cast<uint8_t>(((q[e] >> 4) & 3) << (2 * (s % 4)));
           } else if (l.hi != 0) {
             blk[l.hi + r * 4 + i] |= static_cast<uint8_t>(((q[e] >> 4) & 1) << s);

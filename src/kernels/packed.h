@@ -1,5 +1,5 @@
 // Packed weights for the integer decode/prefill path of the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q4_K, Q5_K, Q6_K).
+// Q3_K, Q4_K, Q5_K, Q6_K).
 //
 // At load time a matrix is repacked into groups of 16 rows. Within a group, each 32-element block stores
 // the 16 rows' scales side by side and their quants interleaved so that one 64-byte load holds 4 consecutive
@@ -70,9 +70,13 @@ struct PackedLayout {
 // docs/quantize.md says why F16 weights are computed in bf16 here (twice the multiply rate of f32 FMA).
 bool packable(DType t);          // every type below, block or float
 bool packed_is_float(DType t);   // F16, BF16
+// The type whose packed layout and kernel a type uses: itself, except Q3_K, which is repacked into Q6_K's
+// layout (q + 28 as the 6-bit quant, the 6-bit scale - 32 as the signed scale: the same weights exactly),
+// reading 1.9x the bytes of the file but running the integer kernels instead of the float path.
+constexpr DType packed_as(DType t) { return t == DType::kQ3_K ? DType::kQ6_K : t; }
 // Block types only; a type without a packed layout is a caller's bug (checked in packed_group_bytes).
 constexpr PackedLayout packed_layout(DType t) {
-  switch (t) {
+  switch (packed_as(t)) {
     case DType::kQ8_0: return {1, 0, 32 + 512, 32, 0, 128};
     case DType::kQ4_0: return {1, 0, 32 + 256, 32, 0, 8};
     case DType::kQ4_1: return {1, 0, 64 + 256, 64, 0, 0};

@@ -176,10 +176,11 @@ void quantize_q45_k(const float* x, DType t, uint8_t* out) {
   }
 }
 
-// Q6_K: per 16-element sub-block a signed scale (the largest magnitude maps to -32, refined by least
-// squares over a few candidates), quantized to int8 under one fp16 d.
-void quantize_q6_k(const float* x, BlockQ6_K* b) {
-  float scales[16], max_abs_s = 0.0f, max_s = 0.0f;
+// Per 16-element sub-block of a 256-element super-block, a signed scale s with x ~ s * l, l in [-lo, lo): the
+// largest magnitude maps to -lo, then refined by least squares over a few candidates. Returns in `scales` the
+// scales, and the one with the largest magnitude (signed). Q6_K uses lo = 32, Q3_K lo = 4.
+float subblock_scales(const float* x, int lo, float* scales) {
+  float max_abs_s = 0.0f, max_s = 0.0f;
   for (int j = 0; j < 16; ++j) {
     const float* xs = x + 16 * j;
     float amax = 0.0f, max = 0.0f;
@@ -191,11 +192,11 @@ void quantize_q6_k(const float* x, BlockQ6_K* b) {
     float best_s = 0.0f, best_err = std::numeric_limits<float>::infinity();
     if (amax > 0) {
       for (int step = -4; step <= 4; ++step) {
-        const float iscale = -(32.0f + 0.1f * step) / max;
+        const float iscale = -(static_cast<float>(lo) + 0.1f * step * (static_cast<float>(lo) / 32.0f)) / max;
         double slx = 0, sll = 0;
         int l[16];
         for (int i = 0; i < 16; ++i) {
-          l[i] = std::clamp(static_cast<int>(std::lround(iscale * xs[i])), -32, 31);
+          l[i] = std::clamp(static_cast<int>(std::lround(iscale * xs[i])), -lo, lo - 1);
           slx += l[i] * static_cast<double>(xs[i]);
           sll += static_cast<double>(l[i]) * l[i];
         }
@@ -215,8 +216,15 @@ void quantize_q6_k(const float* x, BlockQ6_K* b) {
       max_s = best_s;
     }
   }
-  const float iscale = max_abs_s > 0 ? -128.0f / max_s : 0.0f;
-  b->d = f32_to_fp16(max_abs_s > 0 ? 1.0f / iscale : 0.0f);
+  return max_s;
+}
+
+// Q6_K: the sub-block scales quantized to int8 under one fp16 d (the largest maps to -128).
+void quantize_q6_k(const float* x, BlockQ6_K* b) {
+  float scales[16];
+  const float max_s = subblock_scales(x, 32, scales);
+  const float iscale = max_s != 0 ? -128.0f / max_s : 0.0f;
+  b->d = f32_to_fp16(max_s != 0 ? 1.0f / iscale : 0.0f);
   const float d = fp16_to_f32(b->d);
   std::memset(b->ql, 0, sizeof(b->ql));
   std::memset(b->qh, 0, sizeof(b->qh));
@@ -227,6 +235,31 @@ void quantize_q6_k(const float* x, BlockQ6_K* b) {
     const int q = sd != 0 ? std::clamp(static_cast<int>(std::lround(x[e] / sd)) + 32, 0, 63) : 32;
     b->ql[64 * h + 32 * (s % 2) + l] |= static_cast<uint8_t>((q & 15) << (s < 2 ? 0 : 4));
     b->qh[32 * h + l] |= static_cast<uint8_t>((q >> 4) << (2 * s));
+  }
+}
+
+// Q3_K: 3-bit quants (q - 4), the sub-block scales as 6-bit signed values (stored + 32) under one fp16 d (the
+// largest maps to -32). Layout as q3k_scale and the reference dequantizer read it.
+void quantize_q3_k(const float* x, BlockQ3_K* b) {
+  float scales[16];
+  const float max_s = subblock_scales(x, 4, scales);
+  const float iscale = max_s != 0 ? -32.0f / max_s : 0.0f;
+  b->d = f32_to_fp16(max_s != 0 ? 1.0f / iscale : 0.0f);
+  const float d = fp16_to_f32(b->d);
+  std::memset(b, 0, offsetof(BlockQ3_K, d));
+  int sc[16];
+  for (int j = 0; j < 16; ++j) {
+    sc[j] = std::clamp(static_cast<int>(std::lround(iscale * scales[j])), -32, 31);
+    const int v = sc[j] + 32;
+    b->scales[j < 8 ? j : j - 8] |= static_cast<uint8_t>((v & 15) << (j < 8 ? 0 : 4));
+    b->scales[8 + j % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (j / 4)));
+  }
+  for (int e = 0; e < kQKK; ++e) {
+    const int h = e / 128, s = e / 32 % 4, k = e / 16 % 2, l = e % 16;
+    const float sd = d * static_cast<float>(sc[e / 16]);
+    const int q = sd != 0 ? std::clamp(static_cast<int>(std::lround(x[e] / sd)) + 4, 0, 7) : 4;
+    b->qs[32 * h + 16 * k + l] |= static_cast<uint8_t>((q & 3) << (2 * s));
+    b->hmask[16 * k + l] |= static_cast<uint8_t>((q >> 2) << (4 * h + s));
   }
 }
 
@@ -274,6 +307,9 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
     }
     case DType::kQ6_K:
       for (int64_t i = 0; i < n / kQKK; ++i) quantize_q6_k(src + i * kQKK, static_cast<BlockQ6_K*>(dst) + i);
+      return Status::ok();
+    case DType::kQ3_K:
+      for (int64_t i = 0; i < n / kQKK; ++i) quantize_q3_k(src + i * kQKK, static_cast<BlockQ3_K*>(dst) + i);
       return Status::ok();
     default:
       return unimplemented(std::string("quantizing to ") + dtype_name(t) + " is not supported yet");

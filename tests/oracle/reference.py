@@ -29,7 +29,7 @@ class Config:
 
 class Model:
     # Weight types whose matmuls take 8-bit activations (quantized per 32-block) in cachet, as in llama.cpp.
-    INT8_ACTIVATION_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}
+    INT8_ACTIVATION_TYPES = {"Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
     # Weight types whose matmuls run in bf16 (weights and activations rounded to bf16, f32 sums) in cachet.
     BF16_TYPES = {"F16", "BF16"}
 

@@ -254,6 +254,7 @@ float f16_at(const uint8_t* p, int i) { return fp16_to_f32(reinterpret_cast<cons
 
 void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride, int n_tokens,
                 float* out, int64_t out_stride) {
+  t = packed_as(t);
   const PackedLayout l = packed_layout(t);
   const bool is_k = l.blocks > 1;
   for (int tok = 0; tok < n_tokens; ++tok) {
