@@ -219,12 +219,18 @@ float subblock_scales(const float* x, int lo, float* scales) {
   return max_s;
 }
 
+// The super-block scale d (stored as fp16 in *d_out) under which the sub-block scale of largest magnitude,
+// max_s, becomes -levels. Returns 1/d as used to quantize the sub-block scales (0 for an all-zero block).
+float super_scale(float max_s, float levels, uint16_t* d_out) {
+  const float iscale = max_s != 0 ? -levels / max_s : 0.0f;
+  *d_out = f32_to_fp16(max_s != 0 ? 1.0f / iscale : 0.0f);
+  return iscale;
+}
+
 // Q6_K: the sub-block scales quantized to int8 under one fp16 d (the largest maps to -128).
 void quantize_q6_k(const float* x, BlockQ6_K* b) {
   float scales[16];
-  const float max_s = subblock_scales(x, 32, scales);
-  const float iscale = max_s != 0 ? -128.0f / max_s : 0.0f;
-  b->d = f32_to_fp16(max_s != 0 ? 1.0f / iscale : 0.0f);
+  const float iscale = super_scale(subblock_scales(x, 32, scales), 128.0f, &b->d);
   const float d = fp16_to_f32(b->d);
   std::memset(b->ql, 0, sizeof(b->ql));
   std::memset(b->qh, 0, sizeof(b->qh));
@@ -242,9 +248,7 @@ void quantize_q6_k(const float* x, BlockQ6_K* b) {
 // largest maps to -32). Layout as q3k_scale and the reference dequantizer read it.
 void quantize_q3_k(const float* x, BlockQ3_K* b) {
   float scales[16];
-  const float max_s = subblock_scales(x, 4, scales);
-  const float iscale = max_s != 0 ? -32.0f / max_s : 0.0f;
-  b->d = f32_to_fp16(max_s != 0 ? 1.0f / iscale : 0.0f);
+  const float iscale = super_scale(subblock_scales(x, 4, scales), 32.0f, &b->d);
   const float d = fp16_to_f32(b->d);
   std::memset(b, 0, offsetof(BlockQ3_K, d));
   int sc[16];
