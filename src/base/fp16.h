@@ -56,6 +56,9 @@ inline uint16_t f32_to_fp16(float f) {
 }
 
 inline float bf16_to_f32(uint16_t h) { return bits_to_f32(static_cast<uint32_t>(h) << 16); }
+// The two bf16 of a packed pair (low half = the first element), as f32.
+inline float bf16_pair_lo(uint32_t v) { return bits_to_f32(v << 16); }
+inline float bf16_pair_hi(uint32_t v) { return bits_to_f32(v & 0xffff0000u); }
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t x = f32_to_bits(f);

@@ -93,43 +93,37 @@ void pack_weight(ThreadPool& pool, TensorView* w, AlignedBuffer<uint8_t>* storag
 namespace {
 
 thread_local AlignedBuffer<ActQ8> t_act;
+thread_local AlignedBuffer<uint16_t> t_act_bf16;
 
-// Activations to int8 blocks, on the calling thread when there is too little work to share.
-ActQ8* quantize_activations(ThreadPool& pool, const float* x, int n_tokens, int64_t K) {
+// The activations a packed matmul over weights of type `t` reads, for n_tokens rows of K floats: int8 blocks
+// (ActQ8) for the block types, bf16 pairs (rows of K rounded up to even, the pad zero) for F16/BF16. Converted
+// on the calling thread when there is too little work to share.
+const void* packed_activations(ThreadPool& pool, DType t, const float* x, int n_tokens, int64_t K) {
   const Kernels& k = kernels();
+  const auto over_tokens = [&](const auto& row) {
+    if (n_tokens * K <= (1 << 14)) {
+      for (int64_t i = 0; i < n_tokens; ++i) row(i);
+    } else {
+      pool.parallel_for(n_tokens, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) row(i);
+      });
+    }
+  };
+  if (packed_is_float(t)) {
+    const int64_t kp = (K + 1) / 2 * 2;
+    if (t_act_bf16.size() < static_cast<size_t>(n_tokens * kp)) t_act_bf16.resize(n_tokens * kp);
+    uint16_t* act = t_act_bf16.data();
+    over_tokens([&](int64_t i) {
+      k.round_bf16(x + i * K, K, act + i * kp);
+      if (kp != K) act[i * kp + K] = 0;
+    });
+    return act;
+  }
   const int64_t nb = K / 32;
   if (t_act.size() < static_cast<size_t>(n_tokens * nb)) t_act.resize(n_tokens * nb);
   ActQ8* act = t_act.data();
-  if (n_tokens * K <= (1 << 14)) {
-    for (int t = 0; t < n_tokens; ++t) k.quantize_act(x + t * K, K, act + t * nb);
-  } else {
-    pool.parallel_for(n_tokens, [&](int, int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) k.quantize_act(x + t * K, K, act + t * nb);
-    });
-  }
+  over_tokens([&](int64_t i) { k.quantize_act(x + i * K, K, act + i * nb); });
   return act;
-}
-
-thread_local AlignedBuffer<uint16_t> t_act_bf16;
-
-// Activations to bf16 pairs for the packed float types: rows of K rounded up to even, the pad zero.
-const uint32_t* round_activations(ThreadPool& pool, const float* x, int n_tokens, int64_t K) {
-  const Kernels& k = kernels();
-  const int64_t kp = (K + 1) / 2 * 2;
-  if (t_act_bf16.size() < static_cast<size_t>(n_tokens * kp)) t_act_bf16.resize(n_tokens * kp);
-  uint16_t* act = t_act_bf16.data();
-  const auto rows = [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      k.round_bf16(x + t * K, K, act + t * kp);
-      if (kp != K) act[t * kp + K] = 0;
-    }
-  };
-  if (n_tokens * K <= (1 << 14)) {
-    rows(0, n_tokens);
-  } else {
-    pool.parallel_for(n_tokens, [&](int, int64_t b, int64_t e) { rows(b, e); });
-  }
-  return reinterpret_cast<const uint32_t*>(act);
 }
 
 // The packed paths: each thread takes whole 16-row groups of the weights, in chunks of tokens.
@@ -176,9 +170,7 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const vo
 
 void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
   const MatmulOut out{&w, y};
-  const void* act = packed_is_float(w.type) ? static_cast<const void*>(round_activations(pool, x, n_tokens, w.ne[0]))
-                                            : quantize_activations(pool, x, n_tokens, w.ne[0]);
-  packed_groups(pool, &out, 1, act, w.ne[0], n_tokens);
+  packed_groups(pool, &out, 1, packed_activations(pool, w.type, x, n_tokens, w.ne[0]), w.ne[0], n_tokens);
 }
 
 }  // namespace
@@ -412,9 +404,8 @@ void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const
     for (const MatmulOut& o : outs) matmul(pool, *o.w, x, n_tokens, o.y);
     return;
   }
-  const void* act = is_float ? static_cast<const void*>(round_activations(pool, x, n_tokens, K))
-                             : quantize_activations(pool, x, n_tokens, K);
-  packed_groups(pool, outs.begin(), static_cast<int>(outs.size()), act, K, n_tokens);
+  packed_groups(pool, outs.begin(), static_cast<int>(outs.size()),
+                packed_activations(pool, outs.begin()->w->type, x, n_tokens, K), K, n_tokens);
 }
 
 }  // namespace cachet

@@ -297,16 +297,14 @@ void round_bf16(const float* x, int64_t n, uint16_t* out) {
 void packed_dot_bf16(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
                      float* out, int64_t out_stride) {
   const auto* w = reinterpret_cast<const uint32_t*>(group);
-  const auto lo = [](uint32_t v) { return bits_to_f32(v << 16); };
-  const auto hi = [](uint32_t v) { return bits_to_f32(v & 0xffff0000u); };
   for (int tok = 0; tok < n_tokens; ++tok) {
     const uint32_t* xt = x + tok * x_stride;
     for (int r = 0; r < kPackRows; ++r) {
       float c[2] = {0.0f, 0.0f};
       for (int64_t p = 0; p < n_pairs; ++p) {
         const uint32_t wv = w[p * kPackRows + r], xv = xt[p];
-        c[p % 2] = std::fma(hi(wv), hi(xv), c[p % 2]);
-        c[p % 2] = std::fma(lo(wv), lo(xv), c[p % 2]);
+        c[p % 2] = std::fma(bf16_pair_hi(wv), bf16_pair_hi(xv), c[p % 2]);
+        c[p % 2] = std::fma(bf16_pair_lo(wv), bf16_pair_lo(xv), c[p % 2]);
       }
       out[tok * out_stride + r] = c[0] + c[1];
     }
