@@ -51,16 +51,30 @@ void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
   std::vector<float> src(K * n_tokens);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
   for (int64_t r = 0; r < N; ++r) (void)quantize_row(t, src.data(), w.data() + r * rb, K);
-  const int64_t nb = K / 32, gb = static_cast<int64_t>(packed_group_bytes(t, K));
+  const int64_t nb = K / 32, gb = static_cast<int64_t>(packed_group_bytes(t, K, k->float_pack));
   std::vector<uint8_t> packed(gb * (N / kPackRows));
   for (int64_t g = 0; g < N / kPackRows; ++g)
-    repack_group(t, w.data() + g * kPackRows * rb, rb, kPackRows, K, packed.data() + g * gb);
+    repack_group(t, w.data() + g * kPackRows * rb, rb, kPackRows, K, k->float_pack, packed.data() + g * gb);
   std::vector<ActQ8> act(nb * n_tokens);
-  for (int i = 0; i < n_tokens; ++i) k->quantize_act(src.data() + i * K, K, act.data() + i * nb);
+  std::vector<uint16_t> act_bf16(K * n_tokens);
+  const bool is_float = packed_is_float(t);
+  for (int i = 0; i < n_tokens; ++i) {
+    if (!is_float) k->quantize_act(src.data() + i * K, K, act.data() + i * nb);
+    if (is_float) k->round_bf16(src.data() + i * K, K, act_bf16.data() + i * K);
+  }
   std::vector<float> y(N * n_tokens);
   for (auto _ : st) {
-    for (int64_t g = 0; g < N / kPackRows; ++g)
-      k->packed_dot(t, packed.data() + g * gb, nb, act.data(), nb, n_tokens, y.data() + g * kPackRows, N);
+    for (int64_t g = 0; g < N / kPackRows; ++g) {
+      float* out = y.data() + g * kPackRows;
+      const uint8_t* grp = packed.data() + g * gb;
+      if (!is_float) {
+        k->packed_dot(t, grp, nb, act.data(), nb, n_tokens, out, N);
+      } else if (k->float_pack == FloatPack::kHalfRows) {
+        k->packed_dot_half(t, grp, K, src.data(), K, n_tokens, out, N);
+      } else {
+        k->packed_dot_bf16(grp, K / 2, reinterpret_cast<const uint32_t*>(act_bf16.data()), K / 2, n_tokens, out, N);
+      }
+    }
     benchmark::DoNotOptimize(y.data());
   }
   st.counters["MAC/s"] =
@@ -86,7 +100,7 @@ int register_all() {
       benchmark::RegisterBenchmark(name.c_str(), BM_DotRows, k, t)->Args({576, 1536})->Args({2048, 8192});
     }
     for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
-                    DType::kQ6_K}) {
+                    DType::kQ6_K, DType::kF16, DType::kBF16}) {
       std::string name = std::string("packed_dot/") + isa_name(k->isa) + "/" + dtype_name(t);
       benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)->Arg(1)->Arg(8)->Arg(16)->Arg(64);
     }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/aligned_buffer.h"
+#include "base/cpu_features.h"
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "kernels/kernels.h"
@@ -45,18 +46,25 @@ double measure_bandwidth_gbs(int threads, int reps) {
   std::vector<double> gbs;
   std::vector<double> sums(threads);
   constexpr int64_t kK = 4096;
-  const size_t group = packed_group_bytes(DType::kF16, kK);  // 128 KiB per call
+  const FloatPack fp = kernels().float_pack;
+  const size_t group = packed_group_bytes(DType::kF16, kK, fp);  // 128 KiB per call
   const int64_t n_groups = static_cast<int64_t>(n / group);
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
     pool.parallel_for(n_groups, [&](int t, int64_t g0, int64_t g1) {
       const auto& k = kernels();
       alignas(64) static thread_local uint32_t ones[kK / 2];
+      alignas(64) static thread_local float ones_f32[kK];
       std::fill(ones, ones + kK / 2, 0x3f803f80u);  // bf16 pairs (1, 1)
+      std::fill(ones_f32, ones_f32 + kK, 1.0f);
       float out[kPackRows];
       double acc = 0.0;
       for (int64_t g = g0; g < g1; ++g) {
-        k.packed_dot_bf16(buf.data() + g * group, kK / 2, ones, kK / 2, 1, out, kPackRows);
+        if (fp == FloatPack::kHalfRows) {
+          k.packed_dot_half(DType::kBF16, buf.data() + g * group, kK, ones_f32, kK, 1, out, kPackRows);
+        } else {
+          k.packed_dot_bf16(buf.data() + g * group, kK / 2, ones, kK / 2, 1, out, kPackRows);
+        }
         acc += out[0];
       }
       sums[t] += acc;
@@ -127,6 +135,7 @@ int main(int argc, char** argv) {
                       {"model", model_path},
                       {"threads", threads},
                       {"isa", isa_name(kernels().isa)},
+                      {"cpu", cpu_model_name()},
                       {"n_prompt", n_prompt},
                       {"n_gen", n_gen},
                       {"weight_bytes", weight_bytes},

@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 apt_pkgs=(cmake ninja-build clang g++ libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-          libcli11-dev libpcre2-dev libcpp-httplib-dev libomp-dev python3-venv gnuplot-nox
+          libcli11-dev libpcre2-dev libcpp-httplib-dev libomp-dev python3-venv gnuplot-nox qemu-user
           chromium chromium-driver)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -364,8 +364,8 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
       for (int rows : {16, 5}) {
         const int64_t nb = K / 32;
         QuantRows q = make_rows(t, rows, K, 40 + K + rows, 0);
-        std::vector<uint8_t> group(packed_group_bytes(t, K));
-        repack_group(t, q.data, q.row_bytes, rows, K, group.data());
+        std::vector<uint8_t> group(packed_group_bytes(t, K, FloatPack::kHalfRows));
+        repack_group(t, q.data, q.row_bytes, rows, K, FloatPack::kHalfRows, group.data());
         const int T = 17;
         auto x = random_floats(T * K, 8 + K, -2.0f, 2.0f);
         std::vector<ActQ8> act(T * nb);
@@ -413,8 +413,8 @@ TEST(PackedKernels, PackedBf16DotMatchesScalarBitwiseAndDouble) {
     for (int64_t K : {1, 2, 3, 4, 5, 64, 577}) {
       for (int rows : {16, 7}) {
         QuantRows q = make_rows(t, rows, K, 90 + K + rows, 0);
-        std::vector<uint8_t> group(packed_group_bytes(t, K));
-        repack_group(t, q.data, q.row_bytes, rows, K, group.data());
+        std::vector<uint8_t> group(packed_group_bytes(t, K, FloatPack::kBf16Pairs));
+        repack_group(t, q.data, q.row_bytes, rows, K, FloatPack::kBf16Pairs, group.data());
         const int T = 13;
         const int64_t np = (K + 1) / 2;
         auto x = random_floats(T * K, 5 + K, -2.0f, 2.0f);
@@ -441,6 +441,46 @@ TEST(PackedKernels, PackedBf16DotMatchesScalarBitwiseAndDouble) {
           for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
             std::vector<float> got(T * kPackRows, -1.0f);
             k->packed_dot_bf16(group.data(), np, xp, np, nt, got.data(), kPackRows);
+            ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
+                << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
+          }
+      }
+    }
+  }
+}
+
+// Packed float weights kept in their 16-bit type (FloatPack::kHalfRows): scalar == the double-precision dot of the
+// exact weights and activations within the two f32 chains' rounding; every SIMD table == scalar bit for bit for
+// every token count (each register-block width) and length (odd k: the tail of the even chain).
+TEST(PackedKernels, PackedHalfDotMatchesScalarBitwiseAndDouble) {
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    for (int64_t K : {1, 2, 3, 4, 5, 17, 64, 577}) {
+      for (int rows : {16, 7}) {
+        QuantRows q = make_rows(t, rows, K, 190 + K + rows, 0);
+        std::vector<uint8_t> group(packed_group_bytes(t, K, FloatPack::kHalfRows) + 4);
+        uint8_t* g = group.data() + 4;  // misaligned against every vector width
+        repack_group(t, q.data, q.row_bytes, rows, K, FloatPack::kHalfRows, g);
+        const int T = 29;
+        auto xs = random_floats(T * K + 1, 15 + K, -2.0f, 2.0f);
+        const float* x = xs.data() + 1;
+        std::vector<float> ref(T * kPackRows), w(K);
+        ref::kKernels.packed_dot_half(t, g, K, x, K, T, ref.data(), kPackRows);
+        for (int tok = 0; tok < T; ++tok)
+          for (int r = 0; r < kPackRows; ++r) {
+            double want = 0, mag = 0;
+            if (r < rows) {
+              ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
+              for (int64_t i = 0; i < K; ++i) {
+                want += static_cast<double>(w[i]) * x[tok * K + i];
+                mag += std::fabs(static_cast<double>(w[i]) * x[tok * K + i]);
+              }
+            }
+            ASSERT_NEAR(ref[tok * kPackRows + r], want, 1e-6 * mag + 1e-7) << dtype_name(t) << " K=" << K;
+          }
+        for (const Kernels* k : simd_tables())
+          for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 24, 25, 29}) {
+            std::vector<float> got(T * kPackRows, -1.0f);
+            k->packed_dot_half(t, g, K, x, K, nt, got.data(), kPackRows);
             ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
                 << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
           }

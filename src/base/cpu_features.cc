@@ -34,7 +34,10 @@ CpuFeatures detect() {
   f.amx_tile = amx_os && (d & (1u << 24));
   f.amx_int8 = amx_os && (d & (1u << 25));
   unsigned a1, b1, c1, d1;
-  if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512bf16 = zmm_os && (a1 & (1u << 5));
+  if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
+    f.avx512bf16 = zmm_os && (a1 & (1u << 5));
+    f.avx_vnni = ymm_os && (a1 & (1u << 4));
+  }
 #endif
   return f;
 }
@@ -51,6 +54,7 @@ std::string CpuFeatures::to_string() const {
   add(avx2, "avx2");
   add(fma, "fma");
   add(f16c, "f16c");
+  add(avx_vnni, "avx-vnni");
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
   add(avx512vl, "avx512vl");
@@ -61,6 +65,21 @@ std::string CpuFeatures::to_string() const {
   add(amx_int8, "amx-int8");
   add(amx_bf16, "amx-bf16");
   return s.empty() ? "scalar" : s;
+}
+
+std::string cpu_model_name() {
+#if defined(__x86_64__)
+  unsigned regs[12];
+  unsigned max_ext = __get_cpuid_max(0x80000000u, nullptr);
+  if (max_ext >= 0x80000004u) {
+    for (unsigned i = 0; i < 3; ++i) __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
+    std::string s(reinterpret_cast<const char*>(regs), sizeof(regs));
+    s = s.substr(0, s.find('\0'));
+    const size_t b = s.find_first_not_of(' '), e = s.find_last_not_of(' ');
+    if (b != std::string::npos) return s.substr(b, e - b + 1);
+  }
+#endif
+  return "unknown";
 }
 
 const CpuFeatures& cpu_features() {

@@ -9,6 +9,7 @@ struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
+  bool avx_vnni = false;  // VEX-encoded vpdpbusd on 256-bit registers
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
@@ -23,5 +24,7 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
+// The CPU's brand string ("AMD EPYC 9R45"), or "unknown".
+std::string cpu_model_name();
 
 }  // namespace cachet

@@ -68,4 +68,6 @@ bool dtype_computable(DType t) {
   }
 }
 
+const char* dtype_name(DType t) { return traits(t).name; }
+
 }  // namespace cachet

@@ -26,7 +26,7 @@ struct DTypeTraits {
 // nullopt for a number GGUF does not define.
 std::optional<DTypeTraits> dtype_traits(uint32_t raw);
 const DTypeTraits& traits(DType t);
-inline const char* dtype_name(DType t) { return traits(t).name; }
+const char* dtype_name(DType t);
 std::optional<DType> dtype_from_name(const std::string& name);
 
 // Bytes of a row of n elements; nullopt when n is not a whole number of blocks or the size overflows.

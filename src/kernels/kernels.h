@@ -19,8 +19,9 @@
 
 namespace cachet {
 
-// kAvx512Bf16 is kAvx512 plus AVX512_BF16's vdpbf16ps for the packed float path (same results).
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
+// The levels, lowest first. kAvxVnni is kAvx2 with the VEX-encoded 256-bit vpdpbusd (Alder Lake and later,
+// Zen 5) for the integer path; kAvx512Bf16 is kAvx512 with vdpbf16ps for the packed float path.
+enum class Isa { kScalar, kAvx2, kAvxVnni, kAvx512, kAvx512Bf16 };
 const char* isa_name(Isa isa);
 
 struct Kernels {
@@ -54,12 +55,19 @@ struct Kernels {
   void (*packed_dot)(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
                      int n_tokens, float* out, int64_t out_stride);
 
-  // Packed float weights (F16/BF16 as bf16 pairs, kernels/packed.h). round_bf16: out[0..n) = the bf16 of
-  // x[0..n) (f32_to_bf16_daz). packed_dot_bf16: for one 16-row group of n_pairs pairs and n_tokens rows of
-  // bf16 pairs (x + t * x_stride dwords): out[t * out_stride + r] = dot(row r, token t) in the packed order.
-  // Bitwise identical in every table.
+  // Packed float weights (F16/BF16, kernels/packed.h): this table's layout and arithmetic for them.
+  FloatPack float_pack;
+  // kBf16Pairs. round_bf16: out[0..n) = the bf16 of x[0..n) (f32_to_bf16_daz), bitwise in every table.
+  // packed_dot_bf16: for one 16-row group of n_pairs pairs and n_tokens rows of bf16 pairs (x + t * x_stride
+  // dwords): out[t * out_stride + r] = dot(row r, token t) in the packed order; every table has one (the
+  // tables without vdpbf16ps compute the same bits with two FMAs per pair), only the BF16 table is fast.
   void (*round_bf16)(const float* x, int64_t n, uint16_t* out);
   void (*packed_dot_bf16)(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
+                          float* out, int64_t out_stride);
+  // kHalfRows: for one 16-row group of k elements of type t (F16 or BF16) and n_tokens f32 rows
+  // (x + t * x_stride): out[t * out_stride + r] = dot(row r, token t) in the packed order. The same bits in the
+  // scalar, AVX2 and AVX-512 tables.
+  void (*packed_dot_half)(DType t, const uint8_t* group, int64_t k, const float* x, int64_t x_stride, int n_tokens,
                           float* out, int64_t out_stride);
 
   // One tile of flash attention for the `group` query heads that share a KV head: 1 <= n <= kAttnTileMax
@@ -79,15 +87,22 @@ struct Kernels {
 // Positions per attn_tile call, at most.
 constexpr int kAttnTileMax = 16;
 
-// The best table for this CPU (CACHET_ISA=scalar|avx2|avx512 forces a lower one, for tests and benches).
+// The best table for this CPU (CACHET_ISA=scalar|avx2|avxvnni|avx512|avx512bf16 forces a lower one, for tests and
+// benches; a name the CPU cannot run is an error at the first call).
 const Kernels& kernels();
 // Every table this CPU can run, scalar first.
 std::vector<const Kernels*> supported_kernels();
+// A thread-local buffer of at least n floats, for kernels that need scratch (baseline code, so that no ISA file
+// instantiates a container: its weak symbols could be picked by the linker for baseline callers).
+float* kernel_scratch(int64_t n);
 
 namespace ref {
 extern const Kernels kKernels;
 }
 namespace avx2 {
+extern const Kernels kKernels;
+}
+namespace avx2_vnni {
 extern const Kernels kKernels;
 }
 namespace avx512 {

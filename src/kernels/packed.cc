@@ -23,8 +23,11 @@ bool packable(DType t) {
   }
 }
 
-size_t packed_group_bytes(DType t, int64_t k) {
-  if (packed_is_float(t)) return static_cast<size_t>((k + 1) / 2) * kPackRows * 4;
+size_t packed_group_bytes(DType t, int64_t k, FloatPack fp) {
+  if (packed_is_float(t)) {
+    return fp == FloatPack::kBf16Pairs ? static_cast<size_t>((k + 1) / 2) * kPackRows * 4
+                                       : static_cast<size_t>(k) * kPackRows * 2;
+  }
   CACHET_CHECK_MSG(packable(t), "type %s is not packable", dtype_name(t));
   const PackedLayout l = packed_layout(t);
   CACHET_CHECK(k % (32 * l.blocks) == 0);
@@ -133,15 +136,25 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
 
 }  // namespace
 
-void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int64_t k, uint8_t* dst) {
+void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int64_t k, FloatPack fp,
+                  uint8_t* dst) {
   CACHET_CHECK(packable(t) && n_rows >= 0 && n_rows <= kPackRows);
+  if (packed_is_float(t) && fp == FloatPack::kHalfRows) {
+    auto* out = reinterpret_cast<uint16_t*>(dst);
+    std::memset(dst, 0, packed_group_bytes(t, k, fp));
+    for (int r = 0; r < n_rows; ++r) {
+      const auto* row = reinterpret_cast<const uint16_t*>(src + r * row_bytes);
+      for (int64_t e = 0; e < k; ++e) out[e * kPackRows + r] = row[e];
+    }
+    return;
+  }
   if (packed_is_float(t)) {
     // Each row widened to f32 and rounded to bf16 by the kernel table (both exact functions, the same bits in
     // every table; scalar per element was most of a 1B F16 model's load time), then dealt out in pairs.
     const Kernels& kern = kernels();
     const int64_t n_pairs = (k + 1) / 2;
     auto* out = reinterpret_cast<uint32_t*>(dst);
-    std::memset(dst, 0, packed_group_bytes(t, k));
+    std::memset(dst, 0, packed_group_bytes(t, k, fp));
     std::vector<float> f(k);
     std::vector<uint16_t> b(n_pairs * 2, 0);
     for (int r = 0; r < n_rows; ++r) {
@@ -158,7 +171,7 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
   const bool is_k = l.blocks > 1;
   const bool nibbles = t != DType::kQ8_0;
   const bool q6 = packed_as(t) == DType::kQ6_K;
-  std::memset(dst, 0, packed_group_bytes(t, k));
+  std::memset(dst, 0, packed_group_bytes(t, k, fp));
   Unpacked u;
   for (int64_t sb = 0; sb < n_super; ++sb) {
     uint8_t* sup = dst + sb * l.super_bytes();

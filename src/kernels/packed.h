@@ -58,16 +58,28 @@ struct PackedLayout {
   constexpr size_t super_bytes() const { return header + blocks * block_bytes; }
 };
 
-// Float weights (F16, BF16) take the bf16 dot-product path. A group stores, for each pair p of k (elements
-// 2p, 2p+1), the 16 rows' pairs side by side: dword r (64 bytes per pair) = w[r][2p] | w[r][2p+1] << 16, as
-// bf16. F16 weights are rounded to bf16 at repack (round to nearest even), subnormals become zeros of their
-// sign (the hardware reads them as zero anyway), an odd k is padded with a zero. Activations are rounded the
-// same way (Kernels::round_bf16) into pairs. For row r and token t, two f32 chains over the pairs p = 0, 1
-// (mod 2) in increasing p, each step c = (c + w[2p+1] * x[2p+1]) + w[2p] * x[2p] (the products are exact in
-// f32, so this is two roundings: exactly what one lane of AVX512_BF16's vdpbf16ps does), and the result is
-// c0 + c1. Every table computes exactly this (those without vdpbf16ps with two FMAs per pair); the one
-// difference left is that vdpbf16ps flushes a partial sum that falls below 2^-126 to zero.
-// docs/quantize.md says why F16 weights are computed in bf16 here (twice the multiply rate of f32 FMA).
+// Float weights (F16, BF16) are packed in one of two ways, chosen by the kernel table (Kernels::float_pack):
+//
+// FloatPack::kBf16Pairs (the AVX512_BF16 table: vdpbf16ps multiplies bf16 pairs at twice the rate of f32 FMA).
+// A group stores, for each pair p of k (elements 2p, 2p+1), the 16 rows' pairs side by side: dword r (64 bytes
+// per pair) = w[r][2p] | w[r][2p+1] << 16, as bf16. F16 weights are rounded to bf16 at repack (round to nearest
+// even), subnormals become zeros of their sign (the hardware reads them as zero anyway), an odd k is padded with
+// a zero. Activations are rounded the same way (Kernels::round_bf16) into pairs. For row r and token t, two f32
+// chains over the pairs p = 0, 1 (mod 2) in increasing p, each step c = (c + w[2p+1] * x[2p+1]) + w[2p] * x[2p]
+// (the products are exact in f32, so this is two roundings: exactly what one lane of vdpbf16ps does), and the
+// result is c0 + c1. The scalar reference computes exactly this (ref::packed_dot_bf16); the one difference left
+// is that vdpbf16ps flushes a partial sum that falls below 2^-126 to zero.
+//
+// FloatPack::kHalfRows (every other table: F16C conversion, or a shift for bf16, then f32 FMA). The weights keep
+// the file's 16-bit type exactly: for each element e of k, the 16 rows' values side by side (32 bytes per
+// element). Activations are the f32 rows as they are. For row r and token t, two f32 chains over the elements
+// e = 0, 1 (mod 2) in increasing e, c = fma(w[r][e], x[e], c), and the result is c0 + c1: the same bits in the
+// scalar, AVX2 and AVX-512 tables.
+//
+// The two differ by the bf16 rounding of weights and activations (a relative error of up to 2^-9 per product,
+// which averages out over a row: docs/quantize.md measures it as +0.02% perplexity).
+enum class FloatPack { kBf16Pairs, kHalfRows };
+
 bool packable(DType t);          // every type below, block or float
 bool packed_is_float(DType t);   // F16, BF16
 // The type whose packed layout and kernel a type uses: itself, except Q3_K, which is repacked into Q6_K's
@@ -88,11 +100,11 @@ constexpr PackedLayout packed_layout(DType t) {
     default: return {};
   }
 }
-// Bytes of one packed 16-row group of rows of k elements.
-size_t packed_group_bytes(DType t, int64_t k);
+// Bytes of one packed 16-row group of rows of k elements (`fp` matters for the float types only).
+size_t packed_group_bytes(DType t, int64_t k, FloatPack fp);
 
 // Repacks rows [0, n_rows) (n_rows <= 16; missing rows are zero) of `src` (stored rows of K elements,
-// row_bytes apart) into one group at dst (packed_group_bytes(t, k) bytes).
-void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int64_t k, uint8_t* dst);
+// row_bytes apart) into one group at dst (packed_group_bytes(t, k, fp) bytes).
+void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int64_t k, FloatPack fp, uint8_t* dst);
 
 }  // namespace cachet

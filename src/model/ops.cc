@@ -77,13 +77,14 @@ void pack_weight(ThreadPool& pool, TensorView* w, AlignedBuffer<uint8_t>* storag
   if (!packable(w->type)) return;
   const int64_t K = w->ne[0], N = w->n_rows();
   const int64_t n_groups = (N + kPackRows - 1) / kPackRows;
-  const size_t gb = packed_group_bytes(w->type, K);
+  const FloatPack fp = kernels().float_pack;
+  const size_t gb = packed_group_bytes(w->type, K, fp);
   storage->resize(gb * n_groups);
   uint8_t* dst = storage->data();
   pool.parallel_for(n_groups, [&](int, int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const int rows = static_cast<int>(std::min<int64_t>(kPackRows, N - g * kPackRows));
-      repack_group(w->type, w->row(g * kPackRows), w->row_bytes, rows, K, dst + g * gb);
+      repack_group(w->type, w->row(g * kPackRows), w->row_bytes, rows, K, fp, dst + g * gb);
     }
   });
   w->packed = dst;
@@ -96,8 +97,9 @@ thread_local AlignedBuffer<ActQ8> t_act;
 thread_local AlignedBuffer<uint16_t> t_act_bf16;
 
 // The activations a packed matmul over weights of type `t` reads, for n_tokens rows of K floats: int8 blocks
-// (ActQ8) for the block types, bf16 pairs (rows of K rounded up to even, the pad zero) for F16/BF16. Converted
-// on the calling thread when there is too little work to share.
+// (ActQ8) for the block types; for F16/BF16, bf16 pairs (rows of K rounded up to even, the pad zero) where the
+// table packs bf16 pairs, else the f32 rows themselves. Converted on the calling thread when there is too
+// little work to share.
 const void* packed_activations(ThreadPool& pool, DType t, const float* x, int n_tokens, int64_t K) {
   const Kernels& k = kernels();
   const auto over_tokens = [&](const auto& row) {
@@ -109,6 +111,7 @@ const void* packed_activations(ThreadPool& pool, DType t, const float* x, int n_
       });
     }
   };
+  if (packed_is_float(t) && k.float_pack == FloatPack::kHalfRows) return x;
   if (packed_is_float(t)) {
     const int64_t kp = (K + 1) / 2 * 2;
     if (t_act_bf16.size() < static_cast<size_t>(n_tokens * kp)) t_act_bf16.resize(n_tokens * kp);
@@ -154,7 +157,9 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const vo
         const bool direct = r0 + kPackRows <= N;
         float* dst = direct ? y + t0 * N + r0 : tmp;
         const int64_t ds = direct ? N : kPackRows;
-        if (packed_is_float(w.type)) {
+        if (packed_is_float(w.type) && k.float_pack == FloatPack::kHalfRows) {
+          k.packed_dot_half(w.type, grp, K, static_cast<const float*>(act) + t0 * K, K, nt, dst, ds);
+        } else if (packed_is_float(w.type)) {
           k.packed_dot_bf16(grp, n_pairs, static_cast<const uint32_t*>(act) + t0 * n_pairs, n_pairs, nt, dst, ds);
         } else {
           k.packed_dot(w.type, grp, nb, static_cast<const ActQ8*>(act) + t0 * nb, nb, nt, dst, ds);

@@ -4,6 +4,7 @@ The 1e-3 agreement is checked with `--precise` (f32 activations in every matmul)
 quantizes activations to 8 bits for the block types, is held to bounds taken from llama.cpp's own
 deviation (docs/numerics.md)."""
 import json
+import os
 import subprocess
 
 import numpy as np
@@ -15,11 +16,23 @@ TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K", "
 K_QUANTS = {"Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 
 
-def our_logits(cachet_bin, model, ids, tmp_path, kv="f32", precise=True):
+def our_logits(cachet_bin, model, ids, tmp_path, kv="f32", precise=True, isa=None):
     out = tmp_path / "logits.f32"
+    env = dict(os.environ, CACHET_ISA=isa) if isa else None
     subprocess.run([cachet_bin, "logits", "-m", str(model), "--prompt-ids", " ".join(map(str, ids)),
-                    "-o", str(out), "--kv-type", kv] + (["--precise"] if precise else []), check=True)
+                    "-o", str(out), "--kv-type", kv] + (["--precise"] if precise else []), check=True, env=env)
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+
+
+def cpu_tables(cachet_bin):
+    """{table name: how it computes with F16/BF16 weights ("bf16" or "f32")} for every table this CPU runs."""
+    out = {}
+    for isa in json.loads(subprocess.run([cachet_bin, "info", "--cpu", "--json"], check=True, capture_output=True,
+                                         text=True).stdout)["tables"]:
+        j = json.loads(subprocess.run([cachet_bin, "info", "--cpu", "--json"], check=True, capture_output=True,
+                                      text=True, env=dict(os.environ, CACHET_ISA=isa)).stdout)
+        out[isa] = j["float_weights"]
+    return out
 
 
 def assert_agrees(ours, ref, what):
@@ -72,25 +85,33 @@ def test_synthetic_int8_path_stays_close_to_numpy(cachet_bin, tmp_path, wtype):
     assert worst <= 0.03 and mean <= 0.005 and agree >= 30, (worst, mean, agree)
 
 
-# F16 and BF16 weights run in bf16 on the default path (weights and activations rounded to bf16, f32 sums,
-# docs/quantize.md). Against the reference that rounds the same way the gap is float rounding until an
-# activation lies within float error of a bf16 rounding boundary (numpy sums in f64): then the two round it
-# one bf16 step (2^-8) apart and every later position moves with it. So: much closer to that reference than
-# the f32 reference is, and within the int8 path's bounds of the f32 reference.
+# F16 and BF16 weights run in bf16 on the default path of the AVX512_BF16 table (weights and activations rounded
+# to bf16, f32 sums, docs/quantize.md); every other table keeps them exact and computes in f32. Each table this
+# CPU runs is checked. bf16: against the reference that rounds the same way the gap is float rounding until an
+# activation lies within float error of a bf16 rounding boundary (numpy sums in f64): then the two round it one
+# bf16 step (2^-8) apart and every later position moves with it. So: much closer to that reference than the f32
+# reference is, and within the int8 path's bounds of the f32 reference. f32: the 1e-3 agreement of --precise.
 @pytest.mark.parametrize("wtype", ["F16", "BF16"])
-def test_synthetic_bf16_path_matches_numpy_rounding_the_same_way(cachet_bin, tmp_path, wtype):
+def test_synthetic_float_path_matches_numpy_on_every_table(cachet_bin, tmp_path, wtype):
     path = synth(cachet_bin, tmp_path, wtype, "gqa")
     ids = np.random.default_rng(3).integers(0, 320, size=32).tolist()
     m = Model.load(str(path))
-    ours = our_logits(cachet_bin, path, ids, tmp_path, precise=False)
-    rounded = m.logits(ids)
     m.quantize_activations = False
     exact = m.logits(ids)
-    gap, effect = np.abs(ours - rounded).mean(), np.abs(rounded - exact).mean()
-    assert gap <= 0.3 * effect, (wtype, gap, effect)
-    assert (ours.argmax(axis=1) == rounded.argmax(axis=1)).all()
-    worst, mean, agree = int8_deviation(ours, exact)
-    assert worst <= 0.03 and mean <= 0.005 and agree >= 30, (worst, mean, agree)
+    m.quantize_activations = True
+    rounded = m.logits(ids)
+    tables = cpu_tables(cachet_bin)
+    assert "scalar" in tables and all(v in ("bf16", "f32") for v in tables.values()), tables
+    for isa, arith in tables.items():
+        ours = our_logits(cachet_bin, path, ids, tmp_path, precise=False, isa=isa)
+        if arith == "f32":
+            assert_agrees(ours, exact, f"{wtype} on {isa}")
+            continue
+        gap, effect = np.abs(ours - rounded).mean(), np.abs(rounded - exact).mean()
+        assert gap <= 0.3 * effect, (wtype, isa, gap, effect)
+        assert (ours.argmax(axis=1) == rounded.argmax(axis=1)).all(), isa
+        worst, mean, agree = int8_deviation(ours, exact)
+        assert worst <= 0.03 and mean <= 0.005 and agree >= 30, (isa, worst, mean, agree)
 
 
 def test_default_model_int8_path_stays_close_to_numpy(cachet_bin, default_model, tmp_path):

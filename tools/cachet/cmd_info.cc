@@ -20,6 +20,35 @@ std::string shape_of(const TensorView& t) {
   return s + "]";
 }
 
+// What the kernels see: the CPU's name, the ISA features cpuid reports, every table it can run and the one chosen
+// (CACHET_ISA may force a lower one), and how that table computes with F16/BF16 weights.
+nlohmann::json cpu_json() {
+  nlohmann::json tables = nlohmann::json::array();
+  for (const Kernels* k : supported_kernels()) tables.push_back(isa_name(k->isa));
+  const Kernels& k = kernels();
+  return {{"model", cpu_model_name()},
+          {"features", cpu_features().to_string()},
+          {"tables", tables},
+          {"table", isa_name(k.isa)},
+          {"float_weights", k.float_pack == FloatPack::kBf16Pairs ? "bf16" : "f32"}};
+}
+
+int cpu_info(bool json) {
+  const nlohmann::json j = cpu_json();
+  if (json) {
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("cpu: %s\n", j["model"].get<std::string>().c_str());
+  std::printf("features: %s\n", j["features"].get<std::string>().c_str());
+  std::string tables;
+  for (const auto& t : j["tables"]) tables += (tables.empty() ? "" : " ") + t.get<std::string>();
+  std::printf("tables: %s\n", tables.c_str());
+  std::printf("kernels: %s (F16/BF16 weights in %s arithmetic)\n", j["table"].get<std::string>().c_str(),
+              j["float_weights"].get<std::string>().c_str());
+  return 0;
+}
+
 int info(const std::string& model_flag, bool json) {
   auto m = load(model_flag, 1);
   if (!m.is_ok()) return fail(m.status());
@@ -42,6 +71,7 @@ int info(const std::string& model_flag, bool json) {
     }
     j["weight_bytes"] = total;
     j["kv_bytes_per_token"] = {{"f16", c.kv_bytes_per_token(2)}, {"f32", c.kv_bytes_per_token(4)}};
+    j["cpu"] = cpu_json();
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
@@ -61,7 +91,8 @@ int info(const std::string& model_flag, bool json) {
   std::printf("KV cache per token: %lld bytes in f16, %lld in f32 (2 x %lld layers x %lld kv_dim)\n",
               static_cast<long long>(c.kv_bytes_per_token(2)), static_cast<long long>(c.kv_bytes_per_token(4)),
               static_cast<long long>(c.n_layer), static_cast<long long>(c.kv_dim()));
-  std::printf("kernels: %s (cpu: %s)\n", isa_name(kernels().isa), cpu_features().to_string().c_str());
+  std::printf("kernels: %s on %s (cpu: %s)\n", isa_name(kernels().isa), cpu_model_name().c_str(),
+              cpu_features().to_string().c_str());
   return 0;
 }
 
@@ -70,10 +101,12 @@ int info(const std::string& model_flag, bool json) {
 void add_info_command(CLI::App& app, int* exit_code) {
   auto model = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
+  auto cpu = std::make_shared<bool>(false);
   CLI::App* c = app.add_subcommand("info", "validate a model file and print its config, tensors and KV cost");
   c->add_option("-m,--model", *model, "GGUF file or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   c->add_flag("--json", *json, "print JSON");
-  c->callback([model, json, exit_code] { *exit_code = info(*model, *json); });
+  c->add_flag("--cpu", *cpu, "only the CPU: its model, ISA features, the kernel tables it can run and the one chosen");
+  c->callback([model, json, cpu, exit_code] { *exit_code = *cpu ? cpu_info(*json) : info(*model, *json); });
 }
 
 }  // namespace cachet::cli

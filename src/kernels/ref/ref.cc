@@ -311,10 +311,28 @@ void packed_dot_bf16(const uint8_t* group, int64_t n_pairs, const uint32_t* x, i
   }
 }
 
+void packed_dot_half(DType t, const uint8_t* group, int64_t k, const float* x, int64_t x_stride, int n_tokens,
+                     float* out, int64_t out_stride) {
+  CACHET_CHECK(t == DType::kF16 || t == DType::kBF16);
+  const auto* w = reinterpret_cast<const uint16_t*>(group);
+  for (int tok = 0; tok < n_tokens; ++tok) {
+    const float* xt = x + tok * x_stride;
+    for (int r = 0; r < kPackRows; ++r) {
+      float c[2] = {0.0f, 0.0f};
+      for (int64_t e = 0; e < k; ++e) {
+        const uint16_t h = w[e * kPackRows + r];
+        c[e % 2] = std::fma(t == DType::kF16 ? fp16_to_f32(h) : bf16_to_f32(h), xt[e], c[e % 2]);
+      }
+      out[tok * out_stride + r] = c[0] + c[1];
+    }
+  }
+}
+
 }  // namespace
 
-const Kernels kKernels = {Isa::kScalar, 1,        dequantize_row, dot_rows,     gemm_nt, kv_scores, kv_accumulate,
-                          kv_store,     quantize_act, packed_dot, round_bf16, packed_dot_bf16, attn_tile,
-                          silu_mul};
+constinit const Kernels kKernels = {Isa::kScalar,       1,          dequantize_row,  dot_rows,        gemm_nt,
+                                    kv_scores,          kv_accumulate, kv_store,     quantize_act,    packed_dot,
+                                    FloatPack::kHalfRows, round_bf16, packed_dot_bf16, packed_dot_half, attn_tile,
+                                    silu_mul};
 
 }  // namespace cachet::ref

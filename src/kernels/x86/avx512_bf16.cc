@@ -1,20 +1,34 @@
 // The AVX-512 table with AVX512_BF16 for the packed float path: vdpbf16ps multiplies 32 bf16 pairs into 16 f32
-// lanes per instruction, twice the rate of f32 FMA (measured here: 234 vs 117 GFLOP/s per core). Compiled with
-// the AVX-512 flags plus -mavx512bf16; only chosen when cpuid reports AVX512_BF16. Everything else is the
-// plain AVX-512 table, and the results are the same bits (kernels/packed.h).
+// lanes per instruction, twice the rate of f32 FMA (measured here: 234 vs 117 GFLOP/s per core). The AVX-512
+// sources compiled again with -mavx512bf16 added, so that the whole table is a constant (nothing here runs
+// before dispatch); only chosen when cpuid reports AVX512_BF16. F16/BF16 weights are packed as bf16 pairs
+// (FloatPack::kBf16Pairs); everything else is the AVX-512 table's arithmetic, bit for bit.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "base/check.h"
 #include "base/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
+#include "kernels/quant_blocks.h"
 
 namespace cachet::avx512_bf16 {
 
 namespace {
 
-void round_bf16(const float* x, int64_t n, uint16_t* out) {
+#include "kernels/x86/avx512_ops.inc"
+
+}  // namespace
+
+#include "kernels/x86/kernels_impl.inc"
+
+namespace {
+
+void round_bf16_vdp(const float* x, int64_t n, uint16_t* out) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
@@ -53,8 +67,8 @@ void dot_n(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_s
 
 constexpr int kTokens = 8;  // 16 accumulators + 2 weight registers; broadcasts are memory operands
 
-void packed_dot_bf16(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
-                     float* out, int64_t out_stride) {
+void packed_dot_bf16_vdp(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
+                         float* out, int64_t out_stride) {
   int t = 0;
   for (; t + kTokens <= n_tokens; t += kTokens)
     dot_n<kTokens>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
@@ -62,16 +76,17 @@ void packed_dot_bf16(const uint8_t* group, int64_t n_pairs, const uint32_t* x, i
   for (; t < n_tokens; ++t) dot_n<1>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
 }
 
-Kernels make_table() {
-  Kernels k = avx512::kKernels;
+constexpr Kernels make_table() {
+  Kernels k = kTable;
   k.isa = Isa::kAvx512Bf16;
-  k.round_bf16 = round_bf16;
-  k.packed_dot_bf16 = packed_dot_bf16;
+  k.float_pack = FloatPack::kBf16Pairs;
+  k.round_bf16 = round_bf16_vdp;
+  k.packed_dot_bf16 = packed_dot_bf16_vdp;
   return k;
 }
 
 }  // namespace
 
-const Kernels kKernels = make_table();
+constinit const Kernels kKernels = make_table();
 
 }  // namespace cachet::avx512_bf16
