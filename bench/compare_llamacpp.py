@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""Side by side, one run: cachet_bench and llama.cpp (bench/llamacpp_bench.py) on the same GGUF files and
-thread counts, alternating the two engines per repetition so machine noise hits both. Prints a markdown
-table of median prefill (pp) and decode (tg) tokens/s and the ratios.
+"""Side by side, one run: cachet_bench and llama.cpp on the same GGUF files and thread counts, alternating the
+two engines per repetition so machine noise hits both. Prints a markdown table of median prefill (pp) and
+decode (tg) tokens/s and the ratios.
 
   .venv/bin/python bench/compare_llamacpp.py -m MODEL.gguf [-m ...] -t 1 -t 2 [-r 5] [-p 128] [-n 256]
+      [--llama-bench ~/.cache/cachet/llama.cpp/native/bin/llama-bench] [--isa avx2]
+
+llama.cpp is its own llama-bench (scripts/setup_llamacpp.sh builds it) with --llama-bench: pp = `-p P -n 0`,
+tg = `-p 0 -n N -d P` (decode of N tokens after P in context, as cachet_bench measures), flash attention at
+its default (auto); without it, llama-cpp-python (bench/llamacpp_bench.py). --isa forces cachet's kernel table
+(CACHET_ISA), e.g. the AVX2 table against llama.cpp's AVX2 build on a machine that also has AVX-512.
 """
 import argparse
 import json
@@ -21,6 +27,16 @@ def run_json(cmd):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
 
 
+def llama_bench(binary, model, threads, n_prompt, n_gen):
+    """llama.cpp's own llama-bench: one repetition each of prefill and of decode at depth n_prompt."""
+    def one(args):
+        out = subprocess.run([binary, "-m", model, "-t", str(threads), "-r", "1", "-o", "json"] + args, check=True,
+                             capture_output=True, text=True).stdout
+        return json.loads(out)[0]["avg_ts"]
+    return {"pp_tok_s": one(["-p", str(n_prompt), "-n", "0"]),
+            "tg_tok_s": one(["-p", "0", "-n", str(n_gen), "-d", str(n_prompt)])}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-m", "--model", action="append", required=True)
@@ -29,7 +45,11 @@ def main():
     ap.add_argument("-p", "--n-prompt", type=int, default=128)
     ap.add_argument("-n", "--n-gen", type=int, default=256)
     ap.add_argument("--bench", default=str(ROOT / "build" / "bench" / "cachet_bench"))
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (else llama-cpp-python)")
+    ap.add_argument("--isa", help="CACHET_ISA for cachet (a kernel table this CPU runs)")
     a = ap.parse_args()
+    if a.isa:
+        os.environ["CACHET_ISA"] = a.isa
     threads = a.threads or [2]
     # The machine is shared: its read bandwidth moves by 30% over minutes. So it is measured right before
     # every repetition and each run's roofline uses its own measurement.
@@ -50,8 +70,9 @@ def main():
                 # a tied head reads the whole matrix) plus the KV cache, over the measured read bandwidth.
                 per_tok = j["weight_bytes"] + j["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2)
                 roofs.append(j["tg_tok_s"] / (bw_now * 1e9 / per_tok))
-                k = run_json([sys.executable, str(ROOT / "bench" / "llamacpp_bench.py"), "-m", model, "-t", str(t),
-                              "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)])
+                k = (llama_bench(a.llama_bench, model, t, a.n_prompt, a.n_gen) if a.llama_bench else
+                     run_json([sys.executable, str(ROOT / "bench" / "llamacpp_bench.py"), "-m", model, "-t", str(t),
+                               "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)]))
                 theirs["pp"].append(k["pp_tok_s"])
                 theirs["tg"].append(k["tg_tok_s"])
             med = {k: statistics.median(v) for k, v in ours.items()}

@@ -406,6 +406,27 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
 namespace cachet {
 namespace {
 
+// got[tok * 16 + r] (a packed float dot of `rows` rows of q and T rows of x) against the double-precision dot of
+// the operands as the kernel sees them (`as_seen`: the bf16 rounding, or none), within the f32 chains' rounding.
+template <class F>
+void expect_double_dot(const std::vector<float>& got, const QuantRows& q, DType t, int rows, int64_t K, int T,
+                       const float* x, F as_seen) {
+  std::vector<float> w(K);
+  for (int tok = 0; tok < T; ++tok)
+    for (int r = 0; r < kPackRows; ++r) {
+      double want = 0, mag = 0;
+      if (r < rows) {
+        ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
+        for (int64_t i = 0; i < K; ++i) {
+          const double p = static_cast<double>(as_seen(w[i])) * as_seen(x[tok * K + i]);
+          want += p;
+          mag += std::fabs(p);
+        }
+      }
+      ASSERT_NEAR(got[tok * kPackRows + r], want, 1e-6 * mag + 1e-7) << dtype_name(t) << " K=" << K;
+    }
+}
+
 // Packed float weights (bf16 pairs): SIMD == scalar bit for bit for every token count and length (odd k pads a
 // pair, tails of the two chains), and the scalar one == the double-precision dot of the bf16-rounded values.
 TEST(PackedKernels, PackedBf16DotMatchesScalarBitwiseAndDouble) {
@@ -421,22 +442,10 @@ TEST(PackedKernels, PackedBf16DotMatchesScalarBitwiseAndDouble) {
         std::vector<uint16_t> xb(T * np * 2, 0);
         for (int tok = 0; tok < T; ++tok) ref::kKernels.round_bf16(x.data() + tok * K, K, xb.data() + tok * np * 2);
         const auto* xp = reinterpret_cast<const uint32_t*>(xb.data());
-        std::vector<float> ref(T * kPackRows), w(K);
+        std::vector<float> ref(T * kPackRows);
         ref::kKernels.packed_dot_bf16(group.data(), np, xp, np, T, ref.data(), kPackRows);
-        for (int tok = 0; tok < T; ++tok)
-          for (int r = 0; r < kPackRows; ++r) {
-            double want = 0, mag = 0;
-            if (r < rows) {
-              ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
-              for (int64_t i = 0; i < K; ++i) {
-                const double p = static_cast<double>(bf16_to_f32(f32_to_bf16_daz(w[i]))) *
-                                 bf16_to_f32(f32_to_bf16_daz(x[tok * K + i]));
-                want += p;
-                mag += std::fabs(p);
-              }
-            }
-            ASSERT_NEAR(ref[tok * kPackRows + r], want, 1e-6 * mag + 1e-7) << dtype_name(t) << " K=" << K;
-          }
+        expect_double_dot(ref, q, t, rows, K, T, x.data(),
+                          [](float v) { return bf16_to_f32(f32_to_bf16_daz(v)); });
         for (const Kernels* k : simd_tables())
           for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
             std::vector<float> got(T * kPackRows, -1.0f);
@@ -463,20 +472,9 @@ TEST(PackedKernels, PackedHalfDotMatchesScalarBitwiseAndDouble) {
         const int T = 29;
         auto xs = random_floats(T * K + 1, 15 + K, -2.0f, 2.0f);
         const float* x = xs.data() + 1;
-        std::vector<float> ref(T * kPackRows), w(K);
+        std::vector<float> ref(T * kPackRows);
         ref::kKernels.packed_dot_half(t, g, K, x, K, T, ref.data(), kPackRows);
-        for (int tok = 0; tok < T; ++tok)
-          for (int r = 0; r < kPackRows; ++r) {
-            double want = 0, mag = 0;
-            if (r < rows) {
-              ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
-              for (int64_t i = 0; i < K; ++i) {
-                want += static_cast<double>(w[i]) * x[tok * K + i];
-                mag += std::fabs(static_cast<double>(w[i]) * x[tok * K + i]);
-              }
-            }
-            ASSERT_NEAR(ref[tok * kPackRows + r], want, 1e-6 * mag + 1e-7) << dtype_name(t) << " K=" << K;
-          }
+        expect_double_dot(ref, q, t, rows, K, T, x, [](float v) { return v; });
         for (const Kernels* k : simd_tables())
           for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 24, 25, 29}) {
             std::vector<float> got(T * kPackRows, -1.0f);
