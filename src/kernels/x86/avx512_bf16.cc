@@ -49,6 +49,7 @@ void dot_n(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_s
   };
   int64_t p = 0;
   for (; p + 2 <= n_pairs; p += 2) {
+    if constexpr (NT == 1) prefetch_ahead(group + p * kPackRows * 4, 2 * kPackRows * 4);
     const auto w0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(group + p * kPackRows * 4));
     const auto w1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(group + (p + 1) * kPackRows * 4));
 #pragma GCC unroll 16
