@@ -227,7 +227,7 @@ TEST(GgufMalformed, HyperParametersAreChecked) {
   std::vector<ModelCase> mc = {
       {rewrite(good, "kvheads.gguf", set_u32("llama.attention.head_count_kv", 3)), "does not divide n_head"},
       {rewrite(good, "heads.gguf", set_u32("llama.attention.head_count", 3)), "does not divide n_embd"},
-      {rewrite(good, "zero_layers.gguf", set_u32("llama.block_count", 0)), "not a plausible size"},
+      {rewrite(good, "zero_layers.gguf", set_u32("llama.block_count", 0)), "must be positive"},
       {rewrite(good, "more_layers.gguf", set_u32("llama.block_count", 2)), "missing tensor attn_norm of layer 1"},
       {rewrite(good, "ff.gguf", set_u32("llama.feed_forward_length", 100)), "expected [64, 100]"},
       {rewrite(good, "bos.gguf", set_u32("tokenizer.ggml.bos_token_id", 300)), "outside the vocabulary"},

@@ -210,6 +210,7 @@ TEST(Kernels, AttnTileMatchesScalar) {
       for (int d : {1, 7, 8, 16, 17, 33, 64, 80, 128}) {
         for (int group : {1, 3, 4}) {
           for (int n : {1, 5, 8, 15, 16}) {
+           for (float cap : {0.0f, 1.5f}) {  // without and with soft-capping (cap below the scores' range)
             const size_t stride = (d + 3) * elem;
             const int tiles = 3;
             std::vector<uint8_t> kc(stride * n * tiles + 16), vc(stride * n * tiles + 16);
@@ -226,9 +227,9 @@ TEST(Kernels, AttnTileMatchesScalar) {
             std::vector<float> ra(static_cast<size_t>(group) * d, 0), ga(ra);
             for (int tile = 0; tile < tiles; ++tile) {
               const size_t off = static_cast<size_t>(tile) * n * stride;
-              ref::kKernels.attn_tile(t, kb + off, vb + off, stride, n, q.data(), group, d, 0.3f, rm.data(),
+              ref::kKernels.attn_tile(t, kb + off, vb + off, stride, n, q.data(), group, d, 0.3f, cap, rm.data(),
                                       rl.data(), ra.data());
-              k->attn_tile(t, kb + off, vb + off, stride, n, q.data(), group, d, 0.3f, gm.data(), gl.data(),
+              k->attn_tile(t, kb + off, vb + off, stride, n, q.data(), group, d, 0.3f, cap, gm.data(), gl.data(),
                            ga.data());
             }
             for (int g = 0; g < group; ++g) {
@@ -236,9 +237,12 @@ TEST(Kernels, AttnTileMatchesScalar) {
               ASSERT_NEAR(gl[g], rl[g], 1e-5f * rl[g]) << "d=" << d << " n=" << n;
               for (int j = 0; j < d; ++j) {
                 const size_t x = static_cast<size_t>(g) * d + j;
-                ASSERT_NEAR(ga[x] / gl[g], ra[x] / rl[g], 2e-5f) << isa_name(k->isa) << " d=" << d << " n=" << n;
+                ASSERT_NEAR(ga[x] / gl[g], ra[x] / rl[g], 2e-5f)
+                    << isa_name(k->isa) << " d=" << d << " n=" << n << " cap=" << cap;
               }
+              if (cap != 0.0f) ASSERT_LE(rm[g], cap);  // the cap holds
             }
+           }
           }
         }
       }
@@ -255,8 +259,8 @@ TEST(Kernels, AttnTileExpIsAccurate) {
     for (float s : {0.0f, -1e-3f, -0.5f, -1.0f, -10.0f, -50.0f, -87.0f, -87.5f, -100.0f, -1e30f}) {
       float kk[2] = {0.0f, s}, vv[2] = {0.0f, 0.0f};
       float m = -std::numeric_limits<float>::infinity(), l = 0, acc = 0;
-      k->attn_tile(DType::kF32, &kk[0], &vv[0], sizeof(float), 1, &q, 1, 1, 1.0f, &m, &l, &acc);
-      k->attn_tile(DType::kF32, &kk[1], &vv[1], sizeof(float), 1, &q, 1, 1, 1.0f, &m, &l, &acc);
+      k->attn_tile(DType::kF32, &kk[0], &vv[0], sizeof(float), 1, &q, 1, 1, 1.0f, 0.0f, &m, &l, &acc);
+      k->attn_tile(DType::kF32, &kk[1], &vv[1], sizeof(float), 1, &q, 1, 1, 1.0f, 0.0f, &m, &l, &acc);
       const float want = std::exp(s);
       const float got = l - 1.0f;
       if (want < 1e-37f) {
@@ -280,6 +284,28 @@ TEST(Kernels, SiluMulMatchesScalar) {
       ASSERT_EQ(gg[0], g[0]);  // nothing before the range is touched
       for (int i = 1; i <= n; ++i)
         ASSERT_NEAR(gg[i], rg[i], 1e-6f * std::max(1.0f, std::fabs(rg[i]))) << isa_name(k->isa) << " g=" << g[i];
+    }
+  }
+}
+
+TEST(Kernels, GeluMulMatchesScalarAndTheTanhForm) {
+  for (const Kernels* k : supported_kernels()) {
+    for (int n : {0, 1, 7, 15, 16, 17, 33, 100}) {
+      auto g = random_floats(n + 1, 31 + n, -8.0f, 8.0f);
+      auto u = random_floats(n + 1, 32 + n, -2.0f, 2.0f);
+      if (n > 3) g[1] = -100.0f, g[2] = 100.0f, g[3] = -1e30f;
+      std::vector<float> rg(g), gg(g);
+      ref::kKernels.gelu_mul(rg.data() + 1, u.data() + 1, n);
+      k->gelu_mul(gg.data() + 1, u.data() + 1, n);
+      ASSERT_EQ(gg[0], g[0]);
+      for (int i = 1; i <= n; ++i) {
+        // The textbook form, in double.
+        const double x = g[i];
+        const double want = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+        const double tol = 2e-6 * std::max(1.0, std::fabs(want));
+        ASSERT_NEAR(gg[i], rg[i], 1e-6f * std::max(1.0f, std::fabs(rg[i]))) << isa_name(k->isa) << " g=" << g[i];
+        if (std::fabs(x) < 1e6) ASSERT_NEAR(gg[i], want, tol) << isa_name(k->isa) << " g=" << g[i];
+      }
     }
   }
 }

@@ -5,7 +5,7 @@
 #include "base/checked_math.h"
 #include "base/mmap_file.h"
 #include "io/gguf.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace cachet {
 
@@ -117,7 +117,7 @@ Result<std::unique_ptr<Model>> load_llama2c(const std::string& path, std::shared
     return v;
   };
   const int64_t L = c.n_layer;
-  LlamaWeights w;
+  DecoderWeights w;
   w.tok_embd = take("token_embedding_table", c.n_embd, c.n_vocab, 1);
   TensorView rms_att = take("rms_att_weight", c.n_embd, 1, L);
   TensorView wq = take("wq", c.n_embd, c.q_dim(), L);
@@ -132,7 +132,7 @@ Result<std::unique_ptr<Model>> load_llama2c(const std::string& path, std::shared
   take("freq_cis", c.head_dim, h.seq_len, 1);  // precomputed RoPE table; we compute our own
   w.output = shared ? w.tok_embd : take("wcls", c.n_embd, c.n_vocab, 1);
   for (int64_t l = 0; l < L; ++l) {
-    LlamaLayerWeights lw;
+    DecoderLayerWeights lw;
     lw.attn_norm = layer(rms_att, l);
     lw.wq = layer(wq, l);
     lw.wk = layer(wk, l);
@@ -149,7 +149,7 @@ Result<std::unique_ptr<Model>> load_llama2c(const std::string& path, std::shared
     sp.bos = 1;  // llama2.c's sentencepiece convention
     sp.eos = 2;
   }
-  return make_llama_model(std::move(c), std::move(w), std::move(all), sp, std::move(file), nullptr, std::move(pool),
+  return make_decoder_model(std::move(c), std::move(w), std::move(all), sp, std::move(file), nullptr, std::move(pool),
                           opts);
 }
 

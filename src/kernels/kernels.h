@@ -74,15 +74,23 @@ struct Kernels {
   // cached positions (K and V rows `stride` bytes apart, kv_type kF32 or kF16), head size d; q holds the
   // group's query rows, d floats each, contiguous. Per head g, with running max m[g], running sum l[g] and
   // unnormalized output acc[g*d, (g+1)*d):
-  //   s_i = scale * dot(q_g, k_i);  m' = max(m, max_i s_i);  c = e^(m - m');  p_i = e^(s_i - m')
+  //   s_i = scale * dot(q_g, k_i), then, when softcap c != 0, s_i = c tanh(s_i / c) (as 2c / (1 + e^(-2 s_i / c)) - c);
+  //   m' = max(m, max_i s_i);  c = e^(m - m');  p_i = e^(s_i - m')
   //   acc = c * acc + sum_i p_i v_i;  l = c * l + sum_i p_i;  m = m'
   // Start each head with m = -inf, l = 0, acc = 0; the attention output is acc / l.
   void (*attn_tile)(DType kv_type, const void* k, const void* v, size_t stride, int n, const float* q, int group,
-                    int d, float scale, float* m, float* l, float* acc);
+                    int d, float scale, float softcap, float* m, float* l, float* acc);
 
   // g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i], i < n.
   void (*silu_mul)(float* g, const float* u, int64_t n);
+  // g[i] = gelu(g[i]) * u[i] with GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+  // computed as x / (1 + e^(-x (kGeluC1 + kGeluC2 x^2))), i < n.
+  void (*gelu_mul)(float* g, const float* u, int64_t n);
 };
+
+// 2 sqrt(2/pi) and 2 sqrt(2/pi) 0.044715: the GELU constants of gelu_mul.
+constexpr float kGeluC1 = 1.5957691216057308f;
+constexpr float kGeluC2 = 0.0713548162726009f;
 
 // Positions per attn_tile call, at most.
 constexpr int kAttnTileMax = 16;

@@ -3,24 +3,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "io/gguf.h"
 
 namespace cachet {
-
-namespace {
-
-Result<int64_t> get_dim(const GgufFile& f, const std::string& key, std::optional<int64_t> fallback) {
-  if (!f.find(key)) {
-    if (fallback) return *fallback;
-    return not_found("missing metadata key '" + key + "'");
-  }
-  CACHET_ASSIGN_OR_RETURN(uint64_t v, f.get_uint(key));
-  if (v == 0 || v > (uint64_t{1} << 31)) return invalid_argument("metadata '" + key + "' = " + std::to_string(v) +
-                                                                 " is not a plausible size");
-  return static_cast<int64_t>(v);
-}
-
-}  // namespace
 
 Status ModelConfig::validate() const {
   auto positive = [](int64_t v, const char* name) -> Status {
@@ -46,74 +30,55 @@ Status ModelConfig::validate() const {
   if (!(rope_theta > 0.0) || !std::isfinite(rope_theta))
     return invalid_argument("rope_theta must be a positive number");
   if (!(rms_eps > 0.0) || rms_eps > 1.0) return invalid_argument("rms_eps must be in (0, 1]");
+  auto finite_nonneg = [](double v, const char* name) -> Status {
+    if (!std::isfinite(v) || v < 0.0) return invalid_argument(std::string(name) + " must be a finite number >= 0");
+    return Status::ok();
+  };
+  CACHET_RETURN_IF_ERROR(finite_nonneg(attn_scale, "attn_scale"));
+  CACHET_RETURN_IF_ERROR(finite_nonneg(attn_softcap, "attn_softcap"));
+  CACHET_RETURN_IF_ERROR(finite_nonneg(final_softcap, "final_softcap"));
+  if (!(embd_scale > 0.0) || !std::isfinite(embd_scale)) return invalid_argument("embd_scale must be positive");
+  if (!(rope_freq_scale > 0.0) || !std::isfinite(rope_freq_scale))
+    return invalid_argument("rope_freq_scale must be positive");
+  if (!(rope_freq_scale_swa > 0.0) || !std::isfinite(rope_freq_scale_swa))
+    return invalid_argument("rope_freq_scale_swa must be positive");
+  if (!(rope_theta_swa > 0.0) || !std::isfinite(rope_theta_swa))
+    return invalid_argument("rope_theta_swa must be positive");
+  if (sliding_window < 0) return invalid_argument("sliding_window must be >= 0");
+  if (!swa_layers.empty()) {
+    if (static_cast<int64_t>(swa_layers.size()) != n_layer)
+      return invalid_argument("swa_layers names " + std::to_string(swa_layers.size()) + " layers, the model has " +
+                              std::to_string(n_layer));
+    if (swa_layers.find_first_not_of("SG") != std::string::npos)
+      return invalid_argument("swa_layers holds a letter other than S and G");
+  }
+  if (ffn_act != "silu" && ffn_act != "gelu") return invalid_argument("ffn_act '" + ffn_act + "' is not silu or gelu");
+  if (n_expert < 0 || n_expert_used < 0 || n_expert_used > n_expert || (n_expert > 0 && n_expert_used == 0))
+    return invalid_argument("expert counts " + std::to_string(n_expert_used) + " of " + std::to_string(n_expert) +
+                            " are not 0 < used <= experts");
+  if (!std::isfinite(expert_weights_scale) || expert_weights_scale <= 0.0)
+    return invalid_argument("expert_weights_scale must be positive");
   return Status::ok();
+}
+
+float ModelConfig::query_scale() const {
+  return attn_scale > 0.0 ? static_cast<float>(attn_scale) : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 std::string ModelConfig::to_string() const {
   std::ostringstream os;
-#define CACHET_PRINT_FIELD(type, name, desc) os << "  " #name " = " << std::boolalpha << name << "  (" desc ")\n";
+#define CACHET_PRINT_FIELD(type, name, def, desc) os << "  " #name " = " << std::boolalpha << name << "  (" desc ")\n";
   CACHET_MODEL_CONFIG_FIELDS(CACHET_PRINT_FIELD)
 #undef CACHET_PRINT_FIELD
   return os.str();
 }
 
 bool ModelConfig::operator==(const ModelConfig& o) const {
-#define CACHET_EQ_FIELD(type, name, desc) \
+#define CACHET_EQ_FIELD(type, name, def, desc) \
   if (!(name == o.name)) return false;
   CACHET_MODEL_CONFIG_FIELDS(CACHET_EQ_FIELD)
 #undef CACHET_EQ_FIELD
   return true;
-}
-
-Result<ModelConfig> llama_config_from_gguf(const GgufFile& f, const std::string& arch) {
-  ModelConfig c;
-  c.arch = arch;
-  const std::string p = arch + ".";
-  CACHET_ASSIGN_OR_RETURN(c.n_embd, get_dim(f, p + "embedding_length", std::nullopt));
-  CACHET_ASSIGN_OR_RETURN(c.n_layer, get_dim(f, p + "block_count", std::nullopt));
-  CACHET_ASSIGN_OR_RETURN(c.n_ff, get_dim(f, p + "feed_forward_length", std::nullopt));
-  CACHET_ASSIGN_OR_RETURN(c.n_head, get_dim(f, p + "attention.head_count", std::nullopt));
-  CACHET_ASSIGN_OR_RETURN(c.n_head_kv, get_dim(f, p + "attention.head_count_kv", c.n_head));
-  if (c.n_embd % c.n_head != 0 && !f.find(p + "attention.key_length"))
-    return invalid_argument("n_head " + std::to_string(c.n_head) + " does not divide n_embd " +
-                            std::to_string(c.n_embd) + " and attention.key_length is not given");
-  CACHET_ASSIGN_OR_RETURN(c.head_dim, get_dim(f, p + "attention.key_length", c.n_embd / c.n_head));
-  if (f.find(p + "attention.value_length")) {
-    CACHET_ASSIGN_OR_RETURN(int64_t vl, get_dim(f, p + "attention.value_length", std::nullopt));
-    if (vl != c.head_dim) return unimplemented("attention.value_length != key_length is not supported");
-  }
-  CACHET_ASSIGN_OR_RETURN(c.rope_dim, get_dim(f, p + "rope.dimension_count", c.head_dim));
-  CACHET_ASSIGN_OR_RETURN(c.n_ctx_train, get_dim(f, p + "context_length", int64_t{4096}));
-  c.rope_theta = 10000.0;
-  if (f.find(p + "rope.freq_base")) {
-    CACHET_ASSIGN_OR_RETURN(c.rope_theta, f.get_float(p + "rope.freq_base"));
-  }
-  c.rms_eps = 1e-5;
-  if (f.find(p + "attention.layer_norm_rms_epsilon")) {
-    CACHET_ASSIGN_OR_RETURN(c.rms_eps, f.get_float(p + "attention.layer_norm_rms_epsilon"));
-  }
-  // GGUF "llama" weights are stored for the interleaved rotation; files written from HF-layout weights
-  // without the Q/K permutation say so with cachet.rope.neox (docs/decisions.md).
-  c.rope_neox = false;
-  if (f.find("cachet.rope.neox")) {
-    CACHET_ASSIGN_OR_RETURN(c.rope_neox, f.get_bool("cachet.rope.neox"));
-  }
-  if (f.find(p + "rope.scaling.type")) {
-    CACHET_ASSIGN_OR_RETURN(std::string st, f.get_string(p + "rope.scaling.type"));
-    if (st != "none") return unimplemented("RoPE scaling '" + st + "' is not supported yet");
-  }
-  const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
-  if (!emb) return not_found("missing tensor 'token_embd.weight'");
-  c.n_vocab = emb->ne[1];
-  if (f.find(p + "vocab_size")) {
-    CACHET_ASSIGN_OR_RETURN(int64_t nv, get_dim(f, p + "vocab_size", std::nullopt));
-    if (nv != c.n_vocab)
-      return invalid_argument(p + "vocab_size " + std::to_string(nv) + " does not match token_embd rows " +
-                              std::to_string(c.n_vocab));
-  }
-  c.tied_output = f.find_tensor("output.weight") == nullptr;
-  CACHET_RETURN_IF_ERROR(c.validate());
-  return c;
 }
 
 }  // namespace cachet

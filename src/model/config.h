@@ -9,27 +9,43 @@
 
 namespace cachet {
 
-class GgufFile;
-
-// X(type, name, description)
-#define CACHET_MODEL_CONFIG_FIELDS(X)                                        \
-  X(std::string, arch, "architecture")                                       \
-  X(int64_t, n_vocab, "vocabulary size")                                     \
-  X(int64_t, n_ctx_train, "training context length")                         \
-  X(int64_t, n_embd, "model width (d_model)")                                \
-  X(int64_t, n_layer, "transformer blocks")                                  \
-  X(int64_t, n_head, "query heads")                                          \
-  X(int64_t, n_head_kv, "key/value heads (GQA when < n_head)")               \
-  X(int64_t, head_dim, "width of one head")                                  \
-  X(int64_t, n_ff, "feed-forward hidden width")                              \
-  X(int64_t, rope_dim, "rotated dims per head")                              \
-  X(double, rope_theta, "RoPE base frequency")                               \
-  X(bool, rope_neox, "NeoX rotation (pairs i, i+d/2) instead of interleaved") \
-  X(double, rms_eps, "RMSNorm epsilon")                                      \
-  X(bool, tied_output, "output head shares the token embedding")
+// X(type, name, default, description)
+#define CACHET_MODEL_CONFIG_FIELDS(X)                                                                      \
+  X(std::string, arch, "", "architecture")                                                                 \
+  X(int64_t, n_vocab, 0, "vocabulary size")                                                                \
+  X(int64_t, n_ctx_train, 0, "training context length")                                                    \
+  X(int64_t, n_embd, 0, "model width (d_model)")                                                           \
+  X(int64_t, n_layer, 0, "transformer blocks")                                                             \
+  X(int64_t, n_head, 0, "query heads")                                                                     \
+  X(int64_t, n_head_kv, 0, "key/value heads (GQA when < n_head)")                                          \
+  X(int64_t, head_dim, 0, "width of one head")                                                             \
+  X(int64_t, n_ff, 0, "feed-forward hidden width (of one expert in a MoE layer)")                          \
+  X(int64_t, rope_dim, 0, "rotated dims per head")                                                         \
+  X(double, rope_theta, 10000.0, "RoPE base frequency")                                                    \
+  X(bool, rope_neox, false, "NeoX rotation (pairs i, i+d/2) instead of interleaved")                       \
+  X(double, rope_freq_scale, 1.0, "linear RoPE scaling: positions times this (1: none)")                   \
+  X(bool, rope_freq_factors, false, "per-pair RoPE frequency divisors (Llama 3 rope_freqs)")                \
+  X(double, rms_eps, 1e-5, "RMSNorm epsilon")                                                              \
+  X(bool, tied_output, false, "output head shares the token embedding")                                    \
+  X(double, embd_scale, 1.0, "token embeddings multiplied by this (Gemma: sqrt(n_embd))")                  \
+  X(double, attn_scale, 0.0, "query scale before Q.K (0: 1/sqrt(head_dim))")                               \
+  X(double, attn_softcap, 0.0, "attention scores soft-capped as c*tanh(s/c) (0: none)")                    \
+  X(double, final_softcap, 0.0, "output logits soft-capped as c*tanh(z/c) (0: none)")                      \
+  X(int64_t, sliding_window, 0, "window of the sliding-window layers, in positions (0: none)")             \
+  X(std::string, swa_layers, "", "per layer: S = sliding window, G = global (empty: all global)")          \
+  X(double, rope_theta_swa, 10000.0, "RoPE base of the sliding-window layers")                             \
+  X(double, rope_freq_scale_swa, 1.0, "linear RoPE scaling of the sliding-window layers")                   \
+  X(bool, qkv_bias, false, "Q, K and V projections have biases")                                           \
+  X(bool, qk_norm, false, "per-head RMSNorm of Q and K before RoPE")                                        \
+  X(bool, post_norms, false, "RMSNorm of the attention and FFN outputs before the residual add")           \
+  X(std::string, ffn_act, "silu", "gated FFN activation: silu or gelu (tanh approximation)")               \
+  X(int64_t, n_expert, 0, "experts per MoE layer (0: dense FFN)")                                          \
+  X(int64_t, n_expert_used, 0, "experts each token is routed to")                                          \
+  X(bool, expert_norm, true, "top-k router weights renormalized to sum 1")                                 \
+  X(double, expert_weights_scale, 1.0, "routed expert weights multiplied by this")
 
 struct ModelConfig {
-#define CACHET_DECLARE_FIELD(type, name, desc) type name{};
+#define CACHET_DECLARE_FIELD(type, name, def, desc) type name = def;
   CACHET_MODEL_CONFIG_FIELDS(CACHET_DECLARE_FIELD)
 #undef CACHET_DECLARE_FIELD
 
@@ -38,13 +54,17 @@ struct ModelConfig {
   // Bytes of K and V for one token across all layers, for a cache element size.
   int64_t kv_bytes_per_token(int64_t elem_bytes) const { return 2 * n_layer * kv_dim() * elem_bytes; }
 
+  // Whether layer l uses the sliding window.
+  bool is_swa(int64_t l) const {
+    return sliding_window > 0 && l < static_cast<int64_t>(swa_layers.size()) && swa_layers[l] == 'S';
+  }
+  float query_scale() const;
+
   // Checks every field for sanity (non-zero sizes, heads dividing the width, ...).
   Status validate() const;
   std::string to_string() const;
   bool operator==(const ModelConfig& o) const;
 };
 
-// Reads the Llama-family hyper-parameters `{arch}.*` of a GGUF file (before tensor shapes are checked).
-Result<ModelConfig> llama_config_from_gguf(const GgufFile& f, const std::string& arch);
 
 }  // namespace cachet

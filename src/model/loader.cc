@@ -6,10 +6,16 @@
 #include "base/mmap_file.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
-#include "model/llama.h"
 #include "model/model.h"
 
 namespace cachet {
+
+void register_llama_arch();
+void register_qwen2_arch();
+void register_qwen3_arch();
+void register_gemma2_arch();
+void register_gemma3_arch();
+void register_phi3_arch();
 
 namespace {
 
@@ -20,7 +26,14 @@ std::map<std::string, ArchFactory>& registry() {
 
 void register_builtin_archs() {
   static std::once_flag once;
-  std::call_once(once, [] { register_llama_arch(); });
+  std::call_once(once, [] {
+    register_llama_arch();
+    register_qwen2_arch();
+    register_qwen3_arch();
+    register_gemma2_arch();
+    register_gemma3_arch();
+    register_phi3_arch();
+  });
 }
 
 }  // namespace

@@ -20,11 +20,13 @@ void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, f
   }
 }
 
-void rope_table(const int32_t* positions, int n_tokens, int rope_dim, double theta, float* cos_sin) {
+void rope_table(const int32_t* positions, int n_tokens, int rope_dim, double theta, double freq_scale,
+                const float* factors, float* cos_sin) {
   const int half = rope_dim / 2;
   for (int t = 0; t < n_tokens; ++t) {
     for (int i = 0; i < half; ++i) {
-      double inv_freq = std::pow(theta, -2.0 * i / rope_dim);
+      double inv_freq = std::pow(theta, -2.0 * i / rope_dim) * freq_scale;
+      if (factors) inv_freq /= factors[i];
       double angle = positions[t] * inv_freq;
       cos_sin[t * rope_dim + 2 * i] = static_cast<float>(std::cos(angle));
       cos_sin[t * rope_dim + 2 * i + 1] = static_cast<float>(std::sin(angle));
@@ -52,6 +54,16 @@ void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_di
 }
 
 void silu_mul(float* g, const float* u, int64_t n) { kernels().silu_mul(g, u, n); }
+void gelu_mul(float* g, const float* u, int64_t n) { kernels().gelu_mul(g, u, n); }
+
+void add_bias(float* x, const float* b, int n_rows, int64_t n) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int64_t i = 0; i < n; ++i) x[r * n + i] += b[i];
+}
+
+void softcap(float* x, int64_t n, float c) {
+  for (int64_t i = 0; i < n; ++i) x[i] = c * std::tanh(x[i] / c);
+}
 
 namespace {
 
@@ -264,7 +276,9 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
     const int sp_i = p / len;
     const KvSpan sp = seq->span(a.layer, sp_i, p1);
     const int off = p - sp_i * len;
-    const int nt = std::min({kAttnTile, sp.n - off, p1 - p});
+    // Tiles end at absolute multiples of kAttnTile (a window's first tile is partial), so every cache layout
+    // cuts a token's positions into the same tiles.
+    const int nt = std::min({kAttnTile - p % kAttnTile, sp.n - off, p1 - p});
     // A K/V walk from memory runs at well under the read bandwidth (bench_attention, 30 layers' caches): ask
     // for the rows kAttnPrefetch tiles ahead (within this span) of the heads walked, into L2 (measured ~10%).
     const int ahead = off + kAttnPrefetch * kAttnTile;
@@ -286,7 +300,7 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
       const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.stride + head_off;
       const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.stride + head_off;
       const HeadState s = st(h);
-      k.attn_tile(seq->dtype(), kt, vt, sp.stride, nt, q(h), group, a.head_dim, scale, s.m, s.l, s.acc);
+      k.attn_tile(seq->dtype(), kt, vt, sp.stride, nt, q(h), group, a.head_dim, scale, a.softcap, s.m, s.l, s.acc);
     }
     p += nt;
   }
@@ -329,7 +343,9 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
   const Kernels& k = kernels();
   const int group = a.n_head / a.n_head_kv;
   const int q_dim = a.n_head * a.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  const float scale = a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  // Token t attends to positions [lo(t), positions[t]].
+  auto lo = [&](int t) { return a.window > 0 ? std::max(0, a.positions[t] - a.window + 1) : 0; };
   const size_t state_floats = static_cast<size_t>(group) * a.head_dim + 2 * group;
   auto state_at = [&](float* base) {
     return HeadState{base + static_cast<size_t>(group) * a.head_dim, base + static_cast<size_t>(group) * a.head_dim + group,
@@ -344,7 +360,7 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
 
   // Little work (short contexts): on the calling thread; handing out a few microseconds of work costs more.
   int64_t work = 0;
-  for (int t = 0; t < a.n_tokens; ++t) work += static_cast<int64_t>(a.positions[t] + 1) * a.n_head;
+  for (int t = 0; t < a.n_tokens; ++t) work += static_cast<int64_t>(a.positions[t] + 1 - lo(t)) * a.n_head;
   const bool inline_only = work <= kAttnInlineWork;
   if (!inline_only && max_chunks > 1 && heads < 4 * pool.n_threads()) {
     // Few heads, deep context: one work item per (token, chunk) covering every KV head, merged in chunk order
@@ -359,17 +375,19 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
       for (int64_t i = i0; i < i1; ++i) {
         const int t = static_cast<int>(i / max_chunks), c = static_cast<int>(i % max_chunks);
         const int n_ctx = a.positions[t] + 1;
-        if (c * kAttnChunk >= n_ctx) continue;
+        const int c0 = std::max(lo(t), c * kAttnChunk), c1 = std::min(n_ctx, (c + 1) * kAttnChunk);
+        if (c0 >= c1) continue;
         attend_chunk(
-            k, a, a.seqs[a.seq_index[t]], 0, a.n_head_kv, [&](int h) { return query(t, h); }, group, scale,
-            c * kAttnChunk, std::min(n_ctx, (c + 1) * kAttnChunk), [&](int h) { return partial(t, h, c); });
+            k, a, a.seqs[a.seq_index[t]], 0, a.n_head_kv, [&](int h) { return query(t, h); }, group, scale, c0, c1,
+            [&](int h) { return partial(t, h, c); });
       }
     });
     float* run = scratch(state_floats);
     for (int64_t hi = 0; hi < heads; ++hi) {
       const int t = static_cast<int>(hi / a.n_head_kv), kvh = static_cast<int>(hi % a.n_head_kv);
-      const int n_chunks = (a.positions[t] + 1 + kAttnChunk - 1) / kAttnChunk;
-      for (int c = 0; c < n_chunks; ++c) merge_chunk(state_at(run), partial(t, kvh, c), group, a.head_dim, c == 0);
+      const int n_chunks = (a.positions[t] + 1 + kAttnChunk - 1) / kAttnChunk, first = lo(t) / kAttnChunk;
+      for (int c = first; c < n_chunks; ++c)
+        merge_chunk(state_at(run), partial(t, kvh, c), group, a.head_dim, c == first);
       write_heads(a, t, kvh, group, state_at(run));
     }
     return;
@@ -382,12 +400,12 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
     const HeadState run = state_at(buf), chunk = state_at(buf + state_floats);
     for (int64_t i = i0; i < i1; ++i) {
       const int t = static_cast<int>(i / a.n_head_kv), kvh = static_cast<int>(i % a.n_head_kv);
-      const int n_ctx = a.positions[t] + 1;
-      for (int c = 0; c * kAttnChunk < n_ctx; ++c) {
+      const int n_ctx = a.positions[t] + 1, first = lo(t) / kAttnChunk;
+      for (int c = first; c * kAttnChunk < n_ctx; ++c) {
         attend_chunk(
             k, a, a.seqs[a.seq_index[t]], kvh, kvh + 1, [&](int h) { return query(t, h); }, group, scale,
-            c * kAttnChunk, std::min(n_ctx, (c + 1) * kAttnChunk), [&](int) { return chunk; });
-        merge_chunk(run, chunk, group, a.head_dim, c == 0);
+            std::max(lo(t), c * kAttnChunk), std::min(n_ctx, (c + 1) * kAttnChunk), [&](int) { return chunk; });
+        merge_chunk(run, chunk, group, a.head_dim, c == first);
       }
       write_heads(a, t, kvh, group, run);
     }

@@ -19,11 +19,19 @@ void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, f
 // Rotates each head of x in place. x: [n_tokens, n_heads * head_dim]; cos_sin: [n_tokens, rope_dim]
 // holding (cos, sin) pairs for each rotated pair of the token's position.
 void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_dim, int rope_dim, bool neox);
-// cos_sin table for the given positions: [n_tokens, rope_dim] as (cos, sin) pairs.
-void rope_table(const int32_t* positions, int n_tokens, int rope_dim, double theta, float* cos_sin);
+// cos_sin table for the given positions: [n_tokens, rope_dim] as (cos, sin) pairs. Pair i turns by
+// position * freq_scale * theta^(-2i / rope_dim) / factors[i] (factors: nullptr for none), in double.
+void rope_table(const int32_t* positions, int n_tokens, int rope_dim, double theta, double freq_scale,
+                const float* factors, float* cos_sin);
 
 // g[i] = silu(g[i]) * u[i]; g, u: [n]
 void silu_mul(float* g, const float* u, int64_t n);
+// g[i] = gelu(g[i]) * u[i] (tanh approximation); g, u: [n]
+void gelu_mul(float* g, const float* u, int64_t n);
+// x[t] += b for t < n_rows; x: [n_rows, n], b: [n].
+void add_bias(float* x, const float* b, int n_rows, int64_t n);
+// x[i] = c * tanh(x[i] / c); x: [n].
+void softcap(float* x, int64_t n, float c);
 
 // Repacks a Q4_0 / Q4_1 / Q8_0 matmul weight for the integer path into `storage` (no-op for other types).
 void pack_weight(ThreadPool& pool, TensorView* w, AlignedBuffer<uint8_t>* storage);
@@ -43,7 +51,8 @@ void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const
 
 // Causal attention for a batch. q: [n_tokens, n_head * head_dim] (already rotated);
 // out: [n_tokens, n_head * head_dim]. Token t attends to positions [0, positions[t]] of seqs[seq_index[t]]
-// in layer `layer`.
+// in layer `layer` (with a window w > 0: positions (positions[t] - w, positions[t]]). Scores are
+// scale * q.k, soft-capped when softcap != 0.
 struct AttentionArgs {
   const float* q;
   float* out;
@@ -55,6 +64,9 @@ struct AttentionArgs {
   int n_head;
   int n_head_kv;
   int head_dim;
+  float scale = 0.0f;  // 0: 1/sqrt(head_dim)
+  int window = 0;
+  float softcap = 0.0f;
 };
 void attention(ThreadPool& pool, const AttentionArgs& a);
 

@@ -59,7 +59,7 @@ int info(const std::string& model_flag, bool json) {
   if (json) {
     nlohmann::json j;
     nlohmann::json cfg;
-#define CACHET_JSON_FIELD(type, name, desc) cfg[#name] = c.name;
+#define CACHET_JSON_FIELD(type, name, def, desc) cfg[#name] = c.name;
     CACHET_MODEL_CONFIG_FIELDS(CACHET_JSON_FIELD)
 #undef CACHET_JSON_FIELD
     j["config"] = cfg;

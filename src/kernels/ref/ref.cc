@@ -183,10 +183,12 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
 }
 
 void attn_tile(DType t, const void* k, const void* v, size_t stride, int n, const float* q, int group, int d,
-               float scale, float* m, float* l, float* acc) {
+               float scale, float softcap, float* m, float* l, float* acc) {
   float p[kAttnTileMax];
   for (int g = 0; g < group; ++g) {
     kv_scores(t, k, stride, n, q + static_cast<size_t>(g) * d, d, scale, p);
+    if (softcap != 0.0f)
+      for (int i = 0; i < n; ++i) p[i] = 2.0f * softcap / (1.0f + std::exp(p[i] * (-2.0f / softcap))) - softcap;
     float m_new = m[g];
     for (int i = 0; i < n; ++i) m_new = std::max(m_new, p[i]);
     const float corr = std::exp(m[g] - m_new);
@@ -202,6 +204,13 @@ void attn_tile(DType t, const void* k, const void* v, size_t stride, int n, cons
 
 void silu_mul(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void gelu_mul(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    g[i] = x / (1.0f + std::exp(x * (x * x * -kGeluC2 - kGeluC1))) * u[i];
+  }
 }
 
 void kv_store(DType t, const float* src, void* dst, int n) {
@@ -333,6 +342,6 @@ void packed_dot_half(DType t, const uint8_t* group, int64_t k, const float* x, i
 constinit const Kernels kKernels = {Isa::kScalar,       1,          dequantize_row,  dot_rows,        gemm_nt,
                                     kv_scores,          kv_accumulate, kv_store,     quantize_act,    packed_dot,
                                     FloatPack::kHalfRows, round_bf16, packed_dot_bf16, packed_dot_half, attn_tile,
-                                    silu_mul};
+                                    silu_mul,           gelu_mul};
 
 }  // namespace cachet::ref

@@ -1,0 +1,189 @@
+#include "model/arch_reader.h"
+
+#include <cmath>
+
+#include "io/gguf.h"
+
+namespace cachet {
+
+namespace {
+
+// `{arch}.*` keys that do not change what a forward pass computes.
+const std::set<std::string>& harmless_keys() {
+  static const std::set<std::string> k = {
+      "context_length",                      // read, informational (cachet sizes its cache from flags)
+      "vocab_size",                          // checked against the embedding
+      "tensor_data_layout",                  // how the converter ordered Q/K rows; the tensors are what they are
+      "rope.scaling.original_context_length",  // only YaRN-style scaling uses it; those types are refused
+      "rope.scaling.finetuned",              // informational
+  };
+  return k;
+}
+
+}  // namespace
+
+TensorView view_of_tensor(const GgufTensorInfo* ti) {
+  TensorView v;
+  if (!ti) return v;
+  v.name = ti->name;
+  v.type = ti->type;
+  v.ne = ti->ne;
+  v.data = ti->data;
+  v.row_bytes = *row_bytes(ti->type, ti->ne[0]);
+  return v;
+}
+
+bool ArchReader::has(const std::string& key) const { return f_.find(arch_ + "." + key) != nullptr; }
+
+Result<int64_t> ArchReader::dim(const std::string& key, std::optional<int64_t> fallback) {
+  const std::string k = arch_ + "." + key;
+  keys_read_.insert(k);
+  if (!f_.find(k)) {
+    if (fallback) return *fallback;
+    return not_found("missing metadata key '" + k + "'");
+  }
+  CACHET_ASSIGN_OR_RETURN(uint64_t v, f_.get_uint(k));
+  if (v > (uint64_t{1} << 31)) return invalid_argument("metadata '" + k + "' = " + std::to_string(v) +
+                                                       " is not a plausible size");
+  return static_cast<int64_t>(v);
+}
+
+Result<double> ArchReader::real(const std::string& key, std::optional<double> fallback) {
+  const std::string k = arch_ + "." + key;
+  keys_read_.insert(k);
+  if (!f_.find(k)) {
+    if (fallback) return *fallback;
+    return not_found("missing metadata key '" + k + "'");
+  }
+  CACHET_ASSIGN_OR_RETURN(double v, f_.get_float(k));
+  if (!std::isfinite(v)) return invalid_argument("metadata '" + k + "' is not a finite number");
+  return v;
+}
+
+Result<std::string> ArchReader::text(const std::string& key, std::optional<std::string> fallback) {
+  const std::string k = arch_ + "." + key;
+  keys_read_.insert(k);
+  if (!f_.find(k)) {
+    if (fallback) return *fallback;
+    return not_found("missing metadata key '" + k + "'");
+  }
+  return f_.get_string(k);
+}
+
+TensorView ArchReader::tensor(const std::string& name) {
+  tensors_read_.insert(name);
+  return view_of_tensor(f_.find_tensor(name));
+}
+
+Result<ModelConfig> ArchReader::base_config() {
+  ModelConfig c;
+  c.arch = arch_;
+  auto positive = [&](const std::string& key, std::optional<int64_t> fallback) -> Result<int64_t> {
+    CACHET_ASSIGN_OR_RETURN(int64_t v, dim(key, fallback));
+    if (v <= 0) return invalid_argument("metadata '" + arch_ + "." + key + "' must be positive");
+    return v;
+  };
+  CACHET_ASSIGN_OR_RETURN(c.n_embd, positive("embedding_length", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.n_layer, positive("block_count", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.n_ff, positive("feed_forward_length", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.n_head, positive("attention.head_count", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.n_head_kv, positive("attention.head_count_kv", c.n_head));
+  if (c.n_embd % c.n_head != 0 && !has("attention.key_length"))
+    return invalid_argument("n_head " + std::to_string(c.n_head) + " does not divide n_embd " +
+                            std::to_string(c.n_embd) + " and attention.key_length is not given");
+  CACHET_ASSIGN_OR_RETURN(c.head_dim, positive("attention.key_length", c.n_embd / c.n_head));
+  CACHET_ASSIGN_OR_RETURN(int64_t value_len, positive("attention.value_length", c.head_dim));
+  if (value_len != c.head_dim)
+    return unimplemented(arch_ + ".attention.value_length " + std::to_string(value_len) + " != key_length " +
+                         std::to_string(c.head_dim) + " is not supported");
+  CACHET_ASSIGN_OR_RETURN(c.rope_dim, positive("rope.dimension_count", c.head_dim));
+  CACHET_ASSIGN_OR_RETURN(c.n_ctx_train, positive("context_length", int64_t{4096}));
+  CACHET_ASSIGN_OR_RETURN(c.rope_theta, real("rope.freq_base", 10000.0));
+  CACHET_ASSIGN_OR_RETURN(c.rms_eps, real("attention.layer_norm_rms_epsilon", 1e-5));
+  CACHET_ASSIGN_OR_RETURN(c.attn_scale, real("attention.scale", 0.0));
+
+  // RoPE scaling: linear is applied (positions divided by the factor, for every layer that uses the base
+  // frequency); the others change the frequencies per pair and are refused until they are implemented.
+  CACHET_ASSIGN_OR_RETURN(std::string scaling, text("rope.scaling.type", std::string("none")));
+  CACHET_ASSIGN_OR_RETURN(double factor, real("rope.scaling.factor", 0.0));
+  CACHET_ASSIGN_OR_RETURN(double legacy_linear, real("rope.scale_linear", 0.0));
+  if (scaling == "linear" || (scaling == "none" && legacy_linear > 0.0 && !has("rope.scaling.type"))) {
+    const double f = scaling == "linear" ? factor : legacy_linear;
+    if (!(f > 0.0)) return invalid_argument(arch_ + ".rope.scaling.factor must be positive for linear scaling");
+    c.rope_freq_scale = 1.0 / f;
+  } else if (scaling != "none") {
+    return unimplemented(arch_ + ".rope.scaling.type '" + scaling + "' is not supported yet");
+  } else if (factor != 0.0 && factor != 1.0) {
+    return unimplemented(arch_ + ".rope.scaling.factor " + std::to_string(factor) +
+                         " without a scaling type is not understood");
+  }
+
+  // GGUF "llama" weights are stored for the interleaved rotation; files written from HF-layout weights
+  // without the Q/K permutation say so with cachet.rope.neox (docs/decisions.md). Architectures whose
+  // rotation is NeoX set it themselves.
+  if (f_.find("cachet.rope.neox")) {
+    CACHET_ASSIGN_OR_RETURN(c.rope_neox, f_.get_bool("cachet.rope.neox"));
+  }
+  const GgufTensorInfo* emb = f_.find_tensor("token_embd.weight");
+  if (!emb) return not_found("missing tensor 'token_embd.weight'");
+  c.n_vocab = emb->ne[1];
+  if (has("vocab_size")) {
+    CACHET_ASSIGN_OR_RETURN(int64_t nv, dim("vocab_size"));
+    if (nv != c.n_vocab)
+      return invalid_argument(arch_ + ".vocab_size " + std::to_string(nv) + " does not match token_embd rows " +
+                              std::to_string(c.n_vocab));
+  }
+  c.tied_output = f_.find_tensor("output.weight") == nullptr;
+  return c;
+}
+
+Status ArchReader::experts(ModelConfig* c, const char* expert_ff_key) {
+  CACHET_ASSIGN_OR_RETURN(c->n_expert, dim("expert_count", int64_t{0}));
+  CACHET_ASSIGN_OR_RETURN(c->n_expert_used, dim("expert_used_count", int64_t{0}));
+  CACHET_ASSIGN_OR_RETURN(double scale, real("expert_weights_scale", 0.0));
+  c->expert_weights_scale = scale == 0.0 ? 1.0 : scale;
+  if (c->n_expert > 0 && expert_ff_key) {
+    CACHET_ASSIGN_OR_RETURN(c->n_ff, dim(expert_ff_key, c->n_ff));
+  }
+  return Status::ok();
+}
+
+Result<std::string> ArchReader::swa_layers(int64_t n_layer, int64_t default_period) {
+  const std::string k = arch_ + ".attention.sliding_window_pattern";
+  keys_read_.insert(k);
+  std::string layers(n_layer, 'S');
+  const GgufValue* v = f_.find(k);
+  if (v && v->type == GgufType::kArray) {
+    if (static_cast<int64_t>(v->count) != n_layer || v->elem_type != GgufType::kBool)
+      return invalid_argument(k + " must hold one bool per layer (" + std::to_string(n_layer) + ")");
+    for (int64_t l = 0; l < n_layer; ++l) layers[l] = v->int_at(l) ? 'S' : 'G';
+    return layers;
+  }
+  int64_t period = default_period;
+  if (v) {
+    CACHET_ASSIGN_OR_RETURN(uint64_t p, f_.get_uint(k));
+    if (p > static_cast<uint64_t>(n_layer) + 1) return invalid_argument(k + " is larger than the layer count");
+    period = static_cast<int64_t>(p);
+  }
+  if (period > 1)
+    for (int64_t l = 0; l < n_layer; ++l) layers[l] = l % period < period - 1 ? 'S' : 'G';
+  return layers;
+}
+
+Status ArchReader::finish() const {
+  const std::string prefix = arch_ + ".";
+  for (const std::string& k : f_.keys()) {
+    if (k.compare(0, prefix.size(), prefix) != 0 || keys_read_.count(k)) continue;
+    if (harmless_keys().count(k.substr(prefix.size()))) continue;
+    return unimplemented("metadata key '" + k + "' is not understood by cachet's " + arch_ +
+                         " architecture; it may change the model's math, so the file is refused");
+  }
+  for (const auto& t : f_.tensors()) {
+    if (tensors_read_.count(t.name)) continue;
+    return unimplemented("tensor '" + t.name + "' is not used by cachet's " + arch_ +
+                         " architecture; it may change the model's math, so the file is refused");
+  }
+  return Status::ok();
+}
+
+}  // namespace cachet

@@ -1,0 +1,67 @@
+// ArchReader: what an architecture file reads from a GGUF file, and a record of it. Every `{arch}.*` key and
+// every tensor an architecture does not read is an error when loading finishes (finish()): a file that says
+// something cachet would not apply never runs silently (docs/architectures.md). Keys known to leave the math
+// unchanged (context length, vocabulary size, ...) are listed once here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "cachet/status.h"
+#include "model/config.h"
+#include "model/tensor.h"
+
+namespace cachet {
+
+class GgufFile;
+
+class ArchReader {
+ public:
+  ArchReader(const GgufFile& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
+
+  const std::string& arch() const { return arch_; }
+  const GgufFile& file() const { return f_; }
+
+  // `{arch}.key` (marked as read). With a fallback, a missing key gives the fallback.
+  bool has(const std::string& key) const;
+  Result<int64_t> dim(const std::string& key, std::optional<int64_t> fallback = std::nullopt);
+  Result<double> real(const std::string& key, std::optional<double> fallback = std::nullopt);
+  Result<std::string> text(const std::string& key, std::optional<std::string> fallback = std::nullopt);
+  // Marks `{arch}.key` as read without reading it (a key whose value the architecture handles itself).
+  void consume(const std::string& key) { keys_read_.insert(arch_ + "." + key); }
+
+  // A tensor by its full name (marked as read); an empty view (data == nullptr) when the file has none.
+  TensorView tensor(const std::string& name);
+  TensorView layer_tensor(int64_t layer, const std::string& name) {
+    return tensor("blk." + std::to_string(layer) + "." + name);
+  }
+
+  // The hyper-parameters every decoder shares (widths, heads, RoPE base and dims, norm epsilon, vocabulary,
+  // tied head); an architecture file adds its own after this.
+  Result<ModelConfig> base_config();
+
+  // Mixture-of-experts keys (expert_count, expert_used_count, expert_weights_scale; with expert_ff_key, the
+  // experts' own FFN width): sets c->n_expert etc. when the file has experts, else leaves c dense.
+  Status experts(ModelConfig* c, const char* expert_ff_key = nullptr);
+
+  // Which layers use the sliding window, as ModelConfig::swa_layers: `attention.sliding_window_pattern` is
+  // either a period n (layer l is local unless l % n == n - 1; 0 or 1 = every layer local) or one bool per layer;
+  // without it, `default_period`.
+  Result<std::string> swa_layers(int64_t n_layer, int64_t default_period);
+
+  // Errors naming the first `{arch}.*` key or tensor nobody read.
+  Status finish() const;
+
+ private:
+  const GgufFile& f_;
+  std::string arch_;
+  std::set<std::string> keys_read_;
+  std::set<std::string> tensors_read_;
+};
+
+// The GGUF tensor as a view of the mapping (empty when ti is null).
+TensorView view_of_tensor(const struct GgufTensorInfo* ti);
+
+}  // namespace cachet

@@ -1,0 +1,310 @@
+#include "model/decoder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "io/gguf.h"
+#include "kernels/kernels.h"
+#include "model/moe.h"
+#include "model/ops.h"
+
+namespace cachet {
+
+namespace {
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(ModelConfig cfg, DecoderWeights w, std::vector<TensorView> all, SpecialTokens special,
+             std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf, std::shared_ptr<ThreadPool> pool,
+             std::vector<AlignedBuffer<float>> owned, std::vector<AlignedBuffer<uint8_t>> packed)
+      : cfg_(std::move(cfg)), w_(std::move(w)), all_(std::move(all)), special_(special),
+        storage_(std::move(storage)), gguf_(std::move(gguf)), pool_(std::move(pool)), owned_(std::move(owned)),
+        packed_(std::move(packed)) {}
+
+  const ModelConfig& config() const override { return cfg_; }
+  const std::vector<TensorView>& tensors() const override { return all_; }
+  const SpecialTokens& special_tokens() const override { return special_; }
+  const GgufFile* gguf() const override { return gguf_.get(); }
+  ThreadPool& pool() override { return *pool_; }
+
+  Status forward(const ForwardBatch& batch, float* logits) override;
+
+ private:
+  Status check_batch(const ForwardBatch& b) const;
+  void ensure_scratch(int n_tokens);
+
+  ModelConfig cfg_;
+  DecoderWeights w_;
+  std::vector<TensorView> all_;
+  SpecialTokens special_;
+  std::shared_ptr<void> storage_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::shared_ptr<ThreadPool> pool_;
+  std::vector<AlignedBuffer<float>> owned_;          // f32 copies of norm weights stored in other types
+  std::vector<AlignedBuffer<uint8_t>> packed_;       // repacked matmul weights (kernels/packed.h)
+
+  // Activations for the current batch (n_tokens rows each).
+  int scratch_tokens_ = 0;
+  AlignedBuffer<float> x_;        // [n_tokens, n_embd] residual stream
+  AlignedBuffer<float> xn_;       // [n_tokens, n_embd] normalized
+  AlignedBuffer<float> q_;        // [n_tokens, q_dim]
+  AlignedBuffer<float> k_;        // [n_tokens, kv_dim]
+  AlignedBuffer<float> v_;        // [n_tokens, kv_dim]
+  AlignedBuffer<float> attn_;     // [n_tokens, q_dim]
+  AlignedBuffer<float> proj_;     // [n_tokens, n_embd]
+  AlignedBuffer<float> gate_;     // [n_tokens, n_ff]
+  AlignedBuffer<float> up_;       // [n_tokens, n_ff]
+  AlignedBuffer<float> cos_sin_;      // [n_tokens, rope_dim] global layers
+  AlignedBuffer<float> cos_sin_swa_;  // [n_tokens, rope_dim] sliding-window layers (their own RoPE base)
+  AlignedBuffer<float> router_;       // [n_tokens, n_expert]
+};
+
+Status DecoderModel::check_batch(const ForwardBatch& b) const {
+  const size_t n = b.token_ids.size();
+  if (b.positions.size() != n || b.seq_index.size() != n || b.want_logits.size() != n)
+    return invalid_argument("forward batch: token, position, sequence and logits lists differ in length");
+  for (size_t i = 0; i < n; ++i) {
+    if (b.token_ids[i] < 0 || b.token_ids[i] >= cfg_.n_vocab)
+      return invalid_argument("token id " + std::to_string(b.token_ids[i]) + " is outside the vocabulary (0.." +
+                              std::to_string(cfg_.n_vocab - 1) + ")");
+    if (b.seq_index[i] < 0 || static_cast<size_t>(b.seq_index[i]) >= b.seqs.size())
+      return invalid_argument("forward batch: bad sequence index");
+    const KvSequence* s = b.seqs[b.seq_index[i]];
+    if (b.positions[i] < 0 || b.positions[i] >= s->capacity())
+      return out_of_range("position " + std::to_string(b.positions[i]) + " is outside the KV cache (capacity " +
+                          std::to_string(s->capacity()) + ")");
+  }
+  return Status::ok();
+}
+
+void DecoderModel::ensure_scratch(int n) {
+  if (n <= scratch_tokens_) return;
+  scratch_tokens_ = n;
+  x_.resize(n * cfg_.n_embd);
+  xn_.resize(n * cfg_.n_embd);
+  q_.resize(n * cfg_.q_dim());
+  k_.resize(n * cfg_.kv_dim());
+  v_.resize(n * cfg_.kv_dim());
+  attn_.resize(n * cfg_.q_dim());
+  proj_.resize(n * cfg_.n_embd);
+  gate_.resize(n * cfg_.n_ff);
+  up_.resize(n * cfg_.n_ff);
+  cos_sin_.resize(n * cfg_.rope_dim);
+  cos_sin_swa_.resize(n * cfg_.rope_dim);
+  router_.resize(n * std::max<int64_t>(cfg_.n_expert, 1));
+}
+
+namespace {
+std::vector<int64_t> wshape(const TensorView& w) {
+  std::vector<int64_t> s(w.ne.begin(), w.ne.end());
+  while (s.size() > 1 && s.back() == 1) s.pop_back();
+  return s;
+}
+}  // namespace
+
+Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
+  CACHET_RETURN_IF_ERROR(check_batch(batch));
+  const int T = batch.n_tokens();
+  if (T == 0) return Status::ok();
+  ensure_scratch(T);
+  ThreadPool& pool = *pool_;
+  const Kernels& kern = kernels();
+  const ModelConfig& c = cfg_;
+  const int64_t d = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.n_ff;
+  const float eps = static_cast<float>(c.rms_eps);
+  const int64_t H = c.n_head, KH = c.n_head_kv, hd = c.head_dim;
+  const bool gelu = c.ffn_act == "gelu";
+
+  if (tracer_) {
+    tracer_->begin_forward(T, batch.positions[0], static_cast<int>(c.n_layer));
+    tracer_->op({"embed", w_.tok_embd.name, dtype_name(w_.tok_embd.type), wshape(w_.tok_embd), {T}, {T, d},
+                 c.embd_scale != 1.0 ? "token ids -> rows of the embedding, times " + std::to_string(c.embd_scale)
+                                     : "token ids -> rows of the embedding"});
+  }
+  // Layer 0's ops are reported; the others repeat them.
+  auto trace = [&](int64_t l, TraceOp op) {
+    if (tracer_ && l == 0) tracer_->op(std::move(op));
+  };
+  auto trace_mm = [&](int64_t l, const TensorView& w, int64_t n_in, int64_t n_out, const char* note) {
+    trace(l, {"matmul", w.name, dtype_name(w.type), wshape(w), {T, n_in}, {T, n_out}, note});
+  };
+  auto norm_rows = [&](const float* x, const TensorView& w, float* y, int64_t n_rows, int64_t n) {
+    pool.parallel_for(n_rows, [&](int, int64_t b, int64_t e) {
+      rms_norm(x + b * n, reinterpret_cast<const float*>(w.data), y + b * n, static_cast<int>(e - b), n, eps);
+    });
+  };
+
+  for (int t = 0; t < T; ++t) {
+    float* xt = x_.data() + t * d;
+    kern.dequantize_row(w_.tok_embd.type, w_.tok_embd.row(batch.token_ids[t]), xt, d);
+    if (c.embd_scale != 1.0) {
+      const float s = static_cast<float>(c.embd_scale);
+      for (int64_t i = 0; i < d; ++i) xt[i] *= s;
+    }
+  }
+  const float* factors = c.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
+  rope_table(batch.positions.data(), T, static_cast<int>(c.rope_dim), c.rope_theta, c.rope_freq_scale, factors,
+             cos_sin_.data());
+  if (c.sliding_window > 0)  // local layers: their own base and scaling
+    rope_table(batch.positions.data(), T, static_cast<int>(c.rope_dim), c.rope_theta_swa, c.rope_freq_scale_swa,
+               factors, cos_sin_swa_.data());
+
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const DecoderLayerWeights& L = w_.layers[l];
+    const bool swa = c.is_swa(l);
+    // Attention block.
+    norm_rows(x_.data(), L.attn_norm, xn_.data(), T, d);
+    trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
+    matmul_multi(pool, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xn_.data(), T);
+    trace_mm(l, L.wq, d, H * hd, "Q");
+    trace_mm(l, L.wk, d, KH * hd, "K");
+    trace_mm(l, L.wv, d, KH * hd, "V");
+    if (L.bq.data) {
+      add_bias(q_.data(), reinterpret_cast<const float*>(L.bq.data), T, qd);
+      add_bias(k_.data(), reinterpret_cast<const float*>(L.bk.data), T, kvd);
+      add_bias(v_.data(), reinterpret_cast<const float*>(L.bv.data), T, kvd);
+      trace(l, {"bias", L.bq.name, "F32", wshape(L.bq), {T, qd + 2 * kvd}, {T, qd + 2 * kvd}, "Q, K and V biases"});
+    }
+    if (L.q_norm.data) {
+      norm_rows(q_.data(), L.q_norm, q_.data(), T * H, hd);
+      norm_rows(k_.data(), L.k_norm, k_.data(), T * KH, hd);
+      trace(l, {"rms_norm", L.q_norm.name, "F32", wshape(L.q_norm), {T, H + KH, hd}, {T, H + KH, hd},
+                "per-head norm of Q and K"});
+    }
+    const float* cs = swa ? cos_sin_swa_.data() : cos_sin_.data();
+    rope(q_.data(), cs, T, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(c.rope_dim), c.rope_neox);
+    rope(k_.data(), cs, T, static_cast<int>(KH), static_cast<int>(hd), static_cast<int>(c.rope_dim), c.rope_neox);
+    trace(l, {"rope", "", "", {}, {T, H + KH, hd}, {T, H + KH, hd},
+              std::string(c.rope_neox ? "NeoX" : "interleaved") + " rotation of Q and K, theta " +
+                  std::to_string(static_cast<int64_t>(swa ? c.rope_theta_swa : c.rope_theta)) +
+                  (factors ? ", per-pair frequency factors" : "")});
+    trace(l, {"kv_store", "", "", {}, {T, 2, KH * hd}, {T, 2, KH * hd},
+              "K and V of these tokens written at their positions"});
+    for (int t = 0; t < T; ++t) {
+      KvSequence* s = batch.seqs[batch.seq_index[t]];
+      kern.kv_store(s->dtype(), k_.data() + t * kvd, s->k_row(static_cast<int>(l), batch.positions[t]),
+                    static_cast<int>(kvd));
+      kern.kv_store(s->dtype(), v_.data() + t * kvd, s->v_row(static_cast<int>(l), batch.positions[t]),
+                    static_cast<int>(kvd));
+    }
+    AttentionArgs aa{q_.data(), attn_.data(), T, batch.positions.data(), batch.seq_index.data(), batch.seqs.data(),
+                     static_cast<int>(l), static_cast<int>(H), static_cast<int>(KH), static_cast<int>(hd),
+                     c.query_scale()};
+    aa.window = swa ? static_cast<int>(c.sliding_window) : 0;
+    aa.softcap = static_cast<float>(c.attn_softcap);
+    attention(pool, aa);
+    trace(l, {"attention", "", "", {}, {T, H, hd}, {T, H, hd},
+              "scores = Q K^T * " + std::to_string(c.query_scale()) +
+                  (aa.softcap != 0.0f ? ", soft-capped at " + std::to_string(aa.softcap) : std::string()) +
+                  (aa.window > 0 ? " over the last " + std::to_string(aa.window) + " positions"
+                                 : std::string(" over positions 0..pos")) +
+                  " (causal), " + std::to_string(H / KH) + " query heads per KV head; softmax; weights @ V"});
+    matmul(pool, L.wo, attn_.data(), T, proj_.data());
+    trace_mm(l, L.wo, H * hd, d, "attention output projection");
+    if (L.post_attn_norm.data) {
+      norm_rows(proj_.data(), L.post_attn_norm, proj_.data(), T, d);
+      trace(l, {"rms_norm", L.post_attn_norm.name, "F32", wshape(L.post_attn_norm), {T, d}, {T, d},
+                "attention output"});
+    }
+    for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+    trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + attention"});
+
+    // Feed-forward block: gated (SiLU or GELU), dense or a mixture of experts.
+    norm_rows(x_.data(), L.ffn_norm, xn_.data(), T, d);
+    trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
+    if (c.n_expert > 0) {
+      matmul(pool, L.router, xn_.data(), T, router_.data());
+      const MoeRouting r = route_experts(router_.data(), T, static_cast<int>(c.n_expert),
+                                         static_cast<int>(c.n_expert_used), c.expert_norm,
+                                         static_cast<float>(c.expert_weights_scale));
+      moe_ffn(pool, {&L.gate_exps, &L.up_exps, &L.down_exps, gelu}, r, xn_.data(), d, ff, proj_.data());
+      trace_mm(l, L.router, d, c.n_expert, "router logits");
+      trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), wshape(L.gate_exps[0]), {T, d}, {T, d},
+                "softmax router, top " + std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
+                    " experts per token; tokens grouped per expert; weighted sum"});
+    } else {
+      matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xn_.data(), T);
+      trace_mm(l, L.w_gate, d, ff, "gate");
+      trace_mm(l, L.w_up, d, ff, "up");
+      pool.parallel_for(
+          T * ff,
+          [&](int, int64_t b, int64_t e) {
+            if (gelu) {
+              gelu_mul(gate_.data() + b, up_.data() + b, e - b);
+            } else {
+              silu_mul(gate_.data() + b, up_.data() + b, e - b);
+            }
+          },
+          64);
+      trace(l, {gelu ? "gelu_mul" : "silu_mul", "", "", {}, {T, ff}, {T, ff}, gelu ? "gelu(gate) * up" : "silu(gate) * up"});
+      matmul(pool, L.w_down, gate_.data(), T, proj_.data());
+      trace_mm(l, L.w_down, ff, d, "down");
+    }
+    if (L.post_ffn_norm.data) {
+      norm_rows(proj_.data(), L.post_ffn_norm, proj_.data(), T, d);
+      trace(l, {"rms_norm", L.post_ffn_norm.name, "F32", wshape(L.post_ffn_norm), {T, d}, {T, d},
+                "feed-forward output"});
+    }
+    for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+    trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + feed-forward"});
+  }
+
+  // Final norm and head, only for the rows that want logits (gathered to the front of xn_).
+  int n_out = 0;
+  for (int t = 0; t < T; ++t) {
+    if (!batch.want_logits[t]) continue;
+    rms_norm(x_.data() + t * d, reinterpret_cast<const float*>(w_.output_norm.data), xn_.data() + n_out * d, 1, d,
+             eps);
+    ++n_out;
+  }
+  if (n_out > 0) matmul(pool, w_.output, xn_.data(), n_out, logits);
+  if (n_out > 0 && c.final_softcap != 0.0)
+    softcap(logits, static_cast<int64_t>(n_out) * c.n_vocab, static_cast<float>(c.final_softcap));
+  if (tracer_) {
+    tracer_->op({"rms_norm", w_.output_norm.name, "F32", wshape(w_.output_norm), {n_out, d}, {n_out, d},
+                 "final norm, only rows that need logits"});
+    tracer_->op({"lm_head", w_.output.name, dtype_name(w_.output.type), wshape(w_.output), {n_out, d},
+                 {n_out, c.n_vocab},
+                 std::string(c.tied_output ? "tied to the token embedding" : "separate head") +
+                     (c.final_softcap != 0.0 ? ", soft-capped at " + std::to_string(c.final_softcap) : "")});
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeights weights,
+                                                  std::vector<TensorView> all_tensors, SpecialTokens special,
+                                                  std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf,
+                                                  std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
+  CACHET_RETURN_IF_ERROR(cfg.validate());
+  std::vector<AlignedBuffer<float>> owned;
+  CACHET_RETURN_IF_ERROR(validate_decoder_weights(cfg, &weights, &owned));
+  // Matmul weights of the block types are repacked once for the integer path.
+  std::vector<AlignedBuffer<uint8_t>> packed;
+  auto pack = [&](TensorView* t) {
+    if (opts.precise || !packable(t->type)) return;
+    packed.emplace_back();
+    pack_weight(*pool, t, &packed.back());
+    // The packed copy is what the matmuls read from now on: give the file's pages back, so the weights are not
+    // resident twice (1B F16: 4.9 -> 2.5 GB). A tied embedding's rows fault back in as tokens look them up.
+    if (gguf) gguf->drop_pages(t->data, t->n_bytes());
+  };
+  for (auto& L : weights.layers) {
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router})
+      if (t->data) pack(t);
+    if (cfg.n_expert > 0) {
+      for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})
+        for (TensorView& t : *v) pack(&t);
+    } else {
+      for (TensorView* t : {&L.w_gate, &L.w_up, &L.w_down}) pack(t);
+    }
+  }
+  pack(&weights.output);
+  return std::unique_ptr<Model>(new DecoderModel(std::move(cfg), std::move(weights), std::move(all_tensors), special,
+                                                 std::move(storage), std::move(gguf), std::move(pool),
+                                                 std::move(owned), std::move(packed)));
+}
+
+}  // namespace cachet

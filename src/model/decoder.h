@@ -1,0 +1,83 @@
+// The decoder-only transformer every supported architecture is an instance of: token embedding (optionally
+// scaled), then per layer RMSNorm -> attention (GQA, RoPE, optional Q/K/V biases, per-head Q/K norms,
+// sliding window, soft-capping) -> optional post-norm -> residual, RMSNorm -> gated FFN (SiLU or GELU) or a
+// mixture of experts -> optional post-norm -> residual; final RMSNorm and head (optionally soft-capped).
+// Architecture files (llama.cc, qwen2.cc, ...) read their GGUF files into a ModelConfig and DecoderWeights;
+// the forward pass decides by what the config and weights hold, never by the architecture's name.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "model/model.h"
+
+namespace cachet {
+
+class ArchReader;
+
+struct DecoderLayerWeights {
+  TensorView attn_norm;       // [n_embd] f32
+  TensorView wq;              // [n_embd, n_head * head_dim] (a view into attn_qkv when the file fuses them)
+  TensorView wk;              // [n_embd, n_head_kv * head_dim]
+  TensorView wv;              // [n_embd, n_head_kv * head_dim]
+  TensorView bq, bk, bv;      // optional biases [q_dim], [kv_dim], [kv_dim] f32
+  TensorView q_norm, k_norm;  // optional per-head RMSNorm weights [head_dim] f32
+  TensorView wo;              // [n_head * head_dim, n_embd]
+  TensorView post_attn_norm;  // optional [n_embd] f32
+  TensorView ffn_norm;        // [n_embd] f32
+  TensorView w_gate;          // [n_embd, n_ff] (dense FFN; a view into ffn_up when the file fuses gate|up)
+  TensorView w_up;            // [n_embd, n_ff]
+  TensorView w_down;          // [n_ff, n_embd]
+  TensorView post_ffn_norm;   // optional [n_embd] f32
+  // Mixture of experts (cfg.n_expert > 0) instead of w_gate / w_up / w_down.
+  TensorView router;                    // [n_embd, n_expert]
+  std::vector<TensorView> gate_exps;    // n_expert views of [n_embd, n_ff]
+  std::vector<TensorView> up_exps;      // n_expert views of [n_embd, n_ff]
+  std::vector<TensorView> down_exps;    // n_expert views of [n_ff, n_embd]
+};
+
+struct DecoderWeights {
+  TensorView tok_embd;     // [n_embd, n_vocab]
+  TensorView output_norm;  // [n_embd] f32
+  TensorView output;       // [n_embd, n_vocab]; equals tok_embd when tied
+  TensorView rope_freqs;   // optional [rope_dim / 2] f32: each pair's frequency is divided by its factor
+  std::vector<DecoderLayerWeights> layers;
+};
+
+// Which of the optional tensors an architecture's files carry (the rest of its file is an error).
+struct DecoderTensors {
+  bool qkv_bias = false;       // attn_{q,k,v}.bias
+  bool qk_norm = false;        // attn_{q,k}_norm.weight
+  bool post_norms = false;     // post_attention_norm.weight, post_ffw_norm.weight
+  bool fused_qkv = false;      // attn_qkv.weight may replace attn_{q,k,v}
+  bool fused_gate_up = false;  // ffn_up.weight [n_embd, 2 n_ff] holds gate then up; no ffn_gate
+  bool rope_freqs = false;     // rope_freqs.weight
+  bool need_qk_norm = false;   // the architecture cannot run without them
+  bool need_post_norms = false;
+};
+
+// Reads the standard GGUF tensor names (llama.cpp's) of every layer into weights, splits fused matrices and
+// experts into views, and records the features found in cfg (qkv_bias, qk_norm, post_norms, rope_freq_factors).
+Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed);
+
+// Checks every weight's shape and type against the config; 1-D weights stored as F16/BF16 are converted to
+// f32 into `owned`.
+Status validate_decoder_weights(const ModelConfig& cfg, DecoderWeights* w, std::vector<AlignedBuffer<float>>* owned);
+
+// Builds the model over weights that live in `storage` or in `gguf` (kept alive by the model).
+Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeights weights,
+                                                  std::vector<TensorView> all_tensors, SpecialTokens special,
+                                                  std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf,
+                                                  std::shared_ptr<ThreadPool> pool, const LoadOptions& opts);
+
+// The special tokens of a GGUF file's tokenizer, checked against the vocabulary.
+Result<SpecialTokens> read_special_tokens(const GgufFile& f, int64_t n_vocab);
+
+// An architecture's factory from its config reader: reads the base config, lets `customize` add the
+// architecture's own keys and tensors, then validates and builds (the shared part of every arch file).
+using ArchCustomize = std::function<Status(ArchReader& r, ModelConfig* cfg, DecoderTensors* allowed)>;
+Result<std::unique_ptr<Model>> load_decoder_from_gguf(std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool,
+                                                      const LoadOptions& opts, const ArchCustomize& customize);
+
+}  // namespace cachet

@@ -1,0 +1,259 @@
+// Reading a decoder's weights from the standard GGUF tensor names, and checking them against the config.
+#include <algorithm>
+
+#include "base/check.h"
+#include "io/gguf.h"
+#include "kernels/kernels.h"
+#include "model/arch_reader.h"
+#include "model/decoder.h"
+
+namespace cachet {
+
+namespace {
+
+// Rows [r0, r0 + n) of a matrix, as a matrix of its own.
+TensorView row_slice(const TensorView& t, int64_t r0, int64_t n, const char* part) {
+  TensorView v = t;
+  v.name = t.name + "[" + part + "]";
+  v.ne = {t.ne[0], n, 1, 1};
+  v.data = t.data + r0 * t.row_bytes;
+  return v;
+}
+
+// Elements [e0, e0 + n) of a vector, as a vector of its own (split fused biases).
+TensorView elem_slice(const TensorView& t, int64_t e0, int64_t n, const char* part) {
+  TensorView v = t;
+  v.name = t.name + "[" + part + "]";
+  v.ne = {n, 1, 1, 1};
+  v.data = t.data + e0 * traits(t.type).block_bytes;  // 1-D weights are F32/F16/BF16 (checked later)
+  v.row_bytes = n * traits(t.type).block_bytes;
+  return v;
+}
+
+Status check_tensor(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t layer) {
+  const std::string name = t.name.empty() ? what : t.name;
+  if (!t.data) {
+    return not_found("missing tensor " + what + (layer >= 0 ? " of layer " + std::to_string(layer) : ""));
+  }
+  int64_t n_el = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+  if (t.ne[0] != ne0 || t.ne[1] != ne1 || n_el != ne0 * ne1)
+    return invalid_argument("tensor '" + name + "' has shape [" + std::to_string(t.ne[0]) + ", " +
+                            std::to_string(t.ne[1]) + "], expected [" + std::to_string(ne0) + ", " +
+                            std::to_string(ne1) + "] from the model config");
+  const uintptr_t align = t.type == DType::kF32 ? 4 : 2;
+  if (reinterpret_cast<uintptr_t>(t.data) % align != 0)
+    return invalid_argument("tensor '" + name + "' is not aligned to " + std::to_string(align) +
+                            " bytes in the file (general.alignment too small)");
+  if (!dtype_computable(t.type))
+    return unimplemented("tensor '" + name + "' has type " + dtype_name(t.type) +
+                         ", which cachet cannot compute with yet");
+  return Status::ok();
+}
+
+// A 1-D weight (norm, bias, factors) as f32: converted into `owned` when stored in another type.
+Status vector_to_f32(TensorView* t, int64_t n, std::vector<AlignedBuffer<float>>* owned, int64_t layer,
+                     const std::string& what) {
+  CACHET_RETURN_IF_ERROR(check_tensor(*t, what, n, 1, layer));
+  if (t->type == DType::kF32) return Status::ok();
+  if (traits(t->type).block_size != 1)
+    return unimplemented("tensor '" + t->name + "' is a vector stored as " + dtype_name(t->type) +
+                         "; cachet expects F32, F16 or BF16 there");
+  AlignedBuffer<float> buf(n);
+  kernels().dequantize_row(t->type, t->data, buf.data(), n);
+  t->data = reinterpret_cast<const uint8_t*>(buf.data());
+  t->type = DType::kF32;
+  t->row_bytes = n * sizeof(float);
+  owned->push_back(std::move(buf));
+  return Status::ok();
+}
+
+Status optional_vector(TensorView* t, int64_t n, std::vector<AlignedBuffer<float>>* owned, int64_t layer,
+                       const std::string& what) {
+  return t->data ? vector_to_f32(t, n, owned, layer, what) : Status::ok();
+}
+
+// n_expert matrices of [ne0, ne1] stacked in a 3-D tensor, one view each.
+Status split_experts(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t n_expert,
+                     int64_t layer, std::vector<TensorView>* out) {
+  if (!t.data) return not_found("missing tensor " + what + " of layer " + std::to_string(layer));
+  if (t.ne[0] != ne0 || t.ne[1] != ne1 || t.ne[2] != n_expert || t.ne[3] != 1)
+    return invalid_argument("tensor '" + t.name + "' has shape [" + std::to_string(t.ne[0]) + ", " +
+                            std::to_string(t.ne[1]) + ", " + std::to_string(t.ne[2]) + "], expected [" +
+                            std::to_string(ne0) + ", " + std::to_string(ne1) + ", " + std::to_string(n_expert) +
+                            "] from the model config");
+  for (int64_t e = 0; e < n_expert; ++e) {
+    TensorView v = t;
+    v.name = t.name + "[" + std::to_string(e) + "]";
+    v.ne = {ne0, ne1, 1, 1};
+    v.data = t.data + e * ne1 * t.row_bytes;
+    out->push_back(v);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed) {
+  DecoderWeights w;
+  w.tok_embd = r.tensor("token_embd.weight");
+  w.output_norm = r.tensor("output_norm.weight");
+  w.output = cfg->tied_output ? w.tok_embd : r.tensor("output.weight");
+  if (allowed.rope_freqs) w.rope_freqs = r.tensor("rope_freqs.weight");
+  cfg->rope_freq_factors = w.rope_freqs.data != nullptr;
+  const int64_t q = cfg->q_dim(), kv = cfg->kv_dim();
+  for (int64_t l = 0; l < cfg->n_layer; ++l) {
+    DecoderLayerWeights L;
+    auto get = [&](const std::string& name) { return r.layer_tensor(l, name); };
+    L.attn_norm = get("attn_norm.weight");
+    const TensorView qkv = allowed.fused_qkv ? get("attn_qkv.weight") : TensorView{};
+    if (qkv.data) {
+      if (qkv.ne[1] != q + 2 * kv)
+        return invalid_argument("tensor '" + qkv.name + "' has " + std::to_string(qkv.ne[1]) + " rows, expected " +
+                                std::to_string(q + 2 * kv) + " (Q, K and V)");
+      L.wq = row_slice(qkv, 0, q, "q");
+      L.wk = row_slice(qkv, q, kv, "k");
+      L.wv = row_slice(qkv, q + kv, kv, "v");
+      const TensorView b = allowed.qkv_bias ? get("attn_qkv.bias") : TensorView{};
+      if (b.data) {
+        if (b.ne[0] != q + 2 * kv) return invalid_argument("tensor '" + b.name + "' does not match Q, K and V");
+        L.bq = elem_slice(b, 0, q, "q");
+        L.bk = elem_slice(b, q, kv, "k");
+        L.bv = elem_slice(b, q + kv, kv, "v");
+      }
+    } else {
+      L.wq = get("attn_q.weight");
+      L.wk = get("attn_k.weight");
+      L.wv = get("attn_v.weight");
+    }
+    if (allowed.qkv_bias && !L.bq.data) {
+      L.bq = get("attn_q.bias");
+      L.bk = get("attn_k.bias");
+      L.bv = get("attn_v.bias");
+    }
+    if (allowed.qk_norm) {
+      L.q_norm = get("attn_q_norm.weight");
+      L.k_norm = get("attn_k_norm.weight");
+    }
+    L.wo = get("attn_output.weight");
+    if (allowed.post_norms) L.post_attn_norm = get("post_attention_norm.weight");
+    L.ffn_norm = get("ffn_norm.weight");
+    if (cfg->n_expert > 0) {
+      L.router = get("ffn_gate_inp.weight");
+      const int64_t E = cfg->n_expert, d = cfg->n_embd, ff = cfg->n_ff;
+      CACHET_RETURN_IF_ERROR(split_experts(get("ffn_gate_exps.weight"), "ffn_gate_exps", d, ff, E, l, &L.gate_exps));
+      CACHET_RETURN_IF_ERROR(split_experts(get("ffn_up_exps.weight"), "ffn_up_exps", d, ff, E, l, &L.up_exps));
+      CACHET_RETURN_IF_ERROR(split_experts(get("ffn_down_exps.weight"), "ffn_down_exps", ff, d, E, l, &L.down_exps));
+    } else if (allowed.fused_gate_up) {
+      const TensorView up = get("ffn_up.weight");
+      if (up.data && up.ne[1] != 2 * cfg->n_ff)
+        return invalid_argument("tensor '" + up.name + "' has " + std::to_string(up.ne[1]) + " rows, expected " +
+                                std::to_string(2 * cfg->n_ff) + " (gate then up)");
+      if (up.data) {
+        L.w_gate = row_slice(up, 0, cfg->n_ff, "gate");
+        L.w_up = row_slice(up, cfg->n_ff, cfg->n_ff, "up");
+      }
+      L.w_down = get("ffn_down.weight");
+    } else {
+      L.w_gate = get("ffn_gate.weight");
+      L.w_up = get("ffn_up.weight");
+      L.w_down = get("ffn_down.weight");
+    }
+    if (allowed.post_norms) L.post_ffn_norm = get("post_ffw_norm.weight");
+    w.layers.push_back(std::move(L));
+  }
+  cfg->qkv_bias = !w.layers.empty() && w.layers[0].bq.data;
+  cfg->qk_norm = !w.layers.empty() && w.layers[0].q_norm.data;
+  cfg->post_norms = !w.layers.empty() && w.layers[0].post_attn_norm.data;
+  if (allowed.need_qk_norm && !cfg->qk_norm) return not_found("missing tensor attn_q_norm.weight of layer 0");
+  if (allowed.need_post_norms && !cfg->post_norms)
+    return not_found("missing tensor post_attention_norm.weight of layer 0");
+  return w;
+}
+
+Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::vector<AlignedBuffer<float>>* owned) {
+  CACHET_RETURN_IF_ERROR(check_tensor(w->tok_embd, "token_embd.weight", c.n_embd, c.n_vocab, -1));
+  CACHET_RETURN_IF_ERROR(check_tensor(w->output, "output.weight", c.n_embd, c.n_vocab, -1));
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&w->output_norm, c.n_embd, owned, -1, "output_norm.weight"));
+  if (c.rope_freq_factors) CACHET_RETURN_IF_ERROR(vector_to_f32(&w->rope_freqs, c.rope_dim / 2, owned, -1, "rope_freqs"));
+  if (static_cast<int64_t>(w->layers.size()) != c.n_layer)
+    return invalid_argument("expected " + std::to_string(c.n_layer) + " layers of weights");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    DecoderLayerWeights& L = w->layers[l];
+    CACHET_RETURN_IF_ERROR(vector_to_f32(&L.attn_norm, c.n_embd, owned, l, "attn_norm"));
+    CACHET_RETURN_IF_ERROR(vector_to_f32(&L.ffn_norm, c.n_embd, owned, l, "ffn_norm"));
+    CACHET_RETURN_IF_ERROR(check_tensor(L.wq, "attn_q", c.n_embd, c.q_dim(), l));
+    CACHET_RETURN_IF_ERROR(check_tensor(L.wk, "attn_k", c.n_embd, c.kv_dim(), l));
+    CACHET_RETURN_IF_ERROR(check_tensor(L.wv, "attn_v", c.n_embd, c.kv_dim(), l));
+    CACHET_RETURN_IF_ERROR(check_tensor(L.wo, "attn_output", c.q_dim(), c.n_embd, l));
+    // A feature is all or nothing across layers: a file with it in some layers only is malformed.
+    auto all_or_none = [&](TensorView* t, bool on, int64_t n, const char* what) -> Status {
+      if (!on && t->data)
+        return invalid_argument(std::string(what) + " of layer " + std::to_string(l) + " is present, not in layer 0");
+      return on ? vector_to_f32(t, n, owned, l, what) : Status::ok();
+    };
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bq, c.qkv_bias, c.q_dim(), "attn_q.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bk, c.qkv_bias, c.kv_dim(), "attn_k.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bv, c.qkv_bias, c.kv_dim(), "attn_v.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.q_norm, c.qk_norm, c.head_dim, "attn_q_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.k_norm, c.qk_norm, c.head_dim, "attn_k_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.post_attn_norm, c.post_norms, c.n_embd, "post_attention_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.post_ffn_norm, c.post_norms, c.n_embd, "post_ffw_norm"));
+    if (c.n_expert > 0) {
+      CACHET_RETURN_IF_ERROR(check_tensor(L.router, "ffn_gate_inp", c.n_embd, c.n_expert, l));
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        CACHET_RETURN_IF_ERROR(check_tensor(L.gate_exps[e], "ffn_gate_exps", c.n_embd, c.n_ff, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.up_exps[e], "ffn_up_exps", c.n_embd, c.n_ff, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.down_exps[e], "ffn_down_exps", c.n_ff, c.n_embd, l));
+      }
+    } else {
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", c.n_embd, c.n_ff, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_up, "ffn_up", c.n_embd, c.n_ff, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_down, "ffn_down", c.n_ff, c.n_embd, l));
+    }
+  }
+  return Status::ok();
+}
+
+Result<SpecialTokens> read_special_tokens(const GgufFile& f, int64_t n_vocab) {
+  SpecialTokens sp;
+  auto special = [&](const char* key, std::optional<int32_t>* out) -> Status {
+    const std::string k = std::string("tokenizer.ggml.") + key + "_token_id";
+    if (!f.find(k)) return Status::ok();
+    CACHET_ASSIGN_OR_RETURN(uint64_t id, f.get_uint(k));
+    if (id >= static_cast<uint64_t>(n_vocab))
+      return invalid_argument(k + " = " + std::to_string(id) + " is outside the vocabulary of " +
+                              std::to_string(n_vocab));
+    *out = static_cast<int32_t>(id);
+    return Status::ok();
+  };
+  CACHET_RETURN_IF_ERROR(special("bos", &sp.bos));
+  CACHET_RETURN_IF_ERROR(special("eos", &sp.eos));
+  CACHET_RETURN_IF_ERROR(special("eot", &sp.eot));
+  CACHET_RETURN_IF_ERROR(special("padding", &sp.pad));
+  CACHET_RETURN_IF_ERROR(special("unknown", &sp.unk));
+  if (const GgufValue* toks = f.find("tokenizer.ggml.tokens"); toks && toks->type == GgufType::kArray) {
+    if (static_cast<int64_t>(toks->count) != n_vocab)
+      return invalid_argument("tokenizer has " + std::to_string(toks->count) + " tokens but the model " +
+                              std::to_string(n_vocab) + " embedding rows");
+  }
+  return sp;
+}
+
+Result<std::unique_ptr<Model>> load_decoder_from_gguf(std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool,
+                                                      const LoadOptions& opts, const ArchCustomize& customize) {
+  CACHET_ASSIGN_OR_RETURN(std::string arch, f->get_string("general.architecture"));
+  ArchReader r(*f, arch);
+  CACHET_ASSIGN_OR_RETURN(ModelConfig cfg, r.base_config());
+  DecoderTensors allowed;
+  CACHET_RETURN_IF_ERROR(customize(r, &cfg, &allowed));
+  CACHET_RETURN_IF_ERROR(cfg.validate());
+  CACHET_ASSIGN_OR_RETURN(DecoderWeights w, read_decoder_weights(r, &cfg, allowed));
+  CACHET_RETURN_IF_ERROR(r.finish());
+  CACHET_ASSIGN_OR_RETURN(SpecialTokens sp, read_special_tokens(*f, cfg.n_vocab));
+  std::vector<TensorView> all;
+  for (const auto& ti : f->tensors()) all.push_back(view_of_tensor(&ti));
+  return make_decoder_model(std::move(cfg), std::move(w), std::move(all), sp, nullptr, std::move(f), std::move(pool),
+                            opts);
+}
+
+}  // namespace cachet

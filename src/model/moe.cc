@@ -1,0 +1,92 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/check.h"
+#include "model/ops.h"
+
+namespace cachet {
+
+MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale) {
+  CACHET_CHECK(k >= 1 && k <= n_expert);
+  MoeRouting r;
+  r.n_tokens = n_tokens;
+  r.k = k;
+  r.expert.resize(static_cast<size_t>(n_tokens) * k);
+  r.weight.resize(static_cast<size_t>(n_tokens) * k);
+  std::vector<float> p(n_expert);
+  std::vector<int32_t> order(n_expert);
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* z = logits + static_cast<int64_t>(t) * n_expert;
+    const float mx = *std::max_element(z, z + n_expert);
+    float sum = 0.0f;
+    for (int e = 0; e < n_expert; ++e) sum += p[e] = std::exp(z[e] - mx);
+    for (int e = 0; e < n_expert; ++e) p[e] /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    // Stable: equal probabilities keep the lower expert first.
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    float chosen = 0.0f;
+    for (int j = 0; j < k; ++j) chosen += p[order[j]];
+    for (int j = 0; j < k; ++j) {
+      float w = p[order[j]];
+      if (renormalize) w /= chosen;
+      r.expert[static_cast<size_t>(t) * k + j] = order[j];
+      r.weight[static_cast<size_t>(t) * k + j] = w * scale;
+    }
+  }
+  return r;
+}
+
+namespace {
+thread_local AlignedBuffer<float> t_moe;  // gathered inputs, gate, up and expert outputs
+}  // namespace
+
+void moe_ffn(ThreadPool& pool, const MoeWeights& w, const MoeRouting& r, const float* x, int64_t n_embd,
+             int64_t n_ff, float* out) {
+  const int T = r.n_tokens, k = r.k;
+  const int n_expert = static_cast<int>(w.gate->size());
+  // Which (token, slot) pairs each expert serves, in token order.
+  std::vector<std::vector<int32_t>> served(n_expert);
+  for (int i = 0; i < T * k; ++i) served[r.expert[i]].push_back(i);
+  size_t most = 0;
+  for (const auto& s : served) most = std::max(most, s.size());
+  // ys: [T * k, n_embd] each slot's expert output; xs: [most, n_embd]; g, u: [most, n_ff].
+  const size_t ys_n = static_cast<size_t>(T) * k * n_embd;
+  const size_t need = ys_n + most * n_embd + 2 * most * n_ff;
+  if (t_moe.size() < need) t_moe.resize(need);
+  float* ys = t_moe.data();
+  float* xs = ys + ys_n;
+  float* g = xs + most * n_embd;
+  float* u = g + most * n_ff;
+  for (int e = 0; e < n_expert; ++e) {
+    const auto& s = served[e];
+    const int n = static_cast<int>(s.size());
+    if (n == 0) continue;
+    for (int j = 0; j < n; ++j) std::copy(x + (s[j] / k) * n_embd, x + (s[j] / k + 1) * n_embd, xs + j * n_embd);
+    matmul_multi(pool, {{&(*w.gate)[e], g}, {&(*w.up)[e], u}}, xs, n);
+    if (w.gelu) {
+      gelu_mul(g, u, static_cast<int64_t>(n) * n_ff);
+    } else {
+      silu_mul(g, u, static_cast<int64_t>(n) * n_ff);
+    }
+    // The down projection of expert e for its n rows, into xs (free again), then to each slot's row.
+    matmul(pool, (*w.down)[e], g, n, xs);
+    for (int j = 0; j < n; ++j) std::copy(xs + j * n_embd, xs + (j + 1) * n_embd, ys + s[j] * n_embd);
+  }
+  for (int t = 0; t < T; ++t) {
+    float* o = out + static_cast<int64_t>(t) * n_embd;
+    for (int j = 0; j < k; ++j) {
+      const float wj = r.weight[static_cast<size_t>(t) * k + j];
+      const float* y = ys + (static_cast<size_t>(t) * k + j) * n_embd;
+      if (j == 0) {
+        for (int64_t i = 0; i < n_embd; ++i) o[i] = wj * y[i];
+      } else {
+        for (int64_t i = 0; i < n_embd; ++i) o[i] += wj * y[i];
+      }
+    }
+  }
+}
+
+}  // namespace cachet

@@ -1,0 +1,40 @@
+// Mixture of experts (Mixtral, Qwen3-MoE): a softmax router picks each token's top-k experts; the layer's
+// output is the weighted sum of those experts' gated FFNs. The routing is a pure function, tested without a
+// model; the expert FFN groups a batch's tokens per expert, so each expert's weights are read once per step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/thread_pool.h"
+#include "model/tensor.h"
+
+namespace cachet {
+
+struct MoeRouting {
+  int n_tokens = 0;
+  int k = 0;
+  std::vector<int32_t> expert;  // [n_tokens, k]: chosen experts, highest probability first
+  std::vector<float> weight;    // [n_tokens, k]: their weights
+};
+
+// logits: [n_tokens, n_expert] router outputs. Per token: p = softmax(logits) (f32, max subtracted), the k
+// largest p (ties: the lower expert index first), their p renormalized to sum 1 when `renormalize`, then
+// times `scale`. Depends on nothing but the token's own logits.
+MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale);
+
+struct MoeWeights {
+  const std::vector<TensorView>* gate;  // n_expert of [n_embd, n_ff]
+  const std::vector<TensorView>* up;    // n_expert of [n_embd, n_ff]
+  const std::vector<TensorView>* down;  // n_expert of [n_ff, n_embd]
+  bool gelu = false;                    // activation of the gate: GELU (tanh) instead of SiLU
+};
+
+// out[t] = sum over token t's experts j, in routing order, of weight_j * down_j(act(gate_j x_t) * up_j x_t).
+// x, out: [n_tokens, n_embd]. Each expert runs once on the rows of every token routed to it; a token's result
+// is bitwise the same whatever else shares its batch.
+void moe_ffn(ThreadPool& pool, const MoeWeights& w, const MoeRouting& r, const float* x, int64_t n_embd,
+             int64_t n_ff, float* out);
+
+}  // namespace cachet
