@@ -112,7 +112,7 @@ TEST(BeamSearch, WidthOneOnAModelIsGreedy) {
   s.type = DType::kQ8_0;
   s.embd_type = DType::kQ8_0;
   const std::string path = testing::temp_path("beam.gguf");
-  ASSERT_TRUE(write_synthetic_llama(s, path).is_ok());
+  ASSERT_TRUE(write_synthetic_model(s, path).is_ok());
   auto m = load_model(path, {2});
   ASSERT_TRUE(m.is_ok());
   const std::vector<int32_t> prompt = {5, 17, 3, 99, 42, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};

@@ -117,7 +117,7 @@ TEST(PagedKvCache, SameLogitsAsTheContiguousCacheForksIncluded) {
   s.n_head = 4;
   s.n_head_kv = 2;
   const std::string path = testing::temp_path("paged.gguf");
-  ASSERT_TRUE(write_synthetic_llama(s, path).is_ok());
+  ASSERT_TRUE(write_synthetic_model(s, path).is_ok());
   auto m = load_model(path, {2});
   ASSERT_TRUE(m.is_ok());
   Model& model = **m;

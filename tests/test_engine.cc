@@ -23,7 +23,7 @@ std::unique_ptr<Model> small_model() {
   s.n_head_kv = 2;
   s.n_layer = 2;
   const std::string path = testing::temp_path("engine.gguf");
-  EXPECT_TRUE(write_synthetic_llama(s, path).is_ok());
+  EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
   auto m = load_model(path, {2});
   EXPECT_TRUE(m.is_ok());
   return std::move(m).value();

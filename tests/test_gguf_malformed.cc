@@ -166,7 +166,7 @@ std::vector<uint8_t> valid_model_bytes(std::string* path_out) {
   s.n_vocab = 300;
   s.n_layer = 1;
   std::string path = testing::temp_path("valid_small.gguf");
-  EXPECT_TRUE(write_synthetic_llama(s, path).is_ok());
+  EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
   std::ifstream in(path, std::ios::binary);
   if (path_out) *path_out = path;
   return {std::istreambuf_iterator<char>(in), {}};

@@ -49,7 +49,7 @@ std::unique_ptr<Model> synth(const Variant& v, int threads = 2) {
   s.rope_neox = v.neox;
   s.tied_output = v.type != DType::kQ4_1;  // exercise both heads
   std::string path = testing::temp_path(name_of(v) + ".gguf");
-  EXPECT_TRUE(write_synthetic_llama(s, path).is_ok());
+  EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
   LoadOptions o;
   o.n_threads = threads;
   auto m = load_model(path, o);

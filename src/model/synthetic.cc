@@ -1,6 +1,8 @@
 #include "model/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -22,25 +24,51 @@ class Uniform {
 
 }  // namespace
 
-Status write_synthetic_llama(const SyntheticSpec& s, const std::string& path) {
-  if (s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0)
-    return invalid_argument("synthetic model: heads must divide the width and KV heads the heads");
-  const int64_t hd = s.n_embd / s.n_head;
+Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
+  static const char* kArchs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"};
+  if (std::find(std::begin(kArchs), std::end(kArchs), s.arch) == std::end(kArchs))
+    return invalid_argument("synthetic model: unknown architecture '" + s.arch + "'");
+  if (s.n_head % s.n_head_kv != 0) return invalid_argument("synthetic model: KV heads must divide the heads");
+  if (s.head_dim == 0 && s.n_embd % s.n_head != 0)
+    return invalid_argument("synthetic model: heads must divide the width (or give a head_dim)");
+  const bool moe = s.n_expert > 0;
+  if (moe && (s.arch != "llama" && s.arch != "qwen3moe"))
+    return invalid_argument("synthetic model: experts are written for llama and qwen3moe only");
+  if (s.arch == "qwen3moe" && !moe) return invalid_argument("synthetic model: qwen3moe needs experts");
+  if (moe && (s.n_expert_used < 1 || s.n_expert_used > s.n_expert))
+    return invalid_argument("synthetic model: experts used must be in 1..experts");
+  const bool gemma = s.arch == "gemma2" || s.arch == "gemma3";
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3";
+  const int64_t hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
+  const int64_t qd = s.n_head * hd, kvd = s.n_head_kv * hd;
+  const std::string a = s.arch + ".";
   GgufWriter w;
-  w.set_string("general.architecture", "llama");
+  w.set_string("general.architecture", s.arch);
   w.set_string("general.name", "cachet synthetic");
   w.set_u32("general.alignment", 32);
-  w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
-  w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(hd));
-  w.set_f32("llama.rope.freq_base", static_cast<float>(s.rope_theta));
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  w.set_u32("llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
-  if (s.rope_neox) w.set_bool("cachet.rope.neox", true);
+  w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
+  w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  if (hd * s.n_head != s.n_embd) {
+    w.set_u32(a + "attention.key_length", static_cast<uint32_t>(hd));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(hd));
+  }
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(hd));
+  w.set_f32(a + "rope.freq_base", static_cast<float>(s.rope_theta));
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.arch == "llama") w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
+  if (moe) {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    if (s.arch == "qwen3moe") w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  }
+  if (gemma && s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (s.arch == "gemma2" && s.attn_softcap > 0) w.set_f32(a + "attn_logit_softcapping", static_cast<float>(s.attn_softcap));
+  if (gemma && s.final_softcap > 0) w.set_f32(a + "final_logit_softcapping", static_cast<float>(s.final_softcap));
+  if (s.rope_neox && s.arch == "llama") w.set_bool("cachet.rope.neox", true);
   if (s.with_vocab) {
     std::vector<std::string> tokens;
     std::vector<float> scores;
@@ -75,28 +103,64 @@ Status write_synthetic_llama(const SyntheticSpec& s, const std::string& path) {
 
   Uniform u(s.seed);
   std::vector<float> buf;
-  auto add = [&](const std::string& name, DType type, int64_t ne0, int64_t ne1, float a, float offset) {
-    buf.resize(ne0 * ne1);
-    for (float& x : buf) x = offset + u.next(a);
-    return w.add_tensor_f32(name, type, ne1 == 1 ? std::vector<int64_t>{ne0} : std::vector<int64_t>{ne0, ne1},
-                            buf.data());
+  auto add_nd = [&](const std::string& name, DType type, std::vector<int64_t> ne, float lim, float offset) {
+    int64_t n = 1;
+    for (int64_t x : ne) n *= x;
+    buf.resize(n);
+    for (float& x : buf) x = offset + u.next(lim);
+    return w.add_tensor_f32(name, type, ne, buf.data());
+  };
+  auto add = [&](const std::string& name, DType type, int64_t ne0, int64_t ne1, float lim, float offset) {
+    return add_nd(name, type, ne1 == 1 ? std::vector<int64_t>{ne0} : std::vector<int64_t>{ne0, ne1}, lim, offset);
   };
   auto lim = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
+  const bool tied = s.tied_output || s.arch == "gemma2";  // llama.cpp's gemma2 always ties the head
   CACHET_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, s.n_embd, s.n_vocab, 1.0f, 0.0f));
   CACHET_RETURN_IF_ERROR(add("output_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
-  if (!s.tied_output)
-    CACHET_RETURN_IF_ERROR(add("output.weight", s.type, s.n_embd, s.n_vocab, lim(s.n_embd), 0.0f));
+  if (!tied) CACHET_RETURN_IF_ERROR(add("output.weight", s.type, s.n_embd, s.n_vocab, lim(s.n_embd), 0.0f));
+  if (s.rope_freqs) {
+    if (s.arch != "llama") return invalid_argument("synthetic model: rope_freqs is written for llama only");
+    // Llama 3's shape of factors: 1 for the fast pairs, growing to 8 for the slowest.
+    std::vector<float> f(hd / 2);
+    for (int64_t i = 0; i < hd / 2; ++i) f[i] = 1.0f + 7.0f * static_cast<float>(i) / static_cast<float>(hd / 2);
+    CACHET_RETURN_IF_ERROR(w.add_tensor_f32("rope_freqs.weight", DType::kF32, {hd / 2}, f.data()));
+  }
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     CACHET_RETURN_IF_ERROR(add(p + "attn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "attn_q.weight", s.type, s.n_embd, s.n_head * hd, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "attn_k.weight", s.type, s.n_embd, s.n_head_kv * hd, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, s.n_head_kv * hd, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, s.n_head * hd, s.n_embd, lim(s.n_embd), 0.0f));
+    if (s.arch == "phi3") {
+      CACHET_RETURN_IF_ERROR(add(p + "attn_qkv.weight", s.type, s.n_embd, qd + 2 * kvd, lim(s.n_embd), 0.0f));
+    } else {
+      CACHET_RETURN_IF_ERROR(add(p + "attn_q.weight", s.type, s.n_embd, qd, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_k.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
+    }
+    if (s.arch == "qwen2") {
+      CACHET_RETURN_IF_ERROR(add(p + "attn_q.bias", DType::kF32, qd, 1, 0.5f, 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_k.bias", DType::kF32, kvd, 1, 0.5f, 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_v.bias", DType::kF32, kvd, 1, 0.5f, 0.0f));
+    }
+    if (qk_norm) {
+      CACHET_RETURN_IF_ERROR(add(p + "attn_q_norm.weight", DType::kF32, hd, 1, 0.1f, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_k_norm.weight", DType::kF32, hd, 1, 0.1f, 1.0f));
+    }
+    CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, qd, s.n_embd, lim(qd), 0.0f));
+    if (gemma) CACHET_RETURN_IF_ERROR(add(p + "post_attention_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
     CACHET_RETURN_IF_ERROR(add(p + "ffn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, s.n_embd, lim(s.n_ff), 0.0f));
+    if (moe) {
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, s.n_expert, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
+    } else if (s.arch == "phi3") {
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, 2 * s.n_ff, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, s.n_embd, lim(s.n_ff), 0.0f));
+    } else {
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, s.n_embd, lim(s.n_ff), 0.0f));
+    }
+    if (gemma) CACHET_RETURN_IF_ERROR(add(p + "post_ffw_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
   }
   return w.write(path);
 }

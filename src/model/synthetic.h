@@ -1,5 +1,6 @@
-// Synthetic Llama GGUF files with random weights from a fixed seed: test fixtures of any shape and type,
-// and bench models of real models' shapes. With a vocabulary, so other engines (llama.cpp) load them too.
+// Synthetic GGUF files with random weights from a fixed seed, for every architecture cachet runs: test
+// fixtures of any shape and type, and bench models of real models' shapes. Tensor names and keys as llama.cpp's
+// converter writes them, with a vocabulary, so other engines (llama.cpp) load them too.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +12,20 @@
 namespace cachet {
 
 struct SyntheticSpec {
+  std::string arch = "llama";  // llama qwen2 qwen3 qwen3moe gemma2 gemma3 phi3
   int64_t n_vocab = 256;
   int64_t n_embd = 64;
   int64_t n_layer = 2;
   int64_t n_head = 4;
   int64_t n_head_kv = 2;
-  int64_t n_ff = 128;
+  int64_t n_ff = 128;           // of one expert when n_expert > 0
+  int64_t head_dim = 0;         // 0: n_embd / n_head (written as attention.key_length when different)
+  int64_t n_expert = 0;         // experts per layer (llama: Mixtral-style; qwen3moe needs them)
+  int64_t n_expert_used = 0;
+  bool rope_freqs = false;      // llama: a rope_freqs.weight of per-pair factors (Llama 3.x style)
+  int64_t sliding_window = 0;   // gemma2 / gemma3: attention.sliding_window (0: gemma2's default, gemma3 none)
+  double attn_softcap = 0.0;    // gemma2: attn_logit_softcapping written when > 0
+  double final_softcap = 0.0;   // gemma2 / gemma3: final_logit_softcapping written when > 0
   int64_t n_ctx = 1024;
   DType type = DType::kF32;        // the matmul weights
   DType embd_type = DType::kF32;   // token embedding (and the tied head)
@@ -27,6 +36,6 @@ struct SyntheticSpec {
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };
 
-Status write_synthetic_llama(const SyntheticSpec& spec, const std::string& path);
+Status write_synthetic_model(const SyntheticSpec& spec, const std::string& path);
 
 }  // namespace cachet

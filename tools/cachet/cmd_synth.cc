@@ -1,4 +1,4 @@
-// cachet synth: write a synthetic Llama GGUF (random weights, fixed seed) of a chosen shape and type.
+// cachet synth: write a synthetic GGUF (random weights, fixed seed) of a chosen architecture, shape and type.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -14,10 +14,20 @@ void add_synth_command(CLI::App& app, int* exit_code) {
     bool untied = false;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* c = app.add_subcommand("synth", "write a synthetic Llama GGUF with random weights (tests, benches)");
+  CLI::App* c = app.add_subcommand("synth", "write a synthetic GGUF of any architecture with random weights (tests, benches)");
   c->add_option("-o,--output", a->out, "output path")->required();
   c->add_option("--preset", a->preset, "a real model's shape")
-      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "tiny"}));
+      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small", "tiny"}));
+  c->add_option("--arch", a->spec.arch, "architecture")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"}));
+  c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
+  c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
+  c->add_option("--experts-used", a->spec.n_expert_used, "experts per token");
+  c->add_flag("--rope-freqs", a->spec.rope_freqs, "llama: write Llama 3-style rope_freqs factors");
+  c->add_option("--sliding-window", a->spec.sliding_window, "gemma2/3: sliding window of the local layers");
+  c->add_option("--attn-softcap", a->spec.attn_softcap, "gemma2: attention logit soft-cap");
+  c->add_option("--final-softcap", a->spec.final_softcap, "gemma2/3: final logit soft-cap");
+  c->add_option("--rope-theta", a->spec.rope_theta, "RoPE base");
   c->add_option("--type", a->type, "matmul weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K)");
   c->add_option("--embd-type", a->embd_type, "token embedding type (default: Q8_0 for 4-bit types, else --type)");
   c->add_option("--n-vocab", a->spec.n_vocab);
@@ -38,6 +48,15 @@ void add_synth_command(CLI::App& app, int* exit_code) {
     } else if (a->preset == "llama-3.2-1b") {
       s.n_vocab = 128256, s.n_embd = 2048, s.n_layer = 16, s.n_head = 32, s.n_head_kv = 8, s.n_ff = 8192;
       s.n_ctx = 131072, s.rope_theta = 500000.0;
+    } else if (a->preset == "qwen3-0.6b") {
+      s.arch = "qwen3", s.n_vocab = 151936, s.n_embd = 1024, s.n_layer = 28, s.n_head = 16, s.n_head_kv = 8;
+      s.head_dim = 128, s.n_ff = 3072, s.n_ctx = 40960, s.rope_theta = 1000000.0;
+    } else if (a->preset == "gemma-3-1b") {
+      s.arch = "gemma3", s.n_vocab = 262144, s.n_embd = 1152, s.n_layer = 26, s.n_head = 4, s.n_head_kv = 1;
+      s.head_dim = 256, s.n_ff = 6912, s.n_ctx = 32768, s.rope_theta = 1000000.0, s.sliding_window = 512;
+    } else if (a->preset == "qwen3-moe-small") {  // Qwen3-30B-A3B's block at a laptop's size: 16 experts, 4 active
+      s.arch = "qwen3moe", s.n_vocab = 151936, s.n_embd = 1024, s.n_layer = 24, s.n_head = 16, s.n_head_kv = 4;
+      s.head_dim = 128, s.n_ff = 768, s.n_expert = 16, s.n_expert_used = 4, s.n_ctx = 40960, s.rope_theta = 1000000.0;
     }
     s.tied_output = !a->untied;
     auto t = dtype_from_name(a->type);
@@ -54,7 +73,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       return;
     }
     s.embd_type = *e;
-    Status st = write_synthetic_llama(s, a->out);
+    Status st = write_synthetic_model(s, a->out);
     *exit_code = st.is_ok() ? 0 : fail(st);
   });
 }
