@@ -1,4 +1,5 @@
-"""An independent numpy reference forward for Llama-family models.
+"""An independent numpy reference forward for the decoder architectures cachet runs (llama incl. rope_freqs and
+Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3).
 
 Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
 with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
@@ -25,6 +26,18 @@ class Config:
     rope_theta: float
     rope_neox: bool
     eps: float
+    embd_scale: float = 1.0
+    attn_scale: float | None = None  # None: 1/sqrt(head_dim)
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+    window: int = 0  # sliding window of the layers marked in swa
+    swa: tuple = ()  # per layer: True = sliding window
+    rope_theta_swa: float = 10000.0
+    rope_freq_scale: float = 1.0
+    rope_factors: np.ndarray | None = None
+    act: str = "silu"
+    n_expert: int = 0
+    n_expert_used: int = 0
 
 
 class Model:
@@ -87,10 +100,30 @@ class Model:
         w = {}
         types = {}
         for t in r.tensors:
-            types[t.name] = t.tensor_type.name
             shape = tuple(int(x) for x in reversed(t.shape.tolist()))  # numpy order: outermost first
-            arr = dequantize(t.data, t.tensor_type).reshape(shape)
-            w[t.name] = arr.astype(np.float64)
+            arr = dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float64)
+            name, ty = t.name, t.tensor_type.name
+            if name.endswith("attn_qkv.weight"):  # phi3: Q, K and V rows stacked
+                p = name[: -len("attn_qkv.weight")]
+                hd_ = int(get("attention.key_length", n_embd // n_head))
+                nq, nkv = n_head * hd_, int(get("attention.head_count_kv", n_head)) * hd_
+                for part, rows in (("q", arr[:nq]), ("k", arr[nq:nq + nkv]), ("v", arr[nq + nkv:])):
+                    w[f"{p}attn_{part}.weight"], types[f"{p}attn_{part}.weight"] = rows, ty
+            elif arch == "phi3" and name.endswith("ffn_up.weight"):  # phi3: gate rows, then up rows
+                p = name[: -len("ffn_up.weight")]
+                half = arr.shape[0] // 2
+                w[p + "ffn_gate.weight"], w[p + "ffn_up.weight"] = arr[:half], arr[half:]
+                types[p + "ffn_gate.weight"] = types[p + "ffn_up.weight"] = ty
+            elif arr.ndim == 3:  # experts: [n_expert, rows, cols]
+                for e in range(arr.shape[0]):
+                    w[f"{name}.{e}"], types[f"{name}.{e}"] = arr[e], ty
+            else:
+                w[name], types[name] = arr, ty
+        gemma = arch in ("gemma2", "gemma3")
+        n_layer = int(get("block_count"))
+        window = int(get("attention.sliding_window", 4096 if arch == "gemma2" else 0)) if gemma else 0
+        period = int(get("attention.sliding_window_pattern", 2 if arch == "gemma2" else 6))
+        scaling = get("rope.scaling.type", "none")
         cfg = Config(
             n_vocab=w["token_embd.weight"].shape[0],
             n_embd=n_embd,
@@ -101,9 +134,23 @@ class Model:
             n_ff=int(get("feed_forward_length")),
             rope_dim=int(get("rope.dimension_count", head_dim)),
             rope_theta=float(get("rope.freq_base", 10000.0)),
-            rope_neox=bool(neox_field.contents()) if neox_field is not None else False,
+            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch != "llama",
             eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+            embd_scale=float(np.sqrt(np.float32(n_embd))) if gemma else 1.0,
+            attn_softcap=float(get("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0,
+            final_softcap=float(get("final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0)) if gemma else 0.0,
+            window=window,
+            swa=tuple(window > 0 and l % period < period - 1 for l in range(n_layer)),
+            rope_theta_swa=float(get("rope.freq_base_swa", get("rope.freq_base", 10000.0) if arch == "gemma2"
+                                     else 10000.0)),
+            rope_freq_scale=1.0 / float(get("rope.scaling.factor")) if scaling == "linear" else 1.0,
+            rope_factors=w.get("rope_freqs.weight"),
+            act="gelu" if gemma else "silu",
+            n_expert=int(get("expert_count", 0)),
+            n_expert_used=int(get("expert_used_count", 0)),
         )
+        if arch == "qwen3moe":
+            cfg.n_ff = int(get("expert_feed_forward_length"))
         if "output.weight" not in w:
             w["output.weight"] = w["token_embd.weight"]
             types["output.weight"] = types["token_embd.weight"]
@@ -163,12 +210,15 @@ class Model:
     def _rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.cfg.eps) * w
 
-    def _rope(self, x, n_heads):
+    def _rope(self, x, n_heads, swa=False):
         c = self.cfg
         T = x.shape[0]
         x = x.reshape(T, n_heads, c.head_dim).copy()
         half = c.rope_dim // 2
-        inv = c.rope_theta ** (-2.0 * np.arange(half) / c.rope_dim)
+        theta, scale = (c.rope_theta_swa, 1.0) if swa else (c.rope_theta, c.rope_freq_scale)
+        inv = theta ** (-2.0 * np.arange(half) / c.rope_dim) * scale
+        if c.rope_factors is not None:
+            inv = inv / c.rope_factors
         ang = np.arange(T)[:, None] * inv[None, :]
         cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         if c.rope_neox:
@@ -181,37 +231,80 @@ class Model:
             x[..., 1:c.rope_dim:2] = a * sin + b * cos
         return x.reshape(T, n_heads * c.head_dim)
 
+    def _act(self, g):
+        if self.cfg.act == "gelu":
+            return 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
+        return g / (1.0 + np.exp(-g))
+
+    def _ffn(self, h, p):
+        c = self.cfg
+        if c.n_expert == 0:
+            return self._mm(self._act(self._mm(h, p + "ffn_gate.weight")) * self._mm(h, p + "ffn_up.weight"),
+                            p + "ffn_down.weight")
+        z = self._mm(h, p + "ffn_gate_inp.weight")
+        prob = np.exp(z - z.max(axis=-1, keepdims=True))
+        prob /= prob.sum(axis=-1, keepdims=True)
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            top = sorted(range(c.n_expert), key=lambda e: (-prob[t, e], e))[: c.n_expert_used]
+            wsum = sum(prob[t, e] for e in top)
+            for e in top:
+                x = h[t:t + 1]
+                g = self._mm(x, f"{p}ffn_gate_exps.weight.{e}")
+                u = self._mm(x, f"{p}ffn_up_exps.weight.{e}")
+                out[t] += prob[t, e] / wsum * self._mm(self._act(g) * u, f"{p}ffn_down_exps.weight.{e}")[0]
+        return out
+
     def logits(self, ids: list[int], kv_f16: bool = False) -> np.ndarray:
         """Next-token logits at every position: [len(ids), n_vocab] float64.
 
         kv_f16 rounds keys (after RoPE) and values to IEEE half, as an f16 KV cache stores them."""
         c, w = self.cfg, self.w
         T = len(ids)
-        x = w["token_embd.weight"][np.asarray(ids)]
-        mask = np.triu(np.full((T, T), -np.inf), k=1)
+        x = w["token_embd.weight"][np.asarray(ids)] * c.embd_scale
+        causal = np.triu(np.full((T, T), -np.inf), k=1)
+        dist = np.arange(T)[:, None] - np.arange(T)[None, :]
         group = c.n_head // c.n_head_kv
+        scale = c.attn_scale if c.attn_scale is not None else 1.0 / np.sqrt(c.head_dim)
         for l in range(c.n_layer):
             p = f"blk.{l}."
+            swa = bool(c.swa) and c.swa[l]
+            mask = np.where(dist >= c.window, -np.inf, causal) if swa else causal
             h = self._rms(x, w[p + "attn_norm.weight"])
-            q = self._rope(self._mm(h, p + "attn_q.weight"), c.n_head).reshape(T, c.n_head, c.head_dim)
-            k = self._rope(self._mm(h, p + "attn_k.weight"), c.n_head_kv).reshape(T, c.n_head_kv, c.head_dim)
-            v = self._mm(h, p + "attn_v.weight").reshape(T, c.n_head_kv, c.head_dim)
+            q, k, v = (self._mm(h, p + f"attn_{n}.weight") for n in "qkv")
+            if p + "attn_q.bias" in w:
+                q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+            if p + "attn_q_norm.weight" in w:
+                q = self._rms(q.reshape(T, c.n_head, c.head_dim), w[p + "attn_q_norm.weight"]).reshape(T, -1)
+                k = self._rms(k.reshape(T, c.n_head_kv, c.head_dim), w[p + "attn_k_norm.weight"]).reshape(T, -1)
+            q = self._rope(q, c.n_head, swa).reshape(T, c.n_head, c.head_dim)
+            k = self._rope(k, c.n_head_kv, swa).reshape(T, c.n_head_kv, c.head_dim)
+            v = v.reshape(T, c.n_head_kv, c.head_dim)
             if kv_f16:
                 k = k.astype(np.float32).astype(np.float16).astype(np.float64)
                 v = v.astype(np.float32).astype(np.float16).astype(np.float64)
             out = np.empty((T, c.n_head, c.head_dim))
             for hh in range(c.n_head):
                 kv = hh // group
-                s = q[:, hh, :] @ k[:, kv, :].T / np.sqrt(c.head_dim) + mask
+                s = q[:, hh, :] @ k[:, kv, :].T * scale
+                if c.attn_softcap:
+                    s = c.attn_softcap * np.tanh(s / c.attn_softcap)
+                s = s + mask
                 s = np.exp(s - s.max(axis=-1, keepdims=True))
                 s /= s.sum(axis=-1, keepdims=True)
                 out[:, hh, :] = s @ v[:, kv, :]
-            x = x + self._mm(out.reshape(T, -1), p + "attn_output.weight")
-            h = self._rms(x, w[p + "ffn_norm.weight"])
-            g = self._mm(h, p + "ffn_gate.weight")
-            u = self._mm(h, p + "ffn_up.weight")
-            x = x + self._mm((g / (1.0 + np.exp(-g))) * u, p + "ffn_down.weight")
-        return self._mm(self._rms(x, w["output_norm.weight"]), "output.weight")
+            a = self._mm(out.reshape(T, -1), p + "attn_output.weight")
+            if p + "post_attention_norm.weight" in w:
+                a = self._rms(a, w[p + "post_attention_norm.weight"])
+            x = x + a
+            f = self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
+            if p + "post_ffw_norm.weight" in w:
+                f = self._rms(f, w[p + "post_ffw_norm.weight"])
+            x = x + f
+        z = self._mm(self._rms(x, w["output_norm.weight"]), "output.weight")
+        if c.final_softcap:
+            z = c.final_softcap * np.tanh(z / c.final_softcap)
+        return z
 
     def greedy(self, ids: list[int], n: int) -> list[int]:
         seq = list(ids)

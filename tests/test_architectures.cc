@@ -1,0 +1,310 @@
+// Every architecture, on synthetic files: one-pass prefill == one token at a time and cached decode == the
+// no-cache recompute, bitwise; the paged cache == the contiguous one, bitwise; a batch of several sequences ==
+// each alone (MoE: tokens picking different experts); routing against a brute-force reference; and files that
+// say something cachet would not apply refuse to load, naming it.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_cache_manager.h"
+#include "kv/paged_kv_cache.h"
+#include "model/model.h"
+#include "model/moe.h"
+#include "model/synthetic.h"
+#include "tests/test_util.h"
+
+namespace cachet {
+namespace {
+
+struct Arch {
+  std::string label;
+  SyntheticSpec spec;
+};
+
+std::vector<Arch> archs() {
+  std::vector<Arch> v;
+  auto add = [&](std::string label, std::string arch, auto tweak) {
+    for (DType t : {DType::kF32, DType::kQ4_0}) {
+      SyntheticSpec s;
+      s.arch = arch;
+      s.type = t;
+      s.embd_type = t == DType::kF32 ? DType::kF32 : DType::kQ8_0;
+      s.n_embd = 64, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 96, s.n_layer = 3, s.n_vocab = 300;
+      s.tied_output = false;
+      tweak(s);
+      v.push_back({label + "_" + dtype_name(t), s});
+    }
+  };
+  add("llama3", "llama", [](SyntheticSpec& s) { s.rope_freqs = true; });
+  add("mixtral", "llama", [](SyntheticSpec& s) { s.n_expert = 4, s.n_expert_used = 2; });
+  add("qwen2", "qwen2", [](SyntheticSpec&) {});
+  add("qwen3", "qwen3", [](SyntheticSpec& s) { s.head_dim = 32; });
+  add("qwen3moe", "qwen3moe", [](SyntheticSpec& s) { s.n_expert = 6, s.n_expert_used = 3, s.head_dim = 32; });
+  // Windows shorter than the prompts and not a multiple of the attention tile; soft-caps that bite.
+  add("gemma2", "gemma2", [](SyntheticSpec& s) { s.sliding_window = 11, s.attn_softcap = 2.0, s.final_softcap = 3.0; });
+  add("gemma3", "gemma3", [](SyntheticSpec& s) { s.sliding_window = 11, s.head_dim = 32, s.n_layer = 7; });
+  add("phi3", "phi3", [](SyntheticSpec&) {});
+  return v;
+}
+
+std::unique_ptr<Model> load(const Arch& a, int threads = 2) {
+  const std::string path = testing::temp_path(a.label + ".gguf");
+  EXPECT_TRUE(write_synthetic_model(a.spec, path).is_ok()) << a.label;
+  LoadOptions o;
+  o.n_threads = threads;
+  auto m = load_model(path, o);
+  EXPECT_TRUE(m.is_ok()) << a.label << ": " << m.status().message();
+  return std::move(m).value();
+}
+
+std::vector<int32_t> prompt(const Model& m, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(3 + static_cast<int32_t>(rng() % (m.config().n_vocab - 3)));
+  return p;
+}
+
+bool same(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(Architectures, PrefillEqualsOneTokenAtATimeBitwise) {
+  for (const Arch& a : archs()) {
+    auto m = load(a);
+    const ModelConfig& c = m->config();
+    const auto p = prompt(*m, 40, 2);
+    const int n = static_cast<int>(p.size());
+    for (DType kv : {DType::kF32, DType::kF16}) {
+      ContiguousKvCache one(c, n, kv), step(c, n, kv);
+      std::vector<float> la(static_cast<size_t>(n) * c.n_vocab), lb(la.size());
+      ASSERT_TRUE(m->forward(ForwardBatch::single(&one, p, 0, true), la.data()).is_ok());
+      for (int i = 0; i < n; ++i)
+        ASSERT_TRUE(m->forward(ForwardBatch::single(&step, {p[i]}, i, true), lb.data() + i * c.n_vocab).is_ok());
+      EXPECT_TRUE(same(la, lb)) << a.label << " kv " << dtype_name(kv);
+    }
+  }
+}
+
+TEST(Architectures, CachedDecodeEqualsNoCacheRecomputeBitwise) {
+  for (const Arch& a : archs()) {
+    auto m = load(a);
+    const ModelConfig& c = m->config();
+    auto seq = prompt(*m, 9, 3);
+    const int n0 = static_cast<int>(seq.size());
+    ContiguousKvCache cache(c, 64, DType::kF32);
+    std::vector<float> step(c.n_vocab), full(c.n_vocab);
+    ASSERT_TRUE(m->forward(ForwardBatch::single(&cache, seq, 0, false), step.data()).is_ok());
+    for (int i = 0; i < 30; ++i) {  // greedy: the next token from the cached logits
+      const int32_t next = static_cast<int32_t>(std::max_element(step.begin(), step.end()) - step.begin());
+      seq.push_back(next);
+      ASSERT_TRUE(m->forward(ForwardBatch::single(&cache, {next}, n0 + i, false), step.data()).is_ok());
+      ContiguousKvCache fresh(c, static_cast<int>(seq.size()), DType::kF32);
+      ASSERT_TRUE(m->forward(ForwardBatch::single(&fresh, seq, 0, false), full.data()).is_ok());
+      ASSERT_TRUE(same(step, full)) << a.label << " at position " << seq.size() - 1;
+    }
+  }
+}
+
+TEST(Architectures, PagedCacheEqualsContiguousAndBatchEqualsAlone) {
+  for (const Arch& a : archs()) {
+    auto m = load(a);
+    const ModelConfig& c = m->config();
+    const int64_t V = c.n_vocab;
+    constexpr int kBs = 16;
+    KvBlockStorage storage(c, 16, kBs, DType::kF16);
+    KvCacheManager mgr(16, kBs, [&](BlockId s, BlockId d, int n) { storage.copy_block(s, d, n); });
+    // Two sequences of different lengths in one batch (paged), against each alone (contiguous).
+    const auto p1 = prompt(*m, 37, 5), p2 = prompt(*m, 21, 6);
+    ASSERT_TRUE(mgr.append(1, static_cast<int>(p1.size())) && mgr.append(2, static_cast<int>(p2.size())));
+    PagedKvSequence s1(storage, mgr, 1), s2(storage, mgr, 2);
+    ForwardBatch b;
+    b.seqs = {&s1, &s2};
+    for (size_t i = 0; i < p1.size() || i < p2.size(); ++i)
+      for (int s = 0; s < 2; ++s) {
+        const auto& p = s == 0 ? p1 : p2;
+        if (i >= p.size()) continue;
+        b.token_ids.push_back(p[i]);
+        b.positions.push_back(static_cast<int32_t>(i));
+        b.seq_index.push_back(s);
+        b.want_logits.push_back(1);
+      }
+    std::vector<float> batched(static_cast<size_t>(b.n_tokens()) * V);
+    ASSERT_TRUE(m->forward(b, batched.data()).is_ok());
+    for (int s = 0; s < 2; ++s) {
+      const auto& p = s == 0 ? p1 : p2;
+      ContiguousKvCache alone_cache(c, 64, DType::kF16);
+      std::vector<float> alone(p.size() * V);
+      ASSERT_TRUE(m->forward(ForwardBatch::single(&alone_cache, p, 0, true), alone.data()).is_ok());
+      int row = 0;
+      for (int t = 0; t < b.n_tokens(); ++t) {
+        if (b.seq_index[t] != s) continue;
+        const int pos = b.positions[t];
+        ASSERT_EQ(0, std::memcmp(batched.data() + static_cast<size_t>(t) * V, alone.data() + static_cast<size_t>(pos) * V,
+                                 V * sizeof(float)))
+            << a.label << " sequence " << s << " position " << pos;
+        ++row;
+      }
+      EXPECT_EQ(row, static_cast<int>(p.size()));
+    }
+  }
+}
+
+// A brute-force router: every k-subset's probability mass, the heaviest subset (lexicographically first on ties).
+TEST(Moe, RoutingMatchesBruteForce) {
+  auto brute = [](const std::vector<float>& z, int k, bool renorm) {
+    const int E = static_cast<int>(z.size());
+    std::vector<double> p(E);
+    double mx = *std::max_element(z.begin(), z.end()), sum = 0;
+    for (int e = 0; e < E; ++e) sum += p[e] = std::exp(static_cast<double>(z[e]) - mx);
+    for (double& x : p) x /= sum;
+    // Rank experts: by probability, then index; the top k in that order.
+    std::vector<int> idx(E);
+    std::iota(idx.begin(), idx.end(), 0);
+    for (int i = 0; i < E; ++i)
+      for (int j = i + 1; j < E; ++j)
+        if (p[idx[j]] > p[idx[i]] || (p[idx[j]] == p[idx[i]] && idx[j] < idx[i])) std::swap(idx[i], idx[j]);
+    idx.resize(k);
+    double chosen = 0;
+    for (int e : idx) chosen += p[e];
+    std::vector<std::pair<int, double>> out;
+    for (int e : idx) out.push_back({e, renorm ? p[e] / chosen : p[e]});
+    return out;
+  };
+  std::mt19937 rng(11);
+  std::vector<std::vector<float>> cases = {
+      {1.0f, 1.0f, 1.0f, 1.0f},              // all tied: the lowest indices
+      {0.5f, 2.0f, 2.0f, -1.0f, 2.0f},       // a three-way tie for two places
+      {-3.0f, 0.0f, 5.0f, 5.0f, 0.0f, 1.0f},
+  };
+  for (int i = 0; i < 200; ++i) {
+    std::vector<float> z(2 + rng() % 14);
+    for (float& x : z) x = static_cast<float>(static_cast<int>(rng() % 9) - 4) * 0.5f;  // many ties
+    cases.push_back(z);
+  }
+  for (const auto& z : cases) {
+    const int E = static_cast<int>(z.size());
+    for (int k = 1; k <= std::min(E, 4); ++k)
+      for (bool renorm : {true, false}) {
+        const MoeRouting r = route_experts(z.data(), 1, E, k, renorm, 1.0f);
+        const auto want = brute(z, k, renorm);
+        for (int j = 0; j < k; ++j) {
+          ASSERT_EQ(r.expert[j], want[j].first) << "E=" << E << " k=" << k << " slot " << j;
+          ASSERT_NEAR(r.weight[j], want[j].second, 1e-6) << "E=" << E << " k=" << k;
+        }
+        if (renorm) {
+          double s = 0;
+          for (int j = 0; j < k; ++j) s += r.weight[j];
+          ASSERT_NEAR(s, 1.0, 1e-6);
+        }
+      }
+  }
+  // Tokens are routed independently: a batch's routing is each token's alone.
+  std::vector<float> z(5 * 8);
+  for (float& x : z) x = static_cast<float>(rng() % 1000) / 100.0f;
+  const MoeRouting all = route_experts(z.data(), 5, 8, 3, true, 0.5f);
+  for (int t = 0; t < 5; ++t) {
+    const MoeRouting one = route_experts(z.data() + t * 8, 1, 8, 3, true, 0.5f);
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(all.expert[t * 3 + j], one.expert[j]);
+      EXPECT_EQ(all.weight[t * 3 + j], one.weight[j]);
+    }
+  }
+}
+
+TEST(Moe, ResultsDoNotDependOnTheThreadCount) {
+  // (The batch test above already mixes tokens that pick different experts: 40 random tokens over 4-6 experts.)
+  for (const Arch& a : archs()) {
+    if (a.spec.n_expert == 0) continue;
+    auto m = load(a);
+    const auto p = prompt(*m, 40, 9);
+    ContiguousKvCache cache(m->config(), 64, DType::kF32);
+    std::vector<float> l(p.size() * m->config().n_vocab);
+    ASSERT_TRUE(m->forward(ForwardBatch::single(&cache, p, 0, true), l.data()).is_ok());
+    for (int threads : {1, 3}) {
+      auto m2 = load(a, threads);
+      ContiguousKvCache c2(m2->config(), 64, DType::kF32);
+      std::vector<float> l2(l.size());
+      ASSERT_TRUE(m2->forward(ForwardBatch::single(&c2, p, 0, true), l2.data()).is_ok());
+      EXPECT_TRUE(same(l, l2)) << a.label << " threads " << threads;
+    }
+  }
+}
+
+// A synthetic file with one extra key or tensor appended.
+std::string with_extra(const Arch& a, const std::string& name, bool tensor) {
+  const std::string base = testing::temp_path(a.label + "_base.gguf");
+  EXPECT_TRUE(write_synthetic_model(a.spec, base).is_ok());
+  auto f = GgufFile::open(base);
+  EXPECT_TRUE(f.is_ok());
+  GgufWriter w;
+  for (const std::string& k : (*f)->keys()) w.set_value(k, *(*f)->find(k));
+  for (const auto& t : (*f)->tensors())
+    EXPECT_TRUE(w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
+                             std::vector<uint8_t>(t.data, t.data + t.n_bytes))
+                    .is_ok());
+  if (tensor) {
+    std::vector<float> v(64, 1.0f);
+    EXPECT_TRUE(w.add_tensor_f32(name, DType::kF32, {64}, v.data()).is_ok());
+  } else {
+    w.set_f32(name, 0.5f);
+  }
+  const std::string path = testing::temp_path(a.label + "_extra.gguf");
+  EXPECT_TRUE(w.write(path).is_ok());
+  return path;
+}
+
+TEST(Architectures, UnknownMathChangingTensorOrKeyRefusesToLoad) {
+  const Arch a = archs()[4];  // qwen2 F32
+  for (auto [name, tensor] : std::vector<std::pair<std::string, bool>>{
+           {"blk.0.attn_output.bias", true},          // llama.cpp knows it; cachet does not apply it
+           {"rope_factors_long.weight", true},        // LongRoPE
+           {"blk.1.ffn_gate_inp.weight", true},       // experts in a dense file
+           {"qwen2.attention.clamp_kqv", false},      // a clamp
+           {"qwen2.logit_scale", false},              // a scale
+           {"qwen2.rope.scaling.attn_factor", false},  // YaRN's temperature
+       }) {
+    auto m = load_model(with_extra(a, name, tensor));
+    ASSERT_FALSE(m.is_ok()) << name << " loaded";
+    EXPECT_NE(m.status().message().find(name), std::string::npos) << m.status().message();
+  }
+  // And the known harmless ones do not.
+  auto m = load_model(with_extra(a, "qwen2.rope.scaling.original_context_length", false));
+  EXPECT_TRUE(m.is_ok()) << m.status().message();
+}
+
+TEST(Architectures, QueryScaleSoftCapsAndWindowsComeFromTheFile) {
+  for (const Arch& a : archs()) {
+    auto m = load(a);
+    const ModelConfig& c = m->config();
+    if (a.spec.arch == "gemma2") {
+      EXPECT_EQ(c.attn_softcap, 2.0);
+      EXPECT_EQ(c.final_softcap, 3.0);
+      EXPECT_EQ(c.sliding_window, 11);
+      EXPECT_EQ(c.swa_layers, "SGS");  // every other layer, layer 0 local
+      EXPECT_TRUE(c.post_norms);
+      EXPECT_EQ(c.ffn_act, "gelu");
+    } else if (a.spec.arch == "gemma3") {
+      EXPECT_EQ(c.swa_layers, "SSSSSGS");  // five local to one global
+      EXPECT_EQ(c.rope_theta_swa, 10000.0);
+      EXPECT_TRUE(c.qk_norm && c.post_norms);
+      EXPECT_FLOAT_EQ(static_cast<float>(c.attn_scale), 1.0f / std::sqrt(32.0f));
+    } else if (a.spec.arch == "qwen2") {
+      EXPECT_TRUE(c.qkv_bias && c.rope_neox);
+    } else if (a.spec.arch == "qwen3") {
+      EXPECT_EQ(c.head_dim, 32);
+      EXPECT_TRUE(c.qk_norm && !c.qkv_bias);
+    } else if (a.label.rfind("llama3", 0) == 0) {
+      EXPECT_TRUE(c.rope_freq_factors);
+      EXPECT_FALSE(c.rope_neox);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cachet
