@@ -1,5 +1,7 @@
-// Tokenizer golden tests: every text in ../shared/vocab/*.inp encodes to the ids in its .out (no BOS/EOS,
-// special tokens not parsed, as llama.cpp's own tests), and decodes back to the text.
+// Tokenizer golden tests: every text in a vocab file's .inp encodes to the ids in its .out (no BOS/EOS,
+// special tokens not parsed, as llama.cpp's own tests), and decodes back to the text. The files: ../shared/vocab/
+// and llama.cpp's own models/ directory inside the llama-cpp-python sdist (scripts/setup_oracles.sh unpacks it into
+// ~/.cache/cachet/llama.cpp/src-VERSION, or CACHET_LLAMACPP_SRC; used from there, never committed).
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +11,13 @@
 #include "io/gguf.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
+
+// The families of the architectures cachet runs, from llama.cpp's models/: Llama 3.x (llama-bpe), Qwen2.5 and
+// Qwen3 (qwen2), and more BPE pre-tokenizers users meet.
+#define LLAMACPP_VOCABS "llamacpp:ggml-vocab-llama-bpe.gguf", "llamacpp:ggml-vocab-qwen2.gguf", \
+    "llamacpp:ggml-vocab-command-r.gguf", "llamacpp:ggml-vocab-deepseek-llm.gguf", \
+    "llamacpp:ggml-vocab-deepseek-coder.gguf", "llamacpp:ggml-vocab-falcon.gguf", "llamacpp:ggml-vocab-mpt.gguf", \
+    "llamacpp:ggml-vocab-refact.gguf"
 
 namespace cachet {
 namespace {
@@ -42,10 +51,24 @@ std::unique_ptr<Tokenizer> load(const std::string& path) {
   return std::move(t).value();
 }
 
+std::string llamacpp_models_dir() {
+  if (const char* e = std::getenv("CACHET_LLAMACPP_SRC")) return std::string(e) + "/vendor/llama.cpp/models";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/cachet/llama.cpp/src-0.3.36/vendor/llama.cpp/models";
+}
+
+// "shared:NAME" or "llamacpp:NAME".
+std::string vocab_path(const std::string& param) {
+  const size_t colon = param.find(':');
+  const std::string where = param.substr(0, colon), name = param.substr(colon + 1);
+  return (where == "shared" ? testing::shared_dir() + "/vocab" : llamacpp_models_dir()) + "/" + name;
+}
+
 class VocabFiles : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VocabFiles, EncodeMatchesTheTestVectorsAndDecodesBack) {
-  const std::string base = testing::shared_dir() + "/vocab/" + GetParam();
+  const std::string base = vocab_path(GetParam());
+  ASSERT_TRUE(std::filesystem::exists(base)) << base << " is missing (bash scripts/setup_oracles.sh fetches it)";
   auto tok = load(base);
   ASSERT_TRUE(tok);
   auto texts = split(read_file(base + ".inp"), "\n__ggml_vocab_test__\n");
@@ -64,11 +87,14 @@ TEST_P(VocabFiles, EncodeMatchesTheTestVectorsAndDecodesBack) {
   EXPECT_GE(checked, 40);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shared, VocabFiles,
-                         ::testing::Values("ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf",
-                                           "ggml-vocab-starcoder.gguf"),
+INSTANTIATE_TEST_SUITE_P(Files, VocabFiles,
+                         ::testing::Values("shared:ggml-vocab-gpt-2.gguf", "shared:ggml-vocab-llama-spm.gguf",
+                                           "shared:ggml-vocab-phi-3.gguf", "shared:ggml-vocab-starcoder.gguf",
+                                           LLAMACPP_VOCABS),
                          [](const auto& info) {
-                           std::string n = info.param.substr(11, info.param.size() - 16);
+                           const std::string file = info.param.substr(info.param.find(':') + 1);
+                           std::string n = info.param.substr(0, info.param.find(':')) + "_" +
+                                           file.substr(11, file.size() - 16);
                            for (char& c : n)
                              if (!isalnum(static_cast<unsigned char>(c))) c = '_';
                            return n;

@@ -148,7 +148,9 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
     if (gemma) CACHET_RETURN_IF_ERROR(add(p + "post_attention_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
     CACHET_RETURN_IF_ERROR(add(p + "ffn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
     if (moe) {
-      CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, s.n_expert, lim(s.n_embd), 0.0f));
+      // A decisive router (logits of std ~4, as trained routers' are peaked): random near-ties would make the
+      // expert choice, and every oracle comparison, hinge on rounding noise.
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, s.n_expert, 4 * lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));

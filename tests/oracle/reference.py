@@ -245,6 +245,11 @@ class Model:
         prob = np.exp(z - z.max(axis=-1, keepdims=True))
         prob /= prob.sum(axis=-1, keepdims=True)
         out = np.zeros_like(h)
+        # How close each token's routing is to a tie (the k-th and (k+1)-th router logits), for callers that
+        # must tell rounding-decided expert choices from the rest.
+        zs = -np.sort(-z, axis=1)
+        if c.n_expert_used < c.n_expert:
+            self.router_margin = np.minimum(self.router_margin, zs[:, c.n_expert_used - 1] - zs[:, c.n_expert_used])
         for t in range(h.shape[0]):
             top = sorted(range(c.n_expert), key=lambda e: (-prob[t, e], e))[: c.n_expert_used]
             wsum = sum(prob[t, e] for e in top)
@@ -262,6 +267,7 @@ class Model:
         c, w = self.cfg, self.w
         T = len(ids)
         x = w["token_embd.weight"][np.asarray(ids)] * c.embd_scale
+        self.router_margin = np.full(T, np.inf)
         causal = np.triu(np.full((T, T), -np.inf), k=1)
         dist = np.arange(T)[:, None] - np.arange(T)[None, :]
         group = c.n_head // c.n_head_kv

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Test-only oracles that come with llama.cpp's source: the PyPI sdist of llama-cpp-python, unpacked once into
+# ~/.cache/cachet/llama.cpp/src-VERSION (its vendor/llama.cpp/models/ vocab test files are read from there, never
+# committed), and llama.cpp's Python binding built from it (pip keeps the wheel in its cache). Portable flags
+# (GGML_NATIVE=OFF): a correctness oracle for the architecture tests, not the speed peer (scripts/setup_llamacpp.sh).
+# Idempotent.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv"
+version=0.3.36
+cache="${CACHET_CACHE:-$HOME/.cache/cachet}/llama.cpp"
+src="$cache/src-$version"
+sdist="$cache/llama_cpp_python-$version.tar.gz"
+mkdir -p "$cache"
+if [ ! -f "$sdist" ]; then
+  tmp="$(mktemp -d)"
+  "$venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary llama-cpp-python \
+    "llama-cpp-python==$version" -d "$tmp"
+  mv "$tmp/llama_cpp_python-$version.tar.gz" "$sdist"
+  rm -rf "$tmp"
+fi
+if [ ! -f "$src/vendor/llama.cpp/models/ggml-vocab-qwen2.gguf.inp" ]; then
+  mkdir -p "$src"
+  tar -xzf "$sdist" -C "$src" --strip-components=1
+fi
+if "$venv/bin/python" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$version')" 2>/dev/null; then
+  exit 0
+fi
+echo "setup_oracles: building llama-cpp-python $version (a few minutes, once)"
+CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+  "$venv/bin/pip" install -q --disable-pip-version-check "$sdist"
