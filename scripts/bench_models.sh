@@ -15,4 +15,14 @@ for preset in smollm2-135m llama-3.2-1b; do
   f="$out/$preset-Q4_K_M.gguf"
   [ -f "$f" ] || "$c" quantize -m "$out/$preset-F16.gguf" -o "$f" --type Q4_K_M
 done
+# Issue #15's architectures: Qwen3-0.6B-, Gemma-3-1B- and small-Qwen3-MoE-shaped (16 experts, 4 active),
+# Q4_K_M (`cachet quantize` of the F16 file) and Q8_0.
+for preset in qwen3-0.6b gemma-3-1b qwen3-moe-small; do
+  f16="$out/$preset-F16.gguf"
+  [ -f "$f16" ] || "$c" synth --preset "$preset" --type F16 -o "$f16" >/dev/null
+  f="$out/$preset-Q4_K_M.gguf"
+  [ -f "$f" ] || "$c" quantize -m "$f16" -o "$f" --type Q4_K_M
+  f="$out/$preset-Q8_0.gguf"
+  [ -f "$f" ] || "$c" synth --preset "$preset" --type Q8_0 -o "$f" >/dev/null
+done
 ls -la "$out"

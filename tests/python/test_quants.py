@@ -87,6 +87,31 @@ def test_quantize_mixes_follow_llama_cpp(cachet_bin, tmp_path):
     assert types["blk.0.ffn_down.weight"] == "Q4_K" and types["blk.1.ffn_down.weight"] == "Q6_K"  # 512 wide
 
 
+def test_quantize_mixes_of_the_other_architectures_follow_llama_cpp(cachet_bin, tmp_path):
+    """llama.cpp's llama_tensor_get_type for experts, routers and fused QKV."""
+    def synth(name, *args):
+        path = tmp_path / f"{name}.gguf"
+        subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd", "256",
+                        "--n-layer", "8", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--seed", "5"]
+                       + list(args), check=True)
+        return path
+    types, _ = quantize(cachet_bin, synth("moe", "--arch", "qwen3moe", "--experts", "4", "--experts-used", "2",
+                                          "--head-dim", "64"), tmp_path / "moe_q4km.gguf", "Q4_K_M")
+    for i in range(8):
+        more = i in (0, 3, 6, 7)
+        assert types[f"blk.{i}.ffn_gate_inp.weight"] == "F32"  # routers are never quantized (synth writes F32)
+        assert types[f"blk.{i}.ffn_down_exps.weight"] == ("Q6_K" if more else "Q4_K"), i  # ffn_down's rule
+        assert types[f"blk.{i}.ffn_gate_exps.weight"] == "Q4_K"
+        assert types[f"blk.{i}.attn_k.weight"] == "Q4_K"
+    types, _ = quantize(cachet_bin, synth("mixtral", "--experts", "8", "--experts-used", "2"),
+                        tmp_path / "mixtral_q4km.gguf", "Q4_K_M")
+    assert types["blk.1.attn_v.weight"] == "Q8_0" and types["blk.1.attn_k.weight"] == "Q8_0"  # 8 experts
+    assert types["blk.1.attn_output.weight"] == "Q5_K"
+    types, _ = quantize(cachet_bin, synth("phi3", "--arch", "phi3"), tmp_path / "phi3_q4km.gguf", "Q4_K_M")
+    assert types["blk.2.attn_qkv.weight"] == "Q5_K"
+    assert types["blk.2.ffn_up.weight"] == "Q4_K"
+
+
 def test_quantized_models_stay_close_to_their_f16_source(cachet_bin, tmp_path):
     """Logits of each quantized file against the f16 source, all through the numpy reference: the quantizer's
     own error, bounded and ordered by bits."""

@@ -57,15 +57,26 @@ DType fit_row(DType t, int64_t ne0) {
   return t;
 }
 
-DType target_type(const Scheme& s, const GgufTensorInfo& t, bool has_output, int n_layer) {
+// llama.cpp's choices (its llama_tensor_get_type) for the schemes cachet writes. n_expert: the file's
+// expert count (0: dense).
+DType target_type(const Scheme& s, const GgufTensorInfo& t, bool has_output, int n_layer, int n_expert) {
   if (t.n_dims < 2 || t.name.size() < 7 || t.name.compare(t.name.size() - 7, 7, ".weight") != 0) return t.type;
+  if (t.name.find("ffn_gate_inp.weight") != std::string::npos) return t.type;  // routers stay as they are
   DType want = s.base;
   const bool output = t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
   if (output && !is_float(s.base) && s.base != DType::kQ8_0) want = DType::kQ6_K;
-  static const std::regex kLayer(R"(^blk\.(\d+)\.(attn_v|ffn_down)\.weight$)");
+  const bool k_mix = s.base == DType::kQ4_K || s.base == DType::kQ5_K;
+  static const std::regex kLayer(R"(^blk\.(\d+)\.(attn_v|ffn_down|ffn_down_exps)\.weight$)");
   std::smatch m;
   if (s.more_bits_mix && std::regex_match(t.name, m, kLayer) && more_bits(std::stoi(m[1]), n_layer))
     want = DType::kQ6_K;
+  if (k_mix && s.more_bits_mix && t.name.find("attn_qkv.weight") != std::string::npos)
+    want = s.base == DType::kQ4_K ? DType::kQ5_K : DType::kQ6_K;  // fused QKV (Phi-3): one step up
+  if (n_expert == 8 && !is_float(s.base)) {  // Mixtral-8x: attention is cheap next to the experts
+    if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("attn_k.weight") != std::string::npos)
+      want = DType::kQ8_0;
+    if (s.base == DType::kQ4_K && t.name.find("attn_output.weight") != std::string::npos) want = DType::kQ5_K;
+  }
   return fit_row(want, t.ne[0]);
 }
 
@@ -86,6 +97,8 @@ int quantize(const QuantizeArgs& a) {
   if (auto s = in.get_string("general.architecture"); s.is_ok()) arch = *s;
   auto blocks = in.get_uint(arch + ".block_count");
   const int n_layer = blocks.is_ok() ? static_cast<int>(*blocks) : 0;
+  auto experts = in.get_uint(arch + ".expert_count");
+  const int n_expert = experts.is_ok() ? static_cast<int>(*experts) : 0;
   const bool has_output = in.find_tensor("output.weight") != nullptr;
 
   GgufWriter w;
@@ -101,7 +114,7 @@ int quantize(const QuantizeArgs& a) {
   size_t in_bytes = 0, out_bytes = 0;
   std::map<std::string, int> counts;
   for (const GgufTensorInfo& t : in.tensors()) {
-    const DType to = target_type(scheme, t, has_output, n_layer);
+    const DType to = target_type(scheme, t, has_output, n_layer, n_expert);
     std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max(1, t.n_dims));
     in_bytes += t.n_bytes;
     ++counts[dtype_name(to)];
