@@ -111,8 +111,20 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::vector<int32_t> prompt(n_prompt);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.n_vocab);
+  // Bytes of weights a decode step reads: every matrix, but of the experts only the n_expert_used / n_expert
+  // a token is routed to (on average), and of an untied token embedding one row.
   size_t weight_bytes = 0;
-  for (const auto& t : model.tensors()) weight_bytes += t.n_bytes();
+  double read_per_token = 0.0;
+  for (const auto& t : model.tensors()) {
+    weight_bytes += t.n_bytes();
+    if (t.name.find("_exps.") != std::string::npos && c.n_expert > 0) {
+      read_per_token += static_cast<double>(t.n_bytes()) * c.n_expert_used / c.n_expert;
+    } else if (t.name == "token_embd.weight" && !c.tied_output) {
+      read_per_token += static_cast<double>(t.row_bytes);
+    } else {
+      read_per_token += static_cast<double>(t.n_bytes());
+    }
+  }
 
   GenerateOptions o;
   o.sampling.max_tokens = n_gen;
@@ -139,6 +151,7 @@ int main(int argc, char** argv) {
                       {"n_prompt", n_prompt},
                       {"n_gen", n_gen},
                       {"weight_bytes", weight_bytes},
+                      {"weight_bytes_read_per_token", read_per_token},
                       {"kv_bytes_per_token", c.kv_bytes_per_token(o.kv_type == DType::kF32 ? 4 : 2)},
                       {"pp_tok_s", median(pp)},
                       {"tg_tok_s", median(tg)},

@@ -68,7 +68,8 @@ def main():
                 ours["tg"].append(j["tg_tok_s"])
                 # Decode roofline: every weight byte read once per token (the embedding lookup reads one row;
                 # a tied head reads the whole matrix) plus the KV cache, over the measured read bandwidth.
-                per_tok = j["weight_bytes"] + j["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2)
+                per_tok = (j.get("weight_bytes_read_per_token", j["weight_bytes"]) +
+                           j["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2))
                 roofs.append(j["tg_tok_s"] / (bw_now * 1e9 / per_tok))
                 k = (llama_bench(a.llama_bench, model, t, a.n_prompt, a.n_gen) if a.llama_bench else
                      run_json([sys.executable, str(ROOT / "bench" / "llamacpp_bench.py"), "-m", model, "-t", str(t),
