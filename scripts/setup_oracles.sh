@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Test-only oracles that come with llama.cpp's source: the PyPI sdist of llama-cpp-python, unpacked once into
 # ~/.cache/cachet/llama.cpp/src-VERSION (its vendor/llama.cpp/models/ vocab test files are read from there, never
-# committed), and llama.cpp's Python binding built from it (pip keeps the wheel in its cache). Portable flags
+# committed), and llama.cpp's Python binding built from the same sdist (pip keeps the built wheel in its cache, so a
+# second venv on this machine installs in seconds). Portable flags
 # (GGML_NATIVE=OFF): a correctness oracle for the architecture tests, not the speed peer (scripts/setup_llamacpp.sh).
 # Idempotent.
 set -euo pipefail
@@ -29,4 +30,4 @@ fi
 echo "setup_oracles: building llama-cpp-python $version (a few minutes, once)"
 CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  "$venv/bin/pip" install -q --disable-pip-version-check "$sdist"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-binary llama-cpp-python "llama-cpp-python==$version"

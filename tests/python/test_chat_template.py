@@ -1,12 +1,23 @@
 """Our Jinja interpreter against Python jinja2, configured as HF's apply_chat_template configures it
 (trim_blocks, lstrip_blocks, loop controls, raise_exception, a json.dumps tojson), on real templates."""
 import json
+import os
 import pathlib
 import subprocess
 
 import pytest
 
 TEMPLATES = sorted((pathlib.Path(__file__).resolve().parents[1] / "data" / "chat_templates").glob("*.jinja"))
+
+# The official templates of the families cachet's architectures run (docs/architectures.md), from llama.cpp's
+# models/templates inside the llama-cpp-python sdist (scripts/setup_oracles.sh unpacks it; used, not committed).
+LLAMACPP_TEMPLATES = pathlib.Path(os.environ.get("CACHET_LLAMACPP_SRC", pathlib.Path.home() / ".cache" / "cachet" /
+                                                 "llama.cpp" / "src-0.3.36")) / "vendor" / "llama.cpp" / "models" / "templates"
+FAMILY_TEMPLATES = ["Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "Qwen-QwQ-32B", "google-gemma-2-2b-it",
+                    "meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
+                    "meta-llama-Llama-3.3-70B-Instruct", "microsoft-Phi-3.5-mini-instruct",
+                    "mistralai-Mistral-Nemo-Instruct-2407", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+                    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "HuggingFaceTB-SmolLM3-3B"]
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -50,6 +61,7 @@ def jinja2_render(src, messages, add_generation_prompt, tools):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: __import__("datetime").datetime.now().strftime(fmt)  # as HF defines it
     kwargs = dict(messages=messages, add_generation_prompt=add_generation_prompt, bos_token="<s>", eos_token="</s>")
     if tools is not None:
         kwargs["tools"] = tools
@@ -75,8 +87,10 @@ def ours_render(cachet_bin, template, messages, add_generation_prompt, tools, tm
     return r.stdout.decode(), None
 
 
-@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("template", TEMPLATES + [LLAMACPP_TEMPLATES / f"{n}.jinja" for n in FAMILY_TEMPLATES],
+                         ids=lambda p: p.stem)
 def test_rendering_matches_jinja2(cachet_bin, template, tmp_path):
+    assert template.exists(), f"{template} is missing (bash scripts/setup_oracles.sh unpacks it)"
     src = template.read_text(encoding="utf-8")
     compared = rendered = 0
     for i, conv in enumerate(CONVERSATIONS):
