@@ -56,6 +56,15 @@ void KvCacheManager::fork(SeqId parent, SeqId child) {
   seqs_.emplace(child, std::move(c));
 }
 
+void KvCacheManager::adopt(SeqId s, const std::vector<BlockId>& blocks) {
+  CACHET_CHECK(!has(s));
+  Seq q;
+  q.table = blocks;
+  q.num_tokens = static_cast<int>(blocks.size()) * block_size_;
+  for (BlockId b : blocks) pool_.incref(b);
+  seqs_.emplace(s, std::move(q));
+}
+
 void KvCacheManager::free(SeqId s) {
   auto it = seqs_.find(s);
   if (it == seqs_.end()) return;
@@ -63,7 +72,7 @@ void KvCacheManager::free(SeqId s) {
   seqs_.erase(it);
 }
 
-std::string KvCacheManager::check() const {
+std::string KvCacheManager::check(const std::function<int(BlockId)>& external) const {
   std::vector<int> refs(pool_.n_total(), 0);
   for (const auto& [id, q] : seqs_) {
     const int need = (q.num_tokens + block_size_ - 1) / block_size_;
@@ -73,7 +82,7 @@ std::string KvCacheManager::check() const {
     for (BlockId b : q.table) refs[b]++;
   }
   for (BlockId b = 0; b < pool_.n_total(); ++b)
-    if (refs[b] != pool_.ref_cnt(b))
+    if (refs[b] + (external ? external(b) : 0) != pool_.ref_cnt(b))
       return "block " + std::to_string(b) + " has ref_cnt " + std::to_string(pool_.ref_cnt(b)) + " but " +
              std::to_string(refs[b]) + " references";
   return pool_.check();

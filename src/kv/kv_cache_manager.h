@@ -36,11 +36,17 @@ class KvCacheManager {
   bool append(SeqId s, int n_new);
   // child (new) shares every block of parent.
   void fork(SeqId parent, SeqId child);
+  // s (new) starts with whole blocks computed elsewhere (a prefix cache hit): it takes a reference on each and
+  // holds blocks.size() * block_size tokens.
+  void adopt(SeqId s, const std::vector<BlockId>& blocks);
   // Drops all of s's references (finish, abort, or preemption by recompute).
   void free(SeqId s);
 
-  // Ref counts == table references, and the pool's own invariants; empty when all hold.
-  std::string check() const;
+  // Ref counts == table references (plus, per block, what `external` says others hold, e.g. a prefix cache's
+  // one reference per block it keeps), and the pool's own invariants; empty when all hold.
+  std::string check(const std::function<int(BlockId)>& external = nullptr) const;
+  // The pool, for a prefix cache that shares it (its references are counted in the same ref counts).
+  BlockPool* shared_pool() { return &pool_; }
 
  private:
   struct Seq {
