@@ -1,7 +1,9 @@
 // Continuous batching: 32 concurrent requests give exactly the tokens each gives alone, also with a pool so
 // small that requests are preempted and with 16-token prefill chunks; aborts and impossible requests.
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -68,6 +70,9 @@ std::map<RequestId, std::vector<int32_t>> run_engine(Engine& e, const std::vecto
 }
 
 void expect_same_as_alone(Model& m, EngineConfig cfg, int64_t* preemptions) {
+  *preemptions = 0;
+  for (bool cache : {false, true}) {
+  cfg.prefix_cache = cache;
   auto js = jobs(m, 32);
   Engine e(m, cfg);
   std::vector<RequestId> ids;
@@ -81,8 +86,11 @@ void expect_same_as_alone(Model& m, EngineConfig cfg, int64_t* preemptions) {
     EXPECT_EQ(got[ids[i]], alone->token_ids) << "request " << i;
   }
   const EngineCounters c = e.counters();
-  EXPECT_EQ(c.blocks_used, 0) << "every block is free once all requests finished";
-  *preemptions = c.preemptions;
+  EXPECT_EQ(c.blocks_used, c.blocks_cached) << "every block not kept by the prefix cache is free at the end";
+  if (!cache) EXPECT_EQ(c.blocks_cached, 0);
+  EXPECT_EQ(e.check(), "");
+  *preemptions += c.preemptions;
+  }
 }
 
 TEST(Engine, ConcurrentRequestsEqualRunningAlone) {
@@ -257,6 +265,94 @@ TEST(Engine, NSamplesForkFromOnePrefill) {
         if (x.token >= 0) got.push_back(x.token);
     }
     EXPECT_EQ(out[*id + k], got) << "sample " << k;
+  }
+}
+
+// Prefix caching never changes a result: 200 requests whose prompts share beginnings that end at random
+// positions (not block or chunk aligned), served with the cache off, then on in another arrival order, at
+// another concurrency and with requests arriving while others run, give the same token ids and the same logits,
+// bitwise. A small pool makes the cache evict and the scheduler preempt along the way.
+TEST(Engine, PrefixCacheNeverChangesTokensOrLogits) {
+  auto m = small_model();
+  const int V = static_cast<int>(m->config().n_vocab);
+  std::mt19937 rng(404);
+  std::vector<std::vector<int32_t>> shared;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> s(20 + rng() % 100);
+    for (auto& x : s) x = static_cast<int32_t>(rng() % V);
+    shared.push_back(s);
+  }
+  struct J {
+    std::vector<int32_t> prompt;
+    SamplingParams p;
+  };
+  std::vector<J> js;
+  for (int i = 0; i < 200; ++i) {
+    J j;
+    const auto& s = shared[rng() % shared.size()];
+    j.prompt.assign(s.begin(), s.begin() + 1 + rng() % s.size());  // cut anywhere
+    const int tail = static_cast<int>(rng() % 20);
+    for (int k = 0; k < tail; ++k) j.prompt.push_back(static_cast<int32_t>(rng() % V));
+    j.p.max_tokens = 1 + static_cast<int>(rng() % 12);
+    if (i % 3 == 0) {  // some sampled, seeded
+      j.p.temperature = 0.8f;
+      j.p.seed = 1000 + i;
+    }
+    js.push_back(j);
+  }
+  struct Out {
+    std::vector<int32_t> ids;
+    std::vector<float> logits;
+  };
+  auto serve = [&](bool cache, int max_running, int chunk, uint32_t order_seed, int64_t* hits, int64_t* preempted) {
+    EngineConfig cfg;
+    cfg.n_blocks = 40;  // 640 token slots: evictions and preemptions happen
+    cfg.prefix_cache = cache;
+    cfg.max_running = max_running;
+    cfg.prefill_chunk = chunk;  // 20: chunks, and so preempted prefixes, end inside blocks
+    cfg.max_batch_tokens = 3 * chunk;
+    std::map<RequestId, size_t> job_of;
+    std::vector<Out> out(js.size());
+    cfg.on_logits = [&](RequestId id, const float* row, int64_t n) {
+      auto& l = out[job_of.at(id)].logits;
+      l.insert(l.end(), row, row + n);
+    };
+    Engine e(*m, cfg);
+    std::vector<size_t> order(js.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(order_seed));
+    size_t next = 0;
+    int steps = 0;
+    while (next < order.size() || e.has_work()) {
+      // Arrivals in waves of 0..7 between steps.
+      for (int k = static_cast<int>(rng() % 8); k > 0 && next < order.size(); --k, ++next) {
+        const J& j = js[order[next]];
+        auto id = e.add_request(j.prompt, j.p, {}, /*stop_at_eos=*/false);
+        EXPECT_TRUE(id.is_ok()) << id.status().message();
+        job_of[*id] = order[next];
+      }
+      auto ev = e.step();
+      EXPECT_TRUE(ev.is_ok());
+      for (const auto& x : *ev)
+        if (x.token >= 0) out[job_of.at(x.id)].ids.push_back(x.token);
+      EXPECT_EQ(e.check(), "") << "step " << steps;
+      if (++steps > 200000) break;
+    }
+    *hits = e.counters().prefix_hit_tokens;
+    *preempted = e.counters().preemptions;
+    return out;
+  };
+  int64_t hits_off = 0, hits_on = 0, pre_off = 0, pre_on = 0;
+  const auto off = serve(false, 256, 32, 1, &hits_off, &pre_off);
+  const auto on = serve(true, 24, 20, 2, &hits_on, &pre_on);
+  EXPECT_EQ(hits_off, 0);
+  EXPECT_GT(pre_on, 0) << "preemptions with the cache on (their partial blocks must not enter the tree)";
+  EXPECT_GT(hits_on, 2000) << "the cache must actually hit for this test to mean anything";
+  for (size_t i = 0; i < js.size(); ++i) {
+    ASSERT_EQ(on[i].ids, off[i].ids) << "request " << i;
+    ASSERT_EQ(on[i].logits.size(), off[i].logits.size());
+    ASSERT_EQ(0, std::memcmp(on[i].logits.data(), off[i].logits.data(), on[i].logits.size() * sizeof(float)))
+        << "request " << i << ": logits differ with the prefix cache";
   }
 }
 

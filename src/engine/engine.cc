@@ -17,12 +17,17 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   storage_ = std::make_unique<KvBlockStorage>(c, cfg_.n_blocks, cfg_.block_size, cfg_.kv_type);
   manager_ = std::make_unique<KvCacheManager>(cfg_.n_blocks, cfg_.block_size,
                                               [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); });
+  if (cfg_.prefix_cache) radix_ = std::make_unique<RadixCache>(manager_->shared_pool(), cfg_.block_size);
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  for (auto& [id, r] : requests_)
+    if (r->cache_node) radix_->unlock(r->cache_node);
+  radix_.reset();  // gives the tree's references back before the pool goes
+}
 
 Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params,
-                                      std::vector<int32_t> stop_ids, bool stop_at_eos, int n) {
+                                      std::vector<int32_t> stop_ids, bool stop_at_eos, int n, uint64_t cache_ns) {
   if (n < 1 || n > 128) return invalid_argument("n must be in 1..128, got " + std::to_string(n));
   const ModelConfig& c = model_.config();
   CACHET_RETURN_IF_ERROR(params.validate(c.n_vocab));
@@ -45,6 +50,7 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->stop_ids = std::move(stop_ids);
   r->stop_at_eos = stop_at_eos;
   r->n_forks = n - 1;
+  r->cache_ns = cache_ns;
   r->view = std::make_unique<PagedKvSequence>(*storage_, *manager_, r->id);
   waiting_.push_back(r.get());
   const RequestId id = r->id;
@@ -57,8 +63,37 @@ void Engine::abort(RequestId id) {
   if (requests_.count(id)) aborted_.push_back(id);
 }
 
-void Engine::preempt(Request* r) {
+void Engine::take_cached_prefix(Request* r) {
+  if (!radix_ || manager_->has(r->id)) return;
+  // The last token is always computed (its logits are what the request samples from).
+  const int n = static_cast<int>(r->tokens.size());
+  RadixCache::Match m = radix_->match(r->cache_ns, r->tokens.data(), n, (n - 1) / cfg_.block_size);
+  if (!m.last) return;
+  radix_->lock(m.last);
+  r->cache_node = m.last;
+  manager_->adopt(r->id, m.blocks);
+  r->num_computed = m.n_tokens;
+  if (r->cached_tokens == 0) r->cached_tokens = m.n_tokens;
+}
+
+void Engine::release(Request* r) {
+  if (radix_ && manager_->has(r->id)) {
+    const int full = r->num_computed / cfg_.block_size;  // only whole blocks of computed tokens
+    radix_->insert(r->cache_ns, r->tokens.data(), full * cfg_.block_size, manager_->block_table(r->id).data());
+  }
+  if (r->cache_node) radix_->unlock(r->cache_node);
+  r->cache_node = nullptr;
   manager_->free(r->id);
+}
+
+bool Engine::make_room(int n) {
+  const int short_by = n - manager_->pool().n_free();
+  if (short_by > 0 && radix_) radix_->evict(short_by);
+  return manager_->pool().can_allocate(n);
+}
+
+void Engine::preempt(Request* r) {
+  release(r);
   r->num_computed = 0;  // recompute: its tokens (prompt and output so far) are prefilled again
   running_.erase(std::find(running_.begin(), running_.end(), r));
   waiting_.push_front(r);
@@ -66,7 +101,7 @@ void Engine::preempt(Request* r) {
 }
 
 void Engine::finish(Request* r) {
-  manager_->free(r->id);
+  release(r);
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
   requests_.erase(r->id);
@@ -77,7 +112,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   for (RequestId id : aborted_) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
-    events.push_back({id, -1, RequestFinish::kAborted, 0.0f, {}});
+    events.push_back({id, -1, RequestFinish::kAborted, 0.0f, {}, it->second->cached_tokens});
     finish(it->second.get());
   }
   aborted_.clear();
@@ -92,7 +127,8 @@ Result<std::vector<RequestEvent>> Engine::step() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
     const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
-    if (manager_->can_append(r->id, r->num_computed + n - manager_->num_tokens(r->id))) {
+    const int grow = r->num_computed + n - manager_->num_tokens(r->id);
+    if (manager_->can_append(r->id, grow) || make_room(manager_->blocks_to_append(r->id, grow))) {
       manager_->append(r->id, r->num_computed + n - manager_->num_tokens(r->id));
       work.push_back({r, n});
       budget -= n;
@@ -113,8 +149,17 @@ Result<std::vector<RequestEvent>> Engine::step() {
   // Admit waiting requests while the budget and the blocks allow.
   while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_running) {
     Request* r = waiting_.front();
+    take_cached_prefix(r);
     const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
-    if (!manager_->can_append(r->id, n)) break;
+    if (!manager_->can_append(r->id, n) && !make_room(manager_->blocks_to_append(r->id, n))) {
+      if (r->cache_node) {  // give the prefix back: it waits holding nothing
+        radix_->unlock(r->cache_node);
+        r->cache_node = nullptr;
+      }
+      manager_->free(r->id);
+      r->num_computed = 0;
+      break;
+    }
     manager_->append(r->id, n);
     waiting_.pop_front();
     running_.push_back(r);
@@ -163,6 +208,8 @@ Result<std::vector<RequestEvent>> Engine::step() {
       c->stop_ids = r->stop_ids;
       c->stop_at_eos = r->stop_at_eos;
       c->view = std::make_unique<PagedKvSequence>(*storage_, *manager_, c->id);
+      c->cache_ns = r->cache_ns;
+      c->cached_tokens = r->cached_tokens;
       manager_->fork(r->id, c->id);
       running_.push_back(c.get());
       to_sample.emplace_back(c.get(), logits_.data() + i * V);
@@ -174,7 +221,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
     if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
     CACHET_ASSIGN_OR_RETURN(SampleResult s, r->sampler->sample(row, V, r->tokens, r->n_prompt));
     r->tokens.push_back(s.id);
-    RequestEvent ev{r->id, s.id, RequestFinish::kNone, s.logprob, std::move(s.top)};
+    RequestEvent ev{r->id, s.id, RequestFinish::kNone, s.logprob, std::move(s.top), r->cached_tokens};
     const bool stop = (r->stop_at_eos && sp.eos && s.id == *sp.eos) ||
                       std::find(r->stop_ids.begin(), r->stop_ids.end(), s.id) != r->stop_ids.end();
     if (stop) ev.finish = RequestFinish::kStop;
@@ -193,7 +240,19 @@ EngineCounters Engine::counters() const {
   c.preemptions = preemptions_;
   c.running = static_cast<int>(running_.size());
   c.waiting = static_cast<int>(waiting_.size());
+  if (radix_) {
+    c.blocks_cached = radix_->cached_blocks();
+    c.prefix_queries = radix_->queries();
+    c.prefix_query_tokens = radix_->query_tokens();
+    c.prefix_hit_tokens = radix_->hit_tokens();
+  }
   return c;
+}
+
+std::string Engine::check() const {
+  std::string err = manager_->check([this](BlockId b) { return radix_ && radix_->holds(b) ? 1 : 0; });
+  if (radix_) err += radix_->check();
+  return err;
 }
 
 }  // namespace cachet
