@@ -69,7 +69,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
       "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed",
       "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
       // ours
-      "top_k", "min_p", "repetition_penalty", "ignore_eos"};
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "cache_salt"};
   static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
   for (const auto& [k, v] : b.items())
@@ -78,8 +78,16 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
 
   GenerationRequest r;
   r.endpoint = endpoint;
-  if (!b.contains("model") || !b["model"].is_string()) return bad("model", "'model' is required and must be a string");
-  r.model = b["model"].get<std::string>();
+  // `model` may be omitted (one model is served); when given it must be a string naming it.
+  if (b.contains("model")) {
+    if (!b["model"].is_string()) return bad("model", "'model' must be a string");
+    r.model = b["model"].get<std::string>();
+  }
+  if (b.contains("cache_salt")) {
+    if (!b["cache_salt"].is_string() || b["cache_salt"].get<std::string>().empty())
+      return bad("cache_salt", "'cache_salt' must be a non-empty string");
+    r.cache_salt = b["cache_salt"].get<std::string>();
+  }
 
   if (chat) {
     if (!b.contains("messages") || !b["messages"].is_array() || b["messages"].empty())

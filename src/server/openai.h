@@ -37,6 +37,7 @@ struct GenerationRequest {
   bool include_usage = false;
   bool ignore_eos = false;
   int logprobs = -1;                    // -1: none; else the number of alternatives (0..20)
+  std::string cache_salt;               // vLLM's field: prefixes are shared only between equal salts (and API keys)
 };
 
 // Parses a request body (already valid JSON) for the endpoint; n_vocab bounds logit_bias keys.

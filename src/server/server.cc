@@ -183,7 +183,8 @@ class Generation {
     int completion = 0;
     for (const auto& c : choices_) completion += c->tokens;
     return {{"prompt_tokens", n_prompt_}, {"completion_tokens", completion},
-            {"total_tokens", n_prompt_ + completion}};
+            {"total_tokens", n_prompt_ + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
   }
   json usage_chunk() const {
     return {{"id", id_}, {"object", chat() ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
@@ -232,6 +233,7 @@ class Generation {
     Choice& c = *choices_[e.index];
     if (c.done) return;
     const RequestEvent& ev = e.ev;
+    cached_tokens_ = std::max(cached_tokens_, ev.cached_tokens);
     std::string out;
     json lp = nullptr;
     const bool eog = ev.token >= 0 && !r_.ignore_eos && app_.tok->is_end_of_generation(ev.token);
@@ -301,6 +303,7 @@ class Generation {
   std::vector<std::unique_ptr<Choice>> choices_;
   std::shared_ptr<RequestStream> stream_;
   bool first_token_ = false, observed_end_ = false;
+  int cached_tokens_ = 0;  // prompt tokens the prefix cache supplied
 };
 
 std::string sse(const json& j) {
@@ -326,7 +329,7 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
   auto parsed = parse_generation_request(body, ep, app.tok->n_vocab());
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   GenerationRequest r = std::move(std::get<GenerationRequest>(parsed));
-  if (r.model != app.model_id)
+  if (!r.model.empty() && r.model != app.model_id)
     return send_error(res, {404, "The model '" + r.model + "' does not exist; this server serves '" + app.model_id + "'",
                             "invalid_request_error", "model", "model_not_found"});
   std::vector<int32_t> prompt;
@@ -356,8 +359,11 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
                             "invalid_request_error", "max_tokens", "context_length_exceeded"});
   auto gen = std::make_shared<Generation>(app, r, n_prompt, t0);
   const int fd = connection_fd(req);
+  // The prefix cache's namespace: the caller's API key and the request's cache_salt, so one tenant's prefix is
+  // never served to another (the key is whatever the client sent, checked or not).
+  const uint64_t cache_ns = std::hash<std::string>{}(req.get_header_value("Authorization") + '\0' + r.cache_salt);
   auto stream = app.service->submit(prompt, r.sampling, r.ignore_eos ? std::vector<int32_t>{} : app.eog,
-                                    !r.ignore_eos, r.n);
+                                    !r.ignore_eos, r.n, cache_ns);
   if (!stream.is_ok()) {
     if (stream.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
     return send_error(res, error_of(stream.status()));
@@ -418,6 +424,19 @@ std::string metrics_text(App& app) {
                 static_cast<double>(s.counters.preemptions));
   render_scalar(&out, "cachet_engine_steps_total", "counter", "engine steps (one forward pass each)",
                 static_cast<double>(s.steps));
+  render_scalar(&out, "cachet_prefix_cache_blocks", "gauge", "KV blocks the prefix cache holds",
+                s.counters.blocks_cached);
+  // vLLM's names, so routers and autoscalers that read them (sglang-router, the Gateway API Inference
+  // Extension) work unchanged: queries and hits count prompt tokens looked up and found.
+  render_scalar(&out, "vllm:prefix_cache_queries", "counter", "prefix cache queries, in prompt tokens",
+                static_cast<double>(s.counters.prefix_query_tokens));
+  render_scalar(&out, "vllm:prefix_cache_hits", "counter", "prefix cache hits, in prompt tokens",
+                static_cast<double>(s.counters.prefix_hit_tokens));
+  render_scalar(&out, "vllm:num_requests_running", "gauge", "requests in the running batch", s.counters.running);
+  render_scalar(&out, "vllm:num_requests_waiting", "gauge", "requests waiting", s.counters.waiting);
+  render_scalar(&out, "vllm:kv_cache_usage_perc", "gauge", "KV cache usage (1 = all blocks in use)",
+                s.counters.blocks_total > 0 ? static_cast<double>(s.counters.blocks_used) / s.counters.blocks_total
+                                            : 0.0);
   render_scalar(&out, "cachet_http_in_flight", "gauge", "generation requests being served", app.in_flight.load());
   return out;
 }
@@ -547,6 +566,7 @@ int serve(const ServerOptions& opts) {
   EngineConfig cfg;
   cfg.kv_memory_bytes = opts.kv_memory_bytes;
   cfg.max_running = opts.max_running;
+  cfg.prefix_cache = !opts.no_prefix_cache;
   app.service = std::make_unique<EngineService>(*app.model, cfg, opts.max_waiting);
   app.state = State::kReady;
   const ServiceSnapshot s = app.service->snapshot();

@@ -20,6 +20,7 @@ struct ServerOptions {
   int max_running = 64;               // sequences decoded together
   int max_waiting = 256;              // queued requests before 429
   size_t max_body_bytes = 1 << 20;    // larger bodies get 413
+  bool no_prefix_cache = false;       // prefix caching is on unless this is set
 };
 
 // Runs until SIGTERM or SIGINT, then drains: new requests get 503, running ones finish; returns the exit

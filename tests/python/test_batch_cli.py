@@ -26,9 +26,13 @@ def test_parallel_equals_one_at_a_time(cachet_bin, default_model, tmp_path):
     assert all(len(t) > 0 for t in together)
     # 10 blocks of 16 tokens (3.6 MiB at 22.5 KiB per token): requests admitted on their prompt blocks outgrow
     # the pool while decoding, so the youngest is preempted and recomputed.
-    tight, log = run_batch(cachet_bin, default_model, path, "--parallel", "7", "--kv-memory", "3.6MiB")
+    # (Without the prefix cache: the prompts' shared chat-template blocks would otherwise leave room.)
+    tight, log = run_batch(cachet_bin, default_model, path, "--parallel", "7", "--kv-memory", "3.6MiB",
+                           "--no-prefix-cache")
     assert tight == alone, log
     assert " 0 preemptions" not in log, log
+    cached, log = run_batch(cachet_bin, default_model, path, "--parallel", "7", "--kv-memory", "3.6MiB")
+    assert cached == alone, log
 
 
 def test_parallel_needs_a_prompts_file(cachet_bin, default_model):

@@ -143,7 +143,7 @@ BAD = [
     ("malformed JSON", "/v1/completions", b'{"model": ', 400, "invalid JSON"),
     ("body not an object", "/v1/completions", b"[1, 2]", 400, "JSON object"),
     ("invalid UTF-8", "/v1/completions", b'{"model": "x", "prompt": "\xff\xfe"}', 400, "invalid JSON"),
-    ("missing model", "/v1/completions", {"prompt": "Hi"}, 400, "'model'"),
+    ("model not a string", "/v1/completions", {"model": 7, "prompt": "Hi"}, 400, "'model'"),
     ("unknown model", "/v1/completions", {**GOOD, "model": "gpt-9"}, 404, "does not exist"),
     ("missing prompt", "/v1/completions", {"model": MODEL_ID}, 400, "'prompt'"),
     ("prompt wrong type", "/v1/completions", {**GOOD, "prompt": 12}, 400, "'prompt'"),
@@ -256,7 +256,7 @@ def test_abort_mid_stream_frees_everything(server):
     assert all(r == (48, "length") for r in kept), kept
     m = wait_idle(server)
     assert m["cachet_requests_running"] == 0 and m["cachet_requests_waiting"] == 0
-    assert m["cachet_kv_blocks_used"] == 0, m
+    assert m["cachet_kv_blocks_used"] == m["cachet_prefix_cache_blocks"], m  # only what the prefix cache keeps
 
 
 def rss_kib(pid):
@@ -376,3 +376,60 @@ def test_chat_page_streams_in_headless_chromium(server, tmp_path):
         model=MODEL_ID, messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=256)
     assert reply.strip() == want.choices[0].message.content.strip()
     assert "Paris" in reply
+
+
+def prefix_cache_metrics(server):
+    _, text = server.get("/metrics")
+    out = {}
+    for line in text.decode().splitlines():
+        m = re.match(r"^(vllm:[a-z_]+) (\S+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def test_prefix_cache_reports_cached_tokens_and_keeps_tenants_apart(cachet_bin, default_model):
+    s = Server(cachet_bin, default_model, "--parallel", "8")
+    try:
+        system = "You are a careful assistant. " * 40  # a long shared system prompt (~240 tokens)
+        body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "Name a color."}],
+                "max_tokens": 4, "temperature": 0}  # no "model": one model is served
+
+        def ask(key=None, salt=None, question="Name a color."):
+            b = json.loads(json.dumps(body))
+            b["messages"][1]["content"] = question
+            if salt is not None:
+                b["cache_salt"] = salt
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            status, payload, _ = s.request("POST", "/v1/chat/completions", b, headers)
+            assert status == 200, payload
+            r = json.loads(payload)
+            return r["usage"]["prompt_tokens_details"]["cached_tokens"], r["choices"][0]["message"]["content"]
+
+        first, text1 = ask("alice")
+        assert first == 0
+        again, text2 = ask("alice", question="Name an animal.")
+        assert again >= 200 and again % 16 == 0, again  # the system prompt's whole blocks
+        assert ask("alice")[1] == text1  # a hit changes nothing
+        # Another tenant (API key) or another salt never sees alice's prefix.
+        assert ask("bob")[0] == 0
+        assert ask("alice", salt="s1")[0] == 0
+        assert ask("alice", salt="s1", question="Name a fruit.")[0] >= 200
+        m = prefix_cache_metrics(s)
+        assert m["vllm:prefix_cache_hits"] > 0 and m["vllm:prefix_cache_queries"] >= m["vllm:prefix_cache_hits"]
+        for k in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+            assert k in m, k
+        assert 0.0 < m["vllm:kv_cache_usage_perc"] <= 1.0  # the tree keeps blocks
+        # The official client with the same key and no model field works too.
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="alice")
+        r = c.chat.completions.create(model=MODEL_ID, messages=body["messages"], max_tokens=4, temperature=0)
+        assert r.usage.prompt_tokens_details.cached_tokens >= 200
+    finally:
+        s.stop()
+    off = Server(cachet_bin, default_model, "--no-prefix-cache")
+    try:
+        for _ in range(2):
+            status, payload, _ = off.request("POST", "/v1/chat/completions", body)
+            assert json.loads(payload)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    finally:
+        off.stop()

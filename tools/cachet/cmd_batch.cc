@@ -45,6 +45,7 @@ int run_batch(const BatchOptions& o) {
   cfg.block_size = o.block_size;
   cfg.max_running = o.parallel;
   cfg.prefill_chunk = o.chunk;
+  cfg.prefix_cache = !o.no_prefix_cache;
   Engine engine(*lm->model, cfg);
   std::ifstream in(o.prompts_file);
   if (!in) return fail(io_error("cannot read " + o.prompts_file));
@@ -113,6 +114,7 @@ void add_batch_command(CLI::App& app, int* exit_code) {
   c->add_option("--prefill-chunk", a->chunk, "most prompt tokens of one request per step");
   c->add_option("-t,--threads", a->threads);
   c->add_flag("--json", a->json, "one JSON object per prompt");
+  c->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
   c->add_flag("--raw", a->raw, "send each line as is (default: as a user message in the chat template)");
   c->callback([a, exit_code] { *exit_code = run_batch(*a); });
 }

@@ -32,6 +32,7 @@ struct RunArgs {
   std::string prompts_file;  // with --parallel: many prompts through the batching engine
   int parallel = 0;
   std::string kv_memory = "512MiB";
+  bool no_prefix_cache = false;
 };
 
 int run(const RunArgs& a) {
@@ -48,6 +49,7 @@ int run(const RunArgs& a) {
     o.threads = a.threads;
     o.sampling = a.sampling;
     o.json = a.format == "json";
+    o.no_prefix_cache = a.no_prefix_cache;
     return run_batch(o);
   }
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
@@ -188,6 +190,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_option("--parallel", a->parallel, "with -f: most prompts running at once (continuous batching)")
       ->check(CLI::PositiveNumber);
   c->add_option("--kv-memory", a->kv_memory, "with -f: KV cache memory (512MiB, 2GiB, or a fraction of RAM)");
+  c->add_flag("--no-prefix-cache", a->no_prefix_cache, "with -f: do not reuse the KV blocks of shared prefixes");
   c->callback([a, exit_code] { *exit_code = run(*a); });
 }
 

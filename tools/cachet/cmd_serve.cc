@@ -24,6 +24,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--parallel", o->max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
   c->add_option("--max-queue", o->max_waiting, "queued requests before answering 429")->check(CLI::PositiveNumber);
   c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above)");
+  c->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
   c->callback([o, kv_memory, exit_code] {
     server::ServerOptions opts = *o;
     opts.model_path = resolve_model_path(opts.model_path);

@@ -58,6 +58,7 @@ struct BatchOptions {
   int parallel = 16, threads = 0, block_size = 16, chunk = 256;
   SamplingParams sampling;
   bool json = false, raw = false;
+  bool no_prefix_cache = false;
 };
 int run_batch(const BatchOptions& o);
 
