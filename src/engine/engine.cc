@@ -249,6 +249,13 @@ EngineCounters Engine::counters() const {
   return c;
 }
 
+int Engine::blocks_held_by_requests() const {
+  std::vector<uint8_t> held(manager_->pool().n_total(), 0);
+  for (const auto& [id, r] : requests_)
+    for (BlockId b : manager_->block_table(id)) held[b] = 1;
+  return static_cast<int>(std::count(held.begin(), held.end(), 1));
+}
+
 std::string Engine::check() const {
   std::string err = manager_->check([this](BlockId b) { return radix_ && radix_->holds(b) ? 1 : 0; });
   if (radix_) err += radix_->check();

@@ -82,6 +82,8 @@ class Engine {
   const EngineConfig& config() const { return cfg_; }
   // The prefix cache (nullptr when off), for inspection (dashboard, tests).
   const RadixCache* prefix_cache() const { return radix_.get(); }
+  // Blocks at least one request's table references (the rest of the used ones only the prefix cache keeps).
+  int blocks_held_by_requests() const;
   // Every bookkeeping invariant (block tables, ref counts, the tree); empty when all hold.
   std::string check() const;
 

@@ -116,7 +116,22 @@ void EngineService::loop() {
     }
     std::unordered_set<const RequestStream*> live;
     for (const auto& [id, route] : routes_) live.insert(route.first.get());
+    // The tree's largest nodes and the blocks requests hold cost a walk: at most four times a second.
+    const auto now = std::chrono::steady_clock::now();
+    // (and always before the thread goes idle, so a quiet server shows its final state).
+    const bool detail = now - last_detail_ >= std::chrono::milliseconds(250) || !engine_.has_work();
+    std::vector<RadixCache::NodeInfo> nodes;
+    int held = 0;
+    if (detail) {
+      last_detail_ = now;
+      if (engine_.prefix_cache()) nodes = engine_.prefix_cache()->largest(24);
+      held = engine_.blocks_held_by_requests();
+    }
     std::lock_guard<std::mutex> lk(snap_mu_);
+    if (detail) {
+      snapshot_.nodes = std::move(nodes);
+      snapshot_.blocks_held_by_requests = held;
+    }
     snapshot_.counters = engine_.counters();
     snapshot_.steps = steps;
     snapshot_.active_streams = static_cast<int>(live.size());

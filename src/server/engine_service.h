@@ -45,6 +45,8 @@ struct ServiceSnapshot {
   EngineCounters counters;
   int64_t steps = 0;
   int active_streams = 0;  // submitted and not yet finished (all choices)
+  int blocks_held_by_requests = 0;           // blocks some request's table references
+  std::vector<RadixCache::NodeInfo> nodes;   // the prefix cache's largest nodes (refreshed every 250 ms)
 };
 
 class EngineService {
@@ -87,6 +89,7 @@ class EngineService {
   std::unordered_map<RequestId, std::pair<std::shared_ptr<RequestStream>, int>> routes_;
   mutable std::mutex snap_mu_;
   ServiceSnapshot snapshot_;
+  std::chrono::steady_clock::time_point last_detail_{};
   std::thread thread_;
 };
 

@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "sampling/stop.h"
 #include "server/chat_page.h"
+#include "server/dashboard_page.h"
 #include "server/engine_service.h"
 #include "server/metrics.h"
 #include "server/openai.h"
@@ -489,6 +490,30 @@ void install_routes(App& app, httplib::Server& svr) {
     res.set_content(metrics_text(app), "text/plain; version=0.0.4");
   });
   svr.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(kChatPage, "text/html"); });
+  svr.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kDashboardPage, "text/html");
+  });
+  // The dashboard's data. It shows the beginnings of cached prompts (every tenant's), so with --api-key it
+  // wants the key too: the Authorization header, or ?key= (the page passes the one in its URL's #key=).
+  svr.Get("/dashboard/state", [&app](const httplib::Request& req, httplib::Response& res) {
+    if (!app.opts.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + app.opts.api_key &&
+        req.get_param_value("key") != app.opts.api_key)
+      return send_error(res, {401, "missing or invalid API key", "invalid_request_error", "", "invalid_api_key"});
+    ServiceSnapshot s;
+    if (app.service) s = app.service->snapshot();
+    json nodes = json::array();
+    for (const auto& n : s.nodes)
+      nodes.push_back({{"depth", n.depth_tokens}, {"tokens", n.n_tokens}, {"hits", n.hits}, {"locks", n.lock_ref},
+                       {"text", app.tok ? app.tok->decode(n.first_tokens) : std::string()}});
+    const EngineCounters& c = s.counters;
+    res.set_content(json({{"model", app.model_id}, {"running", c.running}, {"waiting", c.waiting}, {"steps", s.steps},
+                          {"blocks_total", c.blocks_total}, {"blocks_used", c.blocks_used},
+                          {"blocks_cached", c.blocks_cached}, {"blocks_held_by_requests", s.blocks_held_by_requests},
+                          {"prefix_query_tokens", c.prefix_query_tokens}, {"prefix_hit_tokens", c.prefix_hit_tokens},
+                          {"nodes", nodes}})
+                        .dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json");
+  });
   svr.Get("/v1/models", [&app](const httplib::Request&, httplib::Response& res) {
     if (app.state.load() == State::kLoading)
       return send_error(res, {503, "the model is still loading", "server_error", "", "unavailable"});

@@ -433,3 +433,47 @@ def test_prefix_cache_reports_cached_tokens_and_keeps_tenants_apart(cachet_bin, 
             assert json.loads(payload)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     finally:
         off.stop()
+
+
+def test_dashboard_shows_the_tree_growing_in_headless_chromium(cachet_bin, default_model):
+    """Issue #16 must-show 4: the /dashboard page, in Debian's headless chromium, shows the radix tree grow as
+    requests with shared prefixes arrive; screenshot saved (CACHET_DASHBOARD_SCREENSHOT, default
+    build/dashboard.png)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    s = Server(cachet_bin, default_model, "--parallel", "8", "--api-key", "sekret")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1100,900"):
+        opts.add_argument(a)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    try:
+        status, _, _ = s.request("GET", "/dashboard/state")
+        assert status == 401  # the tree shows prompts: with --api-key, the state wants the key
+        driver.get(f"http://127.0.0.1:{s.port}/dashboard#key=sekret")
+        WebDriverWait(driver, 30).until(lambda d: "SmolLM2" in d.find_element(By.ID, "model").text)
+        assert driver.find_elements(By.CSS_SELECTOR, "#nodes tr") == []
+        rows_seen = []
+        systems = ["You are a pirate. Answer like a pirate would, with many arrs. " * 6,
+                   "You are a librarian who answers only with book titles and authors. " * 6]
+        for i, question in enumerate(["Name a color.", "Name a fruit.", "Name a city.", "Name a river."]):
+            body = {"messages": [{"role": "system", "content": systems[i % 2]}, {"role": "user", "content": question}],
+                    "max_tokens": 8, "temperature": 0}
+            status, payload, _ = s.request("POST", "/v1/chat/completions", body, {"Authorization": "Bearer sekret"})
+            assert status == 200, payload
+            time.sleep(1.2)  # the page polls twice a second; the snapshot refreshes four times
+            rows_seen.append(len(driver.find_elements(By.CSS_SELECTOR, "#nodes tr")))
+        text = driver.find_element(By.ID, "nodes").text
+        hitrate = driver.find_element(By.ID, "hitrate").text
+        shot = os.environ.get("CACHET_DASHBOARD_SCREENSHOT", str(ROOT_DIR / "build" / "dashboard.png"))
+        driver.save_screenshot(shot)
+        print(f"dashboard: rows {rows_seen}, hit rate {hitrate}; screenshot {shot}")
+    finally:
+        driver.quit()
+        s.stop()
+    assert rows_seen[0] >= 1 and rows_seen[-1] > rows_seen[0], rows_seen  # the tree grew
+    assert "pirate" in text and "librarian" in text, text
+    assert hitrate.endswith("%") and float(hitrate[:-1]) > 0, hitrate
