@@ -16,4 +16,4 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
   -DCACHET_SANITIZE=ON -DCACHET_BUILD_BENCH=OFF -DCACHET_PYTHON=/nonexistent >/dev/null
 cmake --build build-asan --target cachet_tests cachet
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -R 'Gguf|Llama2c|Kernels|Model|Architectures|Moe'
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -R 'Gguf|Llama2c|Kernels|Model|Architectures|Moe|Radix|Scheduler'

@@ -15,15 +15,18 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   // Attention tiles are 16 positions; blocks must hold whole tiles (docs/decisions.md).
   CACHET_CHECK(cfg_.block_size % 16 == 0);
   storage_ = std::make_unique<KvBlockStorage>(c, cfg_.n_blocks, cfg_.block_size, cfg_.kv_type);
-  manager_ = std::make_unique<KvCacheManager>(cfg_.n_blocks, cfg_.block_size,
-                                              [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); });
-  if (cfg_.prefix_cache) radix_ = std::make_unique<RadixCache>(manager_->shared_pool(), cfg_.block_size);
+  SchedulerConfig sc;
+  sc.block_size = cfg_.block_size;
+  sc.n_blocks = cfg_.n_blocks;
+  sc.max_batch_tokens = cfg_.max_batch_tokens;
+  sc.prefill_chunk = cfg_.prefill_chunk;
+  sc.max_running = cfg_.max_running;
+  sc.prefix_cache = cfg_.prefix_cache;
+  scheduler_ = std::make_unique<Scheduler>(sc, [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); });
 }
 
 Engine::~Engine() {
-  for (auto& [id, r] : requests_)
-    if (r->cache_node) radix_->unlock(r->cache_node);
-  radix_.reset();  // gives the tree's references back before the pool goes
+  scheduler_.reset();  // releases the requests' locks and the tree's blocks while the requests still exist
 }
 
 Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params,
@@ -51,8 +54,8 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->stop_at_eos = stop_at_eos;
   r->n_forks = n - 1;
   r->cache_ns = cache_ns;
-  r->view = std::make_unique<PagedKvSequence>(*storage_, *manager_, r->id);
-  waiting_.push_back(r.get());
+  r->view = std::make_unique<PagedKvSequence>(*storage_, scheduler_->kv(), r->id);
+  scheduler_->add(r.get());
   const RequestId id = r->id;
   next_id_ += n - 1;  // the samples' ids
   requests_.emplace(id, std::move(r));
@@ -63,47 +66,8 @@ void Engine::abort(RequestId id) {
   if (requests_.count(id)) aborted_.push_back(id);
 }
 
-void Engine::take_cached_prefix(Request* r) {
-  if (!radix_ || manager_->has(r->id)) return;
-  // The last token is always computed (its logits are what the request samples from).
-  const int n = static_cast<int>(r->tokens.size());
-  RadixCache::Match m = radix_->match(r->cache_ns, r->tokens.data(), n, (n - 1) / cfg_.block_size);
-  if (!m.last) return;
-  radix_->lock(m.last);
-  r->cache_node = m.last;
-  manager_->adopt(r->id, m.blocks);
-  r->num_computed = m.n_tokens;
-  if (r->cached_tokens == 0) r->cached_tokens = m.n_tokens;
-}
-
-void Engine::release(Request* r) {
-  if (radix_ && manager_->has(r->id)) {
-    const int full = r->num_computed / cfg_.block_size;  // only whole blocks of computed tokens
-    radix_->insert(r->cache_ns, r->tokens.data(), full * cfg_.block_size, manager_->block_table(r->id).data());
-  }
-  if (r->cache_node) radix_->unlock(r->cache_node);
-  r->cache_node = nullptr;
-  manager_->free(r->id);
-}
-
-bool Engine::make_room(int n) {
-  const int short_by = n - manager_->pool().n_free();
-  if (short_by > 0 && radix_) radix_->evict(short_by);
-  return manager_->pool().can_allocate(n);
-}
-
-void Engine::preempt(Request* r) {
-  release(r);
-  r->num_computed = 0;  // recompute: its tokens (prompt and output so far) are prefilled again
-  running_.erase(std::find(running_.begin(), running_.end(), r));
-  waiting_.push_front(r);
-  ++preemptions_;
-}
-
 void Engine::finish(Request* r) {
-  release(r);
-  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+  scheduler_->finish(r);
   requests_.erase(r->id);
 }
 
@@ -117,77 +81,30 @@ Result<std::vector<RequestEvent>> Engine::step() {
   }
   aborted_.clear();
 
-  // Schedule. Running requests first (oldest first), preempting the youngest when blocks run short.
-  struct Work {
-    Request* r;
-    int n;
-  };
-  std::vector<Work> work;
-  int budget = cfg_.max_batch_tokens;
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Request* r = running_[i];
-    const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
-    const int grow = r->num_computed + n - manager_->num_tokens(r->id);
-    if (manager_->can_append(r->id, grow) || make_room(manager_->blocks_to_append(r->id, grow))) {
-      manager_->append(r->id, r->num_computed + n - manager_->num_tokens(r->id));
-      work.push_back({r, n});
-      budget -= n;
-      ++i;
-      continue;
-    }
-    Request* victim = running_.back();
-    const bool self = victim == r;
-    // Undo any work already scheduled for the victim before preempting it.
-    work.erase(std::remove_if(work.begin(), work.end(), [&](const Work& w) {
-                 if (w.r == victim) budget += w.n;
-                 return w.r == victim;
-               }),
-               work.end());
-    preempt(victim);
-    if (self) continue;  // r itself was the youngest: running_[i] is now the next request
-  }
-  // Admit waiting requests while the budget and the blocks allow.
-  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_running) {
-    Request* r = waiting_.front();
-    take_cached_prefix(r);
-    const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
-    if (!manager_->can_append(r->id, n) && !make_room(manager_->blocks_to_append(r->id, n))) {
-      if (r->cache_node) {  // give the prefix back: it waits holding nothing
-        radix_->unlock(r->cache_node);
-        r->cache_node = nullptr;
-      }
-      manager_->free(r->id);
-      r->num_computed = 0;
-      break;
-    }
-    manager_->append(r->id, n);
-    waiting_.pop_front();
-    running_.push_back(r);
-    work.push_back({r, n});
-    budget -= n;
-  }
+  const std::vector<ScheduledWork> work = scheduler_->schedule();
   if (work.empty()) return events;
 
   // One forward pass over every scheduled token.
   ForwardBatch b;
   std::vector<Request*> sampled;
-  for (const Work& w : work) {
+  for (const ScheduledWork& w : work) {
+    Request* r = static_cast<Request*>(w.r);
     const int seq = static_cast<int>(b.seqs.size());
-    b.seqs.push_back(w.r->view.get());
+    b.seqs.push_back(r->view.get());
     for (int k = 0; k < w.n; ++k) {
-      const int pos = w.r->num_computed + k;
-      b.token_ids.push_back(w.r->tokens[pos]);
+      const int pos = r->num_computed + k;
+      b.token_ids.push_back(r->tokens[pos]);
       b.positions.push_back(pos);
       b.seq_index.push_back(seq);
-      const bool last = pos + 1 == static_cast<int>(w.r->tokens.size());
+      const bool last = pos + 1 == static_cast<int>(r->tokens.size());
       b.want_logits.push_back(last);
-      if (last) sampled.push_back(w.r);
+      if (last) sampled.push_back(r);
     }
   }
   const int64_t V = model_.config().n_vocab;
   logits_.resize(sampled.size() * V);
   CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data()));
-  for (const Work& w : work) w.r->num_computed += w.n;
+  scheduler_->computed(work);
 
   // Sample, append, and retire finished requests.
   const SpecialTokens& sp = model_.special_tokens();
@@ -207,11 +124,10 @@ Result<std::vector<RequestEvent>> Engine::step() {
       c->sampler = std::make_unique<Sampler>(c->params);
       c->stop_ids = r->stop_ids;
       c->stop_at_eos = r->stop_at_eos;
-      c->view = std::make_unique<PagedKvSequence>(*storage_, *manager_, c->id);
+      c->view = std::make_unique<PagedKvSequence>(*storage_, scheduler_->kv(), c->id);
       c->cache_ns = r->cache_ns;
       c->cached_tokens = r->cached_tokens;
-      manager_->fork(r->id, c->id);
-      running_.push_back(c.get());
+      scheduler_->fork(r, c.get());
       to_sample.emplace_back(c.get(), logits_.data() + i * V);
       requests_.emplace(c->id, std::move(c));
     }
@@ -234,32 +150,24 @@ Result<std::vector<RequestEvent>> Engine::step() {
 
 EngineCounters Engine::counters() const {
   EngineCounters c;
-  c.blocks_total = manager_->pool().n_total();
-  c.blocks_used = manager_->pool().n_used();
-  for (const Request* r : running_) c.tokens_stored += r->num_computed;
-  c.preemptions = preemptions_;
-  c.running = static_cast<int>(running_.size());
-  c.waiting = static_cast<int>(waiting_.size());
-  if (radix_) {
-    c.blocks_cached = radix_->cached_blocks();
-    c.prefix_queries = radix_->queries();
-    c.prefix_query_tokens = radix_->query_tokens();
-    c.prefix_hit_tokens = radix_->hit_tokens();
+  const KvCacheManager& kv = scheduler_->kv();
+  c.blocks_total = kv.pool().n_total();
+  c.blocks_used = kv.pool().n_used();
+  for (const SchedRequest* r : scheduler_->running()) c.tokens_stored += r->num_computed;
+  c.preemptions = scheduler_->preemptions();
+  c.running = scheduler_->n_running();
+  c.waiting = scheduler_->n_waiting();
+  if (const RadixCache* rc = scheduler_->prefix_cache()) {
+    c.blocks_cached = rc->cached_blocks();
+    c.prefix_queries = rc->queries();
+    c.prefix_query_tokens = rc->query_tokens();
+    c.prefix_hit_tokens = rc->hit_tokens();
   }
   return c;
 }
 
-int Engine::blocks_held_by_requests() const {
-  std::vector<uint8_t> held(manager_->pool().n_total(), 0);
-  for (const auto& [id, r] : requests_)
-    for (BlockId b : manager_->block_table(id)) held[b] = 1;
-  return static_cast<int>(std::count(held.begin(), held.end(), 1));
-}
+int Engine::blocks_held_by_requests() const { return scheduler_->blocks_held_by_requests(); }
 
-std::string Engine::check() const {
-  std::string err = manager_->check([this](BlockId b) { return radix_ && radix_->holds(b) ? 1 : 0; });
-  if (radix_) err += radix_->check();
-  return err;
-}
+std::string Engine::check() const { return scheduler_->check(); }
 
 }  // namespace cachet

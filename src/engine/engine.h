@@ -1,11 +1,11 @@
 // Engine: many requests on one model with continuous (iteration-level) batching over the paged KV cache.
-// Each step() schedules, runs one forward pass over every scheduled token, and postprocesses:
-//  - a request is its tokens (prompt + output so far) and num_computed_tokens; every step each running
-//    request catches up by up to the chunk size (chunked prefill) or by one token (decode), within a token
-//    budget, so prefill chunks and decode tokens share one pass over the weights;
-//  - requests join when blocks suffice for their next chunk, and leave when they finish or are aborted;
-//  - when blocks run out, the youngest running request is preempted (its blocks freed, its tokens kept) and
-//    recomputed later, so nothing is lost; a request that could never fit is rejected when added.
+// Each step() is schedule -> run -> postprocess:
+//  - the Scheduler (engine/scheduler.h) says which requests run and how many of their tokens: each catches up
+//    from num_computed by up to the chunk size (prefill, chunked prefill, a prefix-cache hit's remainder) or by
+//    one token (decode), within a token budget, so prefill chunks and decode tokens share one pass over the
+//    weights; when blocks run out it evicts cached prefixes, then preempts the youngest request (recomputed
+//    later, nothing lost); a request that could never fit is rejected when added;
+//  - the engine flattens that into one ForwardBatch, runs the model, samples, and retires finished requests.
 #pragma once
 
 #include <cstdint>
@@ -18,13 +18,11 @@
 
 #include "cachet/status.h"
 #include "kv/paged_kv_cache.h"
-#include "kv/radix_cache.h"
+#include "engine/scheduler.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
 namespace cachet {
-
-using RequestId = int64_t;
 
 struct EngineConfig {
   int block_size = 16;
@@ -77,52 +75,34 @@ class Engine {
   // Frees the request's blocks at the next step.
   void abort(RequestId id);
   Result<std::vector<RequestEvent>> step();
-  bool has_work() const { return !running_.empty() || !waiting_.empty() || !aborted_.empty(); }
+  bool has_work() const { return scheduler_->has_work() || !aborted_.empty(); }
   EngineCounters counters() const;
   const EngineConfig& config() const { return cfg_; }
   // The prefix cache (nullptr when off), for inspection (dashboard, tests).
-  const RadixCache* prefix_cache() const { return radix_.get(); }
+  const RadixCache* prefix_cache() const { return scheduler_->prefix_cache(); }
   // Blocks at least one request's table references (the rest of the used ones only the prefix cache keeps).
   int blocks_held_by_requests() const;
   // Every bookkeeping invariant (block tables, ref counts, the tree); empty when all hold.
   std::string check() const;
 
  private:
-  struct Request {
-    RequestId id;
-    std::vector<int32_t> tokens;  // prompt, then output
-    int n_prompt;
-    int num_computed = 0;
+  struct Request : SchedRequest {
     SamplingParams params;
     std::unique_ptr<Sampler> sampler;
     std::vector<int32_t> stop_ids;
     bool stop_at_eos = true;
     int n_forks = 0;  // samples still to fork off at the first sampling point
     std::unique_ptr<PagedKvSequence> view;
-    uint64_t cache_ns = 0;
-    RadixCache::Node* cache_node = nullptr;  // the locked end of the prefix it took from the cache
-    int cached_tokens = 0;
   };
-  void preempt(Request* r);
   void finish(Request* r);
-  // Takes the longest cached prefix of a request that holds no blocks yet (admission).
-  void take_cached_prefix(Request* r);
-  // Gives a request's full blocks of computed tokens to the cache, unlocks its path, frees its blocks.
-  void release(Request* r);
-  // Frees up to n blocks from the cache's unlocked leaves; true if the pool then has n free.
-  bool make_room(int n);
 
   Model& model_;
   EngineConfig cfg_;
   std::unique_ptr<KvBlockStorage> storage_;
-  std::unique_ptr<KvCacheManager> manager_;
-  std::unique_ptr<RadixCache> radix_;
+  std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  std::vector<Request*> running_;  // oldest first
-  std::deque<Request*> waiting_;   // admission order (preempted requests go to the front)
   std::vector<RequestId> aborted_;
   RequestId next_id_ = 1;
-  int64_t preemptions_ = 0;
   std::vector<float> logits_;
 };
 

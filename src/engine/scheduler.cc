@@ -1,0 +1,139 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace cachet {
+
+Scheduler::Scheduler(SchedulerConfig cfg, KvCacheManager::CopyFn copy)
+    : cfg_(cfg), manager_(cfg.n_blocks, cfg.block_size, std::move(copy)) {
+  if (cfg_.prefix_cache) radix_ = std::make_unique<RadixCache>(manager_.shared_pool(), cfg_.block_size);
+}
+
+Scheduler::~Scheduler() {
+  // Locks first, then the tree's references go back before the pool does.
+  for (SchedRequest* r : running_)
+    if (r->cache_node) radix_->unlock(r->cache_node);
+  for (SchedRequest* r : waiting_)
+    if (r->cache_node) radix_->unlock(r->cache_node);
+  radix_.reset();
+}
+
+void Scheduler::take_cached_prefix(SchedRequest* r) {
+  if (!radix_ || manager_.has(r->id)) return;
+  // The last token is always computed: its logits are what the request samples from.
+  const int n = static_cast<int>(r->tokens.size());
+  RadixCache::Match m = radix_->match(r->cache_ns, r->tokens.data(), n, (n - 1) / cfg_.block_size);
+  if (!m.last) return;
+  radix_->lock(m.last);
+  r->cache_node = m.last;
+  manager_.adopt(r->id, m.blocks);
+  r->num_computed = m.n_tokens;
+  if (r->cached_tokens == 0) r->cached_tokens = m.n_tokens;
+}
+
+void Scheduler::release(SchedRequest* r) {
+  if (radix_ && manager_.has(r->id)) {
+    const int full = r->num_computed / cfg_.block_size;  // only whole blocks of computed tokens
+    radix_->insert(r->cache_ns, r->tokens.data(), full * cfg_.block_size, manager_.block_table(r->id).data());
+  }
+  if (r->cache_node) radix_->unlock(r->cache_node);
+  r->cache_node = nullptr;
+  manager_.free(r->id);
+}
+
+bool Scheduler::make_room(int n) {
+  const int short_by = n - manager_.pool().n_free();
+  if (short_by > 0 && radix_) radix_->evict(short_by);
+  return manager_.pool().can_allocate(n);
+}
+
+void Scheduler::preempt(SchedRequest* r) {
+  release(r);
+  r->num_computed = 0;  // recompute: its tokens (prompt and output so far) are prefilled again
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  waiting_.push_front(r);
+  ++preemptions_;
+}
+
+void Scheduler::finish(SchedRequest* r) {
+  release(r);
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+}
+
+void Scheduler::fork(SchedRequest* parent, SchedRequest* child) {
+  manager_.fork(parent->id, child->id);
+  running_.push_back(child);
+}
+
+std::vector<ScheduledWork> Scheduler::schedule() {
+  std::vector<ScheduledWork> work;
+  int budget = cfg_.max_batch_tokens;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    SchedRequest* r = running_[i];
+    const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
+    const int grow = r->num_computed + n - manager_.num_tokens(r->id);
+    if (manager_.can_append(r->id, grow) || make_room(manager_.blocks_to_append(r->id, grow))) {
+      manager_.append(r->id, grow);
+      work.push_back({r, n});
+      budget -= n;
+      ++i;
+      continue;
+    }
+    SchedRequest* victim = running_.back();
+    const bool self = victim == r;
+    // Undo any work already scheduled for the victim before preempting it.
+    work.erase(std::remove_if(work.begin(), work.end(), [&](const ScheduledWork& w) {
+                 if (w.r == victim) budget += w.n;
+                 return w.r == victim;
+               }),
+               work.end());
+    preempt(victim);
+    if (self) continue;  // r itself was the youngest: running_[i] is now the next request
+  }
+  // Admit waiting requests while the budget and the blocks allow.
+  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_running) {
+    SchedRequest* r = waiting_.front();
+    take_cached_prefix(r);
+    const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
+    if (!manager_.can_append(r->id, n) && !make_room(manager_.blocks_to_append(r->id, n))) {
+      if (r->cache_node) {  // give the prefix back: it waits holding nothing
+        radix_->unlock(r->cache_node);
+        r->cache_node = nullptr;
+      }
+      manager_.free(r->id);
+      r->num_computed = 0;
+      break;
+    }
+    manager_.append(r->id, n);
+    waiting_.pop_front();
+    running_.push_back(r);
+    work.push_back({r, n});
+    budget -= n;
+  }
+  return work;
+}
+
+void Scheduler::computed(const std::vector<ScheduledWork>& work) {
+  for (const ScheduledWork& w : work) w.r->num_computed += w.n;
+}
+
+int Scheduler::blocks_held_by_requests() const {
+  std::vector<uint8_t> held(manager_.pool().n_total(), 0);
+  for (const auto* q : {&running_})
+    for (const SchedRequest* r : *q)
+      for (BlockId b : manager_.block_table(r->id)) held[b] = 1;
+  for (const SchedRequest* r : waiting_)
+    for (BlockId b : manager_.block_table(r->id)) held[b] = 1;
+  return static_cast<int>(std::count(held.begin(), held.end(), 1));
+}
+
+std::string Scheduler::check() const {
+  std::string err = manager_.check([this](BlockId b) { return radix_ && radix_->holds(b) ? 1 : 0; });
+  if (radix_) err += radix_->check();
+  return err;
+}
+
+}  // namespace cachet

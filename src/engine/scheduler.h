@@ -1,0 +1,93 @@
+// Scheduler: which requests run this step, and how many of their tokens (nano-vllm's / vLLM v1's shape). There
+// is no prefill or decode phase: a request is its tokens (prompt + output so far) and num_computed, and each step
+// it catches up by up to prefill_chunk tokens within the step's token budget. That one rule covers prefill,
+// chunked prefill, decode (one new token), a prefix-cache hit (admission starts num_computed at the cached
+// length) and a preempted request's recompute. It owns the block tables (KvCacheManager) and the prefix cache
+// (RadixCache), never a tensor: it runs and is tested without a model.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "kv/radix_cache.h"
+
+namespace cachet {
+
+using RequestId = int64_t;
+
+// What the scheduler knows of a request (the Engine's Request extends it with sampling state).
+struct SchedRequest {
+  RequestId id = 0;
+  std::vector<int32_t> tokens;  // prompt, then output
+  int n_prompt = 0;
+  int num_computed = 0;         // tokens whose K/V are in the cache
+  uint64_t cache_ns = 0;        // prefix cache namespace (tenant)
+  RadixCache::Node* cache_node = nullptr;  // the locked end of the prefix it took from the cache
+  int cached_tokens = 0;        // prompt tokens the prefix cache supplied at first admission
+};
+
+struct SchedulerConfig {
+  int block_size = 16;
+  int n_blocks = 0;
+  int max_batch_tokens = 512;  // token budget of one step
+  int prefill_chunk = 256;     // most tokens of one request per step
+  int max_running = 256;
+  bool prefix_cache = true;
+};
+
+// One step's work: each request and how many of its tokens, from num_computed on, run now (blocks reserved).
+struct ScheduledWork {
+  SchedRequest* r;
+  int n;
+};
+
+class Scheduler {
+ public:
+  // copy(src, dst, n): copy-on-write of a shared, partly filled block (the engine's KV storage does it).
+  Scheduler(SchedulerConfig cfg, KvCacheManager::CopyFn copy);
+  ~Scheduler();
+
+  void add(SchedRequest* r) { waiting_.push_back(r); }
+  // This step's work: running requests first (oldest first), evicting cached prefixes and then preempting the
+  // youngest when blocks run short; then waiting requests, taking their cached prefix, while budget and blocks
+  // allow. Blocks for every scheduled token are reserved.
+  std::vector<ScheduledWork> schedule();
+  // After the forward pass: the scheduled tokens are computed.
+  void computed(const std::vector<ScheduledWork>& work);
+  // child (a new request, running) shares every block of parent (n > 1 samples).
+  void fork(SchedRequest* parent, SchedRequest* child);
+  // Finished or aborted: gives its whole computed blocks to the prefix cache and frees the rest.
+  void finish(SchedRequest* r);
+
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  int n_running() const { return static_cast<int>(running_.size()); }
+  int n_waiting() const { return static_cast<int>(waiting_.size()); }
+  int64_t preemptions() const { return preemptions_; }
+  const KvCacheManager& kv() const { return manager_; }
+  const RadixCache* prefix_cache() const { return radix_.get(); }
+  const std::vector<SchedRequest*>& running() const { return running_; }
+  // Blocks at least one request's table references.
+  int blocks_held_by_requests() const;
+  // Block tables, ref counts (requests' plus the tree's) and the tree; empty when all hold.
+  std::string check() const;
+
+ private:
+  void take_cached_prefix(SchedRequest* r);
+  void release(SchedRequest* r);
+  bool make_room(int n_blocks);
+  void preempt(SchedRequest* r);
+
+  SchedulerConfig cfg_;
+  KvCacheManager manager_;
+  std::unique_ptr<RadixCache> radix_;
+  std::vector<SchedRequest*> running_;  // oldest first
+  std::deque<SchedRequest*> waiting_;   // admission order (preempted requests go to the front)
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace cachet
