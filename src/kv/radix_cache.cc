@@ -61,6 +61,16 @@ RadixCache::Node* RadixCache::split(Node* node, int n_blocks) {
   return u;
 }
 
+int RadixCache::common_blocks(const Node* c, const int32_t* tokens, int max_blocks) const {
+  int j = 1;  // the first block matched by the key that found c
+  const int cb = static_cast<int>(c->blocks.size());
+  while (j < cb && j < max_blocks &&
+         std::equal(tokens + static_cast<size_t>(j) * block_size_, tokens + static_cast<size_t>(j + 1) * block_size_,
+                    c->tokens.begin() + static_cast<size_t>(j) * block_size_))
+    ++j;
+  return j;
+}
+
 RadixCache::Match RadixCache::match(uint64_t ns, const int32_t* tokens, int n, int max_blocks) {
   ++queries_;
   query_tokens_ += n;
@@ -74,12 +84,8 @@ RadixCache::Match RadixCache::match(uint64_t ns, const int32_t* tokens, int n, i
     auto it = cur->children.find(first_block(tokens + static_cast<size_t>(i) * block_size_));
     if (it == cur->children.end()) break;
     Node* c = it->second.get();
-    int j = 1;  // the first block matched by the key
     const int cb = static_cast<int>(c->blocks.size());
-    while (j < cb && i + j < nb &&
-           std::equal(tokens + static_cast<size_t>(i + j) * block_size_, tokens + static_cast<size_t>(i + j + 1) * block_size_,
-                      c->tokens.begin() + static_cast<size_t>(j) * block_size_))
-      ++j;
+    const int j = common_blocks(c, tokens + static_cast<size_t>(i) * block_size_, nb - i);
     if (j < cb) c = split(c, j);
     m.blocks.insert(m.blocks.end(), c->blocks.begin(), c->blocks.end());
     i += j;
@@ -121,13 +127,8 @@ int RadixCache::insert(uint64_t ns, const int32_t* tokens, int n, const BlockId*
       break;
     }
     Node* c = it->second.get();
-    int j = 1;
-    const int cb = static_cast<int>(c->blocks.size());
-    while (j < cb && i + j < nb &&
-           std::equal(tokens + static_cast<size_t>(i + j) * block_size_, tokens + static_cast<size_t>(i + j + 1) * block_size_,
-                      c->tokens.begin() + static_cast<size_t>(j) * block_size_))
-      ++j;
-    if (j < cb) c = split(c, j);
+    const int j = common_blocks(c, at, nb - i);
+    if (j < static_cast<int>(c->blocks.size())) c = split(c, j);
     i += j;
     cur = c;
   }

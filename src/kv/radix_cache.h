@@ -99,6 +99,9 @@ class RadixCache {
   std::vector<int32_t> first_block(const int32_t* tokens) const {
     return std::vector<int32_t>(tokens, tokens + block_size_);
   }
+  // How many whole blocks of tokens[0, max_blocks * block_size) run along c's blocks (at least 1: c was found
+  // by its first block).
+  int common_blocks(const Node* c, const int32_t* tokens, int max_blocks) const;
   void touch(Node* n);
   void check_node(const Node* n, int* blocks, std::string* err) const;
 

@@ -58,11 +58,11 @@ class Server:
         status, payload, _ = self.request("GET", path)
         return status, payload
 
-    def metrics(self):
+    def metrics(self, prefix="cachet_"):
         _, text = self.get("/metrics")
         out = {}
         for line in text.decode().splitlines():
-            m = re.match(r"^(cachet_[a-z_]+(?:\{[^}]*\})?) (\S+)$", line)
+            m = re.match(r"^(" + re.escape(prefix) + r"[a-z_]+(?:\{[^}]*\})?) (\S+)$", line)
             if m:
                 out[m.group(1)] = float(m.group(2))
         return out
@@ -378,16 +378,6 @@ def test_chat_page_streams_in_headless_chromium(server, tmp_path):
     assert "Paris" in reply
 
 
-def prefix_cache_metrics(server):
-    _, text = server.get("/metrics")
-    out = {}
-    for line in text.decode().splitlines():
-        m = re.match(r"^(vllm:[a-z_]+) (\S+)$", line)
-        if m:
-            out[m.group(1)] = float(m.group(2))
-    return out
-
-
 def test_prefix_cache_reports_cached_tokens_and_keeps_tenants_apart(cachet_bin, default_model):
     s = Server(cachet_bin, default_model, "--parallel", "8")
     try:
@@ -415,7 +405,7 @@ def test_prefix_cache_reports_cached_tokens_and_keeps_tenants_apart(cachet_bin, 
         assert ask("bob")[0] == 0
         assert ask("alice", salt="s1")[0] == 0
         assert ask("alice", salt="s1", question="Name a fruit.")[0] >= 200
-        m = prefix_cache_metrics(s)
+        m = s.metrics("vllm:")
         assert m["vllm:prefix_cache_hits"] > 0 and m["vllm:prefix_cache_queries"] >= m["vllm:prefix_cache_hits"]
         for k in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
             assert k in m, k
