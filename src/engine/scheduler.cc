@@ -12,11 +12,8 @@ Scheduler::Scheduler(SchedulerConfig cfg, KvCacheManager::CopyFn copy)
 }
 
 Scheduler::~Scheduler() {
-  // Locks first, then the tree's references go back before the pool does.
-  for (SchedRequest* r : running_)
-    if (r->cache_node) radix_->unlock(r->cache_node);
-  for (SchedRequest* r : waiting_)
-    if (r->cache_node) radix_->unlock(r->cache_node);
+  // The tree's references go back before the manager's pool handle does. Requests are the caller's and may be gone
+  // already, so their locks are not touched: a lock only keeps a node from eviction, and the tree ends here.
   radix_.reset();
 }
 

@@ -15,7 +15,8 @@ RadixCache::RadixCache(BlockPool* pool, int block_size) : pool_(pool), block_siz
 }
 
 RadixCache::~RadixCache() {
-  // Give back the tree's references (locks must be gone by now; their blocks stay alive through the requests').
+  // Give back the tree's references, locked nodes too (a lock guards against eviction only; a request's blocks stay
+  // alive through its own block table).
   std::function<void(Node*)> drop = [&](Node* n) {
     for (auto& [k, c] : n->children) drop(c.get());
     for (BlockId b : n->blocks) pool_->decref(b);
