@@ -1,12 +1,25 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "base/check.h"
 
 namespace cachet {
 
-Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
+Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineConfig cfg) {
+  if (cfg.draft_model && cfg.draft_model->config().n_vocab != model.config().n_vocab)
+    return invalid_argument("the draft model's vocabulary has " + std::to_string(cfg.draft_model->config().n_vocab) +
+                            " tokens but the target's has " + std::to_string(model.config().n_vocab) +
+                            ": a draft must share the target's tokenizer");
+  if (cfg.spec == SpecMode::kDraft && !cfg.draft_model)
+    return invalid_argument("speculation with a draft model needs a draft model");
+  if (cfg.draft_max < 1 || cfg.draft_max > 64)
+    return invalid_argument("draft_max must be in 1..64, got " + std::to_string(cfg.draft_max));
+  return std::make_unique<Engine>(model, cfg);
+}
+
+Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg), policy_(cfg.draft_max) {
   const ModelConfig& c = model.config();
   if (cfg_.n_blocks <= 0) {
     const int64_t per_block = c.kv_bytes_per_token(cfg_.kv_type == DType::kF32 ? 4 : 2) * cfg_.block_size;
@@ -23,6 +36,17 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   sc.max_running = cfg_.max_running;
   sc.prefix_cache = cfg_.prefix_cache;
   scheduler_ = std::make_unique<Scheduler>(sc, [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); });
+  if (cfg_.draft_model) {
+    // The draft tracks the same sequences as the target: as many token slots as the target's pool.
+    DraftModelConfig dc;
+    dc.n_blocks = cfg_.n_blocks;
+    dc.block_size = cfg_.block_size;
+    dc.kv_type = cfg_.kv_type;
+    dc.p_min = cfg_.draft_p_min;
+    auto d = DraftModelProposer::create(*cfg_.draft_model, model_, dc);
+    CACHET_CHECK(d.is_ok());  // Engine::create reports why
+    draft_ = std::move(*d);
+  }
 }
 
 Engine::~Engine() {
@@ -30,8 +54,12 @@ Engine::~Engine() {
 }
 
 Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params,
-                                      std::vector<int32_t> stop_ids, bool stop_at_eos, int n, uint64_t cache_ns) {
+                                      std::vector<int32_t> stop_ids, bool stop_at_eos, int n, uint64_t cache_ns,
+                                      std::optional<SpecMode> spec) {
   if (n < 1 || n > 128) return invalid_argument("n must be in 1..128, got " + std::to_string(n));
+  const SpecMode mode = spec.value_or(cfg_.spec);
+  if (mode == SpecMode::kDraft && !draft_)
+    return invalid_argument("speculation with a draft model was asked for, but the engine has no draft model");
   const ModelConfig& c = model_.config();
   CACHET_RETURN_IF_ERROR(params.validate(c.n_vocab));
   if (prompt.empty()) return invalid_argument("the prompt is empty");
@@ -54,6 +82,7 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->stop_at_eos = stop_at_eos;
   r->n_forks = n - 1;
   r->cache_ns = cache_ns;
+  r->spec = mode;
   r->view = std::make_unique<PagedKvSequence>(*storage_, scheduler_->kv(), r->id);
   scheduler_->add(r.get());
   const RequestId id = r->id;
@@ -66,7 +95,14 @@ void Engine::abort(RequestId id) {
   if (requests_.count(id)) aborted_.push_back(id);
 }
 
+Proposer* Engine::proposer(SpecMode m) {
+  if (m == SpecMode::kLookup) return &lookup_;
+  if (m == SpecMode::kDraft) return draft_.get();
+  return nullptr;
+}
+
 void Engine::finish(Request* r) {
+  if (draft_) draft_->release(r->id);
   scheduler_->finish(r);
   requests_.erase(r->id);
 }
@@ -81,37 +117,64 @@ Result<std::vector<RequestEvent>> Engine::step() {
   }
   aborted_.clear();
 
+  CACHET_RETURN_IF_ERROR(propose_drafts());
   const std::vector<ScheduledWork> work = scheduler_->schedule();
-  if (work.empty()) return events;
 
-  // One forward pass over every scheduled token.
+  // One forward pass over every scheduled token; logits from each request's last accepted token on (one row,
+  // or 1 + its draft's length when it speculates).
   ForwardBatch b;
-  std::vector<Request*> sampled;
+  std::vector<std::pair<Request*, int>> row_counts;
   for (const ScheduledWork& w : work) {
     Request* r = static_cast<Request*>(w.r);
     const int seq = static_cast<int>(b.seqs.size());
     b.seqs.push_back(r->view.get());
+    const int last_accepted = static_cast<int>(r->tokens.size()) - r->n_draft - 1;
+    int rows = 0;
     for (int k = 0; k < w.n; ++k) {
       const int pos = r->num_computed + k;
       b.token_ids.push_back(r->tokens[pos]);
       b.positions.push_back(pos);
       b.seq_index.push_back(seq);
-      const bool last = pos + 1 == static_cast<int>(r->tokens.size());
-      b.want_logits.push_back(last);
-      if (last) sampled.push_back(r);
+      b.want_logits.push_back(pos >= last_accepted);
+      rows += pos >= last_accepted;
     }
+    if (rows > 0) row_counts.emplace_back(r, rows);
+  }
+  if (work.empty()) {
+    for (auto [r, len] : drafted_) drop_draft(r, len);
+    drafted_.clear();
+    return events;
   }
   const int64_t V = model_.config().n_vocab;
-  logits_.resize(sampled.size() * V);
+  logits_.resize(static_cast<size_t>(b.n_logits()) * V);
+  const auto t0 = std::chrono::steady_clock::now();
   CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data()));
+  policy_.observe_target(b.n_tokens(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   scheduler_->computed(work);
 
+  // Drafts: verified (accepted prefix, a replacement or bonus token), and those not scheduled dropped.
+  std::vector<Rows> rows;
+  const float* next_row = logits_.data();
+  for (auto [r, n] : row_counts) {
+    rows.push_back({r, next_row, n});
+    next_row += static_cast<size_t>(n) * V;
+  }
+  for (const auto& d : drafted_) {
+    Request* r = d.first;
+    auto it = std::find_if(rows.begin(), rows.end(), [r](const Rows& x) { return x.r == r; });
+    if (it == rows.end() || r->n_draft == 0) drop_draft(r, d.second);
+  }
+  drafted_.clear();
+
   // Sample, append, and retire finished requests.
-  const SpecialTokens& sp = model_.special_tokens();
   std::vector<std::pair<Request*, const float*>> to_sample;
-  for (size_t i = 0; i < sampled.size(); ++i) {
-    Request* r = sampled[i];
-    to_sample.emplace_back(r, logits_.data() + i * V);
+  for (const Rows& x : rows) {
+    Request* r = x.r;
+    if (r->n_draft > 0) {
+      CACHET_RETURN_IF_ERROR(verify_drafts(x, &events));
+      continue;
+    }
+    to_sample.emplace_back(r, x.first);
     // n > 1: the prompt is computed once; the samples fork here, sharing its blocks, and draw from the same row.
     for (int k = 1; k <= r->n_forks; ++k) {
       auto c = std::make_unique<Request>();
@@ -127,8 +190,9 @@ Result<std::vector<RequestEvent>> Engine::step() {
       c->view = std::make_unique<PagedKvSequence>(*storage_, scheduler_->kv(), c->id);
       c->cache_ns = r->cache_ns;
       c->cached_tokens = r->cached_tokens;
+      c->spec = r->spec;
       scheduler_->fork(r, c.get());
-      to_sample.emplace_back(c.get(), logits_.data() + i * V);
+      to_sample.emplace_back(c.get(), x.first);
       requests_.emplace(c->id, std::move(c));
     }
     r->n_forks = 0;
@@ -136,16 +200,21 @@ Result<std::vector<RequestEvent>> Engine::step() {
   for (auto [r, row] : to_sample) {
     if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
     CACHET_ASSIGN_OR_RETURN(SampleResult s, r->sampler->sample(row, V, r->tokens, r->n_prompt));
-    r->tokens.push_back(s.id);
-    RequestEvent ev{r->id, s.id, RequestFinish::kNone, s.logprob, std::move(s.top), r->cached_tokens};
-    const bool stop = (r->stop_at_eos && sp.eos && s.id == *sp.eos) ||
-                      std::find(r->stop_ids.begin(), r->stop_ids.end(), s.id) != r->stop_ids.end();
-    if (stop) ev.finish = RequestFinish::kStop;
-    else if (static_cast<int>(r->tokens.size()) - r->n_prompt >= r->params.max_tokens) ev.finish = RequestFinish::kLength;
-    events.push_back(ev);
-    if (ev.finish != RequestFinish::kNone) finish(r);
+    if (emit(r, s, &events)) finish(r);
   }
   return events;
+}
+
+bool Engine::emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events) {
+  const SpecialTokens& sp = model_.special_tokens();
+  r->tokens.push_back(s.id);
+  RequestEvent ev{r->id, s.id, RequestFinish::kNone, s.logprob, s.top, r->cached_tokens};
+  const bool stop = (r->stop_at_eos && sp.eos && s.id == *sp.eos) ||
+                    std::find(r->stop_ids.begin(), r->stop_ids.end(), s.id) != r->stop_ids.end();
+  if (stop) ev.finish = RequestFinish::kStop;
+  else if (static_cast<int>(r->tokens.size()) - r->n_prompt >= r->params.max_tokens) ev.finish = RequestFinish::kLength;
+  events->push_back(std::move(ev));
+  return events->back().finish != RequestFinish::kNone;
 }
 
 EngineCounters Engine::counters() const {
@@ -163,11 +232,34 @@ EngineCounters Engine::counters() const {
     c.prefix_query_tokens = rc->query_tokens();
     c.prefix_hit_tokens = rc->hit_tokens();
   }
+  c.spec_draft_tokens = spec_draft_tokens_;
+  c.spec_accepted_tokens = spec_accepted_tokens_;
   return c;
 }
 
 int Engine::blocks_held_by_requests() const { return scheduler_->blocks_held_by_requests(); }
 
 std::string Engine::check() const { return scheduler_->check(); }
+
+int Engine::num_computed(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second->num_computed;
+}
+
+std::vector<uint8_t> Engine::kv_contents(RequestId id, int n_positions) const {
+  std::vector<uint8_t> out;
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return out;
+  PagedKvSequence& v = *it->second->view;
+  const size_t row = storage_->row_bytes();
+  for (int64_t layer = 0; layer < model_.config().n_layer; ++layer)
+    for (int pos = 0; pos < n_positions; ++pos) {
+      const uint8_t* k = v.k_row(static_cast<int>(layer), pos);
+      const uint8_t* val = v.v_row(static_cast<int>(layer), pos);
+      out.insert(out.end(), k, k + row);
+      out.insert(out.end(), val, val + row);
+    }
+  return out;
+}
 
 }  // namespace cachet

@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +22,9 @@
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#include "spec/draft_model.h"
+#include "spec/lookup.h"
+#include "spec/policy.h"
 
 namespace cachet {
 
@@ -36,6 +40,15 @@ struct EngineConfig {
   bool prefix_cache = true;
   // Called with every row of logits a request samples from (tests: batch invariance; debugging).
   std::function<void(RequestId, const float*, int64_t)> on_logits;
+  // Speculative decoding (docs/speculative.md): the mode of requests that do not choose one; the draft model
+  // (same vocabulary; not owned; required for SpecMode::kDraft); the most draft tokens per step. With
+  // spec_adaptive each request drafts what the measured costs and its own acceptance say pays (possibly
+  // nothing); without, always draft_max (tests).
+  SpecMode spec = SpecMode::kOff;
+  Model* draft_model = nullptr;
+  int draft_max = 8;
+  float draft_p_min = 0.5f;
+  bool spec_adaptive = true;
 };
 
 enum class RequestFinish { kNone, kStop, kLength, kAborted };
@@ -57,6 +70,8 @@ struct EngineCounters {
   int blocks_cached = 0;                       // blocks the prefix cache holds
   int64_t prefix_queries = 0;                  // admissions that looked up the cache
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  int64_t spec_draft_tokens = 0;               // draft tokens the target verified
+  int64_t spec_accepted_tokens = 0;            // of those, accepted
 };
 
 class Engine {
@@ -64,14 +79,18 @@ class Engine {
   Engine(Model& model, EngineConfig cfg);
   ~Engine();
 
+  // Errors: the draft model is not usable (different vocabulary).
+  static Result<std::unique_ptr<Engine>> create(Model& model, EngineConfig cfg);
+
   // Errors: invalid sampling parameters, an empty prompt, or a request that could never fit in the pool.
   // stop_ids end the request (besides EOS when stop_at_eos). n > 1 asks for n samples: they share the
   // prompt's blocks (one prefill, then the sequences fork) and get the ids id, id + 1, ..., id + n - 1, with
   // seeds seed, seed + 1, ...
   // cache_ns: the prefix cache's namespace (a tenant: API key and cache_salt); prefixes never match across them.
+  // spec: this request's speculation (default: the config's); kDraft needs the config's draft model.
   Result<RequestId> add_request(std::vector<int32_t> prompt, const SamplingParams& params,
                                 std::vector<int32_t> stop_ids = {}, bool stop_at_eos = true, int n = 1,
-                                uint64_t cache_ns = 0);
+                                uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt);
   // Frees the request's blocks at the next step.
   void abort(RequestId id);
   Result<std::vector<RequestEvent>> step();
@@ -84,6 +103,12 @@ class Engine {
   int blocks_held_by_requests() const;
   // Every bookkeeping invariant (block tables, ref counts, the tree); empty when all hold.
   std::string check() const;
+  // Inspection of a live request (tests): its tokens whose K/V are computed, and those K/V rows' bytes
+  // (every layer, K then V per position); the token slots its block table holds.
+  int num_computed(RequestId id) const;
+  int kv_slots(RequestId id) const { return scheduler_->kv().num_tokens(id); }
+  std::vector<uint8_t> kv_contents(RequestId id, int n_positions) const;
+  const DraftModelProposer* draft_proposer() const { return draft_.get(); }
 
  private:
   struct Request : SchedRequest {
@@ -93,8 +118,26 @@ class Engine {
     bool stop_at_eos = true;
     int n_forks = 0;  // samples still to fork off at the first sampling point
     std::unique_ptr<PagedKvSequence> view;
+    SpecMode spec = SpecMode::kOff;
+    Acceptance acceptance;
+    std::vector<TokenDist> draft_q;  // the draft's distributions when it sampled (else empty)
+  };
+  // A request's rows of logits in this step's pass: positions from its last accepted token on.
+  struct Rows {
+    Request* r;
+    const float* first;
+    int n;
   };
   void finish(Request* r);
+  Proposer* proposer(SpecMode m);
+  // Speculation (engine_spec.cc): drafts for caught-up speculating requests, appended to their tokens;
+  // after the pass, the accept/resample rule over a request's rows, the rejected positions rolled back.
+  Status propose_drafts();
+  Status verify_drafts(const Rows& rows, std::vector<RequestEvent>* events);
+  // Drafts that were not scheduled this step (or were preempted) are dropped.
+  void drop_draft(Request* r, int n_accepted_tokens);
+  // Appends a chosen token and its event; true when it ends the request.
+  bool emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events);
 
   Model& model_;
   EngineConfig cfg_;
@@ -104,6 +147,11 @@ class Engine {
   std::vector<RequestId> aborted_;
   RequestId next_id_ = 1;
   std::vector<float> logits_;
+  LookupProposer lookup_;
+  std::unique_ptr<DraftModelProposer> draft_;
+  SpecPolicy policy_;
+  std::vector<std::pair<Request*, int>> drafted_;  // this step's drafting requests and their accepted length
+  int64_t spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
 };
 
 }  // namespace cachet

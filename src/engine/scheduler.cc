@@ -48,10 +48,18 @@ bool Scheduler::make_room(int n) {
 
 void Scheduler::preempt(SchedRequest* r) {
   release(r);
+  r->tokens.resize(r->tokens.size() - r->n_draft);  // a draft is proposed again when it runs again
+  r->n_draft = 0;
   r->num_computed = 0;  // recompute: its tokens (prompt and output so far) are prefilled again
   running_.erase(std::find(running_.begin(), running_.end(), r));
   waiting_.push_front(r);
   ++preemptions_;
+}
+
+void Scheduler::rollback(SchedRequest* r, int n_tokens) {
+  n_tokens = std::min(n_tokens, manager_.num_tokens(r->id));
+  manager_.truncate(r->id, n_tokens);
+  r->num_computed = std::min(r->num_computed, n_tokens);
 }
 
 void Scheduler::finish(SchedRequest* r) {

@@ -29,6 +29,7 @@ struct SchedRequest {
   uint64_t cache_ns = 0;        // prefix cache namespace (tenant)
   RadixCache::Node* cache_node = nullptr;  // the locked end of the prefix it took from the cache
   int cached_tokens = 0;        // prompt tokens the prefix cache supplied at first admission
+  int n_draft = 0;              // the last n_draft tokens are a speculative draft, verified by this step's pass
 };
 
 struct SchedulerConfig {
@@ -61,6 +62,8 @@ class Scheduler {
   void computed(const std::vector<ScheduledWork>& work);
   // child (a new request, running) shares every block of parent (n > 1 samples).
   void fork(SchedRequest* parent, SchedRequest* child);
+  // Speculation rejected positions: r keeps the K/V of its first n_tokens only (blocks past them go back).
+  void rollback(SchedRequest* r, int n_tokens);
   // Finished or aborted: gives its whole computed blocks to the prefix cache and frees the rest.
   void finish(SchedRequest* r);
 

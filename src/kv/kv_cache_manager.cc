@@ -72,6 +72,15 @@ void KvCacheManager::free(SeqId s) {
   seqs_.erase(it);
 }
 
+void KvCacheManager::truncate(SeqId s, int n_tokens) {
+  Seq& q = seqs_.at(s);
+  CACHET_CHECK(n_tokens >= 0 && n_tokens <= q.num_tokens);
+  const size_t keep = static_cast<size_t>((n_tokens + block_size_ - 1) / block_size_);
+  for (size_t i = keep; i < q.table.size(); ++i) pool_.decref(q.table[i]);
+  q.table.resize(keep);
+  q.num_tokens = n_tokens;
+}
+
 std::string KvCacheManager::check(const std::function<int(BlockId)>& external) const {
   std::vector<int> refs(pool_.n_total(), 0);
   for (const auto& [id, q] : seqs_) {

@@ -41,6 +41,9 @@ class KvCacheManager {
   void adopt(SeqId s, const std::vector<BlockId>& blocks);
   // Drops all of s's references (finish, abort, or preemption by recompute).
   void free(SeqId s);
+  // s keeps only its first n_tokens (n_tokens <= num_tokens): blocks past them go back (speculative positions
+  // that were rejected). Slots past n_tokens in its last block are stale until written again.
+  void truncate(SeqId s, int n_tokens);
 
   // Ref counts == table references (plus, per block, what `external` says others hold, e.g. a prefix cache's
   // one reference per block it keeps), and the pool's own invariants; empty when all hold.

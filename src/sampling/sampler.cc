@@ -301,6 +301,26 @@ int32_t TokenDist::best() const {
   return b;
 }
 
+double TokenDist::total_weight() const {
+  if (!live_.empty()) {
+    double t = 0.0;
+    for (int32_t i : live_) t += w_[i];
+    return t;
+  }
+  return sum_weights(w_.data(), size());
+}
+
+double TokenDist::prob(int32_t id) const {
+  if (id < 0 || id >= size() || w_[id] <= 0.0f) return 0.0;
+  return w_[id] / total_weight();
+}
+
+void TokenDist::one_hot(int32_t id) {
+  std::fill(w_.begin(), w_.end(), 0.0f);
+  w_[id] = 1.0f;
+  live_.assign(1, id);
+}
+
 std::vector<int32_t> TokenDist::kept() const {
   std::vector<int32_t> v;
   for (int32_t i = 0; i < size(); ++i)
@@ -310,9 +330,7 @@ std::vector<int32_t> TokenDist::kept() const {
 
 Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
 
-Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, const std::vector<int32_t>& history,
-                                     int32_t n_prompt) {
-  SampleResult r;
+Status Sampler::prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt) {
   if (int64_t n_nan = dist_.reset(logits, n_vocab); n_nan > 0)
     return invalid_argument("the logits contain " + std::to_string(n_nan) + " NaN value(s) (first at token " +
                             std::to_string(std::find_if(logits, logits + n_vocab, [](float x) { return x != x; }) -
@@ -321,6 +339,13 @@ Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, const
   const size_t skip = p_.penalize_prompt ? 0 : std::min<size_t>(history.size(), std::max(0, n_prompt));
   dist_.apply_penalties(p_, history.data() + skip, history.size() - skip);
   dist_.apply_logit_bias(p_);
+  return Status::ok();
+}
+
+Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                                     int32_t n_prompt) {
+  SampleResult r;
+  CACHET_RETURN_IF_ERROR(prepare(logits, n_vocab, history, n_prompt));
   if (p_.temperature <= 0.0f) {
     r.id = dist_.best();
   } else {
@@ -333,6 +358,31 @@ Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, const
     }
   }
   if (r.id < 0) r.id = argmax(logits, n_vocab);  // everything banned: fall back to the raw argmax
+  fill_logprobs(logits, n_vocab, &r);
+  return r;
+}
+
+Result<const TokenDist*> Sampler::distribution(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                                               int32_t n_prompt) {
+  CACHET_RETURN_IF_ERROR(prepare(logits, n_vocab, history, n_prompt));
+  int32_t only = -1;
+  if (p_.temperature <= 0.0f) {
+    only = dist_.best();
+  } else {
+    dist_.apply_temperature(p_.temperature);
+    dist_.top_k(p_.top_k);
+    if (dist_.compute_weights()) {
+      dist_.top_p(p_.top_p);
+      dist_.min_p(p_.min_p);
+      return &dist_;
+    }
+  }
+  dist_.one_hot(only >= 0 ? only : argmax(logits, n_vocab));  // as sample(): everything banned -> raw argmax
+  return &dist_;
+}
+
+void Sampler::fill_logprobs(const float* logits, int64_t n_vocab, SampleResult* out) {
+  SampleResult& r = *out;
   if (p_.logprobs >= 0) {
     // Log-softmax of the raw logits (before penalties, bias and temperature), as OpenAI reports them.
     const float mx = logits[argmax(logits, n_vocab)];
@@ -356,7 +406,6 @@ Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, const
     }
     for (int32_t id : top) r.top.push_back({id, lp(id)});
   }
-  return r;
 }
 
 }  // namespace cachet

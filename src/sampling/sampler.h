@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -78,6 +79,15 @@ class TokenDist {
   // Best remaining token by logit (greedy).
   int32_t best() const;
   std::vector<int32_t> kept() const;  // ids with w > 0 (tests)
+  // The final weights (dense by id, 0 = dropped) and the tokens that can carry weight: live() when not
+  // empty (after top-k, ascending), else every id.
+  const float* weights() const { return w_.data(); }
+  const std::vector<int32_t>& live() const { return live_; }
+  double total_weight() const;
+  // Probability of id under the final weights.
+  double prob(int32_t id) const;
+  // All the mass on one token (greedy, or a chain that left nothing).
+  void one_hot(int32_t id);
 
  private:
   std::vector<float> logit_;   // [n_vocab]
@@ -100,8 +110,16 @@ class Sampler {
 
   // Picks the next token. `history` is the sequence so far (prompt first), for the penalties. NaN logits
   // (a model or numerics failure) are an error, never silently sampled around.
-  Result<SampleResult> sample(const float* logits, int64_t n_vocab, const std::vector<int32_t>& history,
+  Result<SampleResult> sample(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
                               int32_t n_prompt);
+
+  // The chain without the draw: the distribution the next token would be drawn from, after penalties, bias,
+  // temperature, top-k, top-p and min-p (greedy: all the mass on the best token). Speculative decoding
+  // compares these for the target and the draft. Valid until the next call.
+  Result<const TokenDist*> distribution(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                                        int32_t n_prompt);
+  // The logprob of id under the raw logits and the params.logprobs best alternatives (no-op when logprobs < 0).
+  void fill_logprobs(const float* logits, int64_t n_vocab, SampleResult* r);
 
   const SamplingParams& params() const { return p_; }
   // A uniform double in [0, 1) from the request's own generator (53 random bits).
@@ -112,6 +130,9 @@ class Sampler {
   std::mt19937_64 rng_;
   TokenDist dist_;
   std::vector<float> lp_w_;  // scratch for the logprobs normalizer
+
+  // Penalties and bias (every mode); NaN logits are an error.
+  Status prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt);
 };
 
 }  // namespace cachet

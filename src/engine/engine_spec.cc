@@ -1,0 +1,127 @@
+// Engine: the speculative part of a step (docs/speculative.md). Before scheduling, caught-up speculating
+// requests get a draft appended to their tokens (n_draft of them), so the scheduler's catch-up rule schedules
+// the last accepted token and the draft in the step's one forward pass, next to other requests' prefill and
+// decode tokens. After the pass, the accept/resample rule (spec/verify.h) walks the draft against the
+// target's rows; the K/V of rejected positions leave the block table.
+#include <algorithm>
+
+#include "engine/engine.h"
+#include "spec/verify.h"
+
+namespace cachet {
+
+Status Engine::propose_drafts() {
+  drafted_.clear();
+  std::vector<Request*> cands;
+  int other_tokens = 0;
+  for (SchedRequest* sr : scheduler_->running()) {
+    Request* r = static_cast<Request*>(sr);
+    const int len = static_cast<int>(r->tokens.size());
+    const int room = r->params.max_tokens - (len - r->n_prompt) - 1;  // the step emits up to k + 1 tokens
+    if (r->spec != SpecMode::kOff && r->num_computed == len - 1 && r->n_forks == 0 && room >= 1) {
+      cands.push_back(r);
+    } else {
+      other_tokens += std::min(len - r->num_computed, cfg_.prefill_chunk);
+    }
+  }
+  if (cands.empty()) return Status::ok();
+  for (size_t i = 0; i < static_cast<size_t>(scheduler_->n_waiting()) && other_tokens < cfg_.max_batch_tokens; ++i)
+    other_tokens += cfg_.prefill_chunk;  // waiting prompts take what budget is left
+  other_tokens = std::min(other_tokens, cfg_.max_batch_tokens);
+
+  std::vector<int> ks(cands.size(), cfg_.draft_max);
+  if (cfg_.spec_adaptive) {
+    std::vector<double> alphas;
+    std::vector<bool> uses_draft;
+    for (Request* r : cands) {
+      alphas.push_back(r->acceptance.alpha());
+      uses_draft.push_back(r->spec == SpecMode::kDraft);
+    }
+    ks = policy_.choose(alphas, uses_draft, other_tokens);
+  }
+  // One job list per proposer kind; every job of a kind is proposed at once (a draft model batches them).
+  for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft}) {
+    std::vector<DraftJob> jobs;
+    std::vector<Request*> owners;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      Request* r = cands[i];
+      const int room = r->params.max_tokens - (static_cast<int>(r->tokens.size()) - r->n_prompt) - 1;
+      const int k = std::min(ks[i], room);
+      if (r->spec != mode || k <= 0) continue;
+      DraftJob j;
+      j.id = r->id;
+      j.tokens = &r->tokens;
+      j.n_prompt = r->n_prompt;
+      j.params = &r->params;
+      j.k = k;
+      jobs.push_back(std::move(j));
+      owners.push_back(r);
+    }
+    if (jobs.empty()) continue;
+    CACHET_RETURN_IF_ERROR(proposer(mode)->propose(jobs));
+    if (mode == SpecMode::kDraft && draft_->last_passes() > 0)
+      policy_.observe_draft(static_cast<int>(jobs.size()), draft_->last_seconds() / draft_->last_passes());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      Request* r = owners[i];
+      if (jobs[i].draft.empty()) continue;
+      drafted_.emplace_back(r, static_cast<int>(r->tokens.size()));
+      r->tokens.insert(r->tokens.end(), jobs[i].draft.begin(), jobs[i].draft.end());
+      r->n_draft = static_cast<int>(jobs[i].draft.size());
+      r->draft_q = std::move(jobs[i].q);
+    }
+  }
+  return Status::ok();
+}
+
+void Engine::drop_draft(Request* r, int n_accepted_tokens) {
+  r->tokens.resize(n_accepted_tokens);
+  r->n_draft = 0;
+  r->draft_q.clear();
+  if (Proposer* p = proposer(r->spec)) p->truncate(r->id, n_accepted_tokens);
+}
+
+Status Engine::verify_drafts(const Rows& x, std::vector<RequestEvent>* events) {
+  Request* r = x.r;
+  const int64_t V = model_.config().n_vocab;
+  const int len = static_cast<int>(r->tokens.size()) - r->n_draft;  // accepted tokens before this step
+  const std::vector<int32_t> draft(r->tokens.begin() + len, r->tokens.end());
+  const std::vector<TokenDist> q = std::move(r->draft_q);
+  r->tokens.resize(len);
+  r->n_draft = 0;
+  r->draft_q.clear();
+  const int m = x.n - 1;  // draft tokens the pass computed (fewer than drafted when the token budget cut it)
+  const bool greedy = r->params.temperature <= 0.0f;
+  int accepted = 0;
+  bool done = false;
+  for (int i = 0; i <= m && !done; ++i) {
+    const float* row = x.first + static_cast<size_t>(i) * V;
+    if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
+    SampleResult s;
+    bool rejected = false;
+    if (i < m) {
+      CACHET_ASSIGN_OR_RETURN(const TokenDist* p, r->sampler->distribution(row, V, r->tokens, r->n_prompt));
+      const double u_accept = greedy ? 0.0 : r->sampler->next_uniform();
+      const double u_resample = greedy ? 0.0 : r->sampler->next_uniform();
+      const Verdict v = verify_draft_token(*p, q.empty() ? nullptr : &q[i], draft[i], u_accept, u_resample);
+      s.id = v.token;
+      r->sampler->fill_logprobs(row, V, &s);
+      accepted += v.accepted;
+      rejected = !v.accepted;
+    } else {
+      // Every computed draft token passed: the next token comes from the target's row (the bonus token).
+      CACHET_ASSIGN_OR_RETURN(s, r->sampler->sample(row, V, r->tokens, r->n_prompt));
+    }
+    done = emit(r, s, events);
+    if (rejected) break;
+  }
+  spec_draft_tokens_ += m;
+  spec_accepted_tokens_ += accepted;
+  if (m > 0) r->acceptance.add(m, accepted);
+  // K/V is valid for the accepted tokens; the positions of rejected (or never verified) draft tokens go back.
+  scheduler_->rollback(r, len + accepted);
+  if (Proposer* p = proposer(r->spec)) p->truncate(r->id, len + accepted);
+  if (done) finish(r);
+  return Status::ok();
+}
+
+}  // namespace cachet

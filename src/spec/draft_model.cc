@@ -1,0 +1,131 @@
+#include "spec/draft_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace cachet {
+
+Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(Model& draft, const Model& target,
+                                                                       DraftModelConfig cfg) {
+  if (draft.config().n_vocab != target.config().n_vocab)
+    return invalid_argument("the draft model's vocabulary has " + std::to_string(draft.config().n_vocab) +
+                            " tokens but the target's has " + std::to_string(target.config().n_vocab) +
+                            ": a draft must share the target's tokenizer");
+  if (cfg.n_blocks <= 0 || cfg.block_size <= 0 || cfg.block_size % 16 != 0)
+    return invalid_argument("draft KV pool: n_blocks > 0 and block_size a multiple of 16");
+  return std::unique_ptr<DraftModelProposer>(new DraftModelProposer(draft, cfg));
+}
+
+DraftModelProposer::DraftModelProposer(Model& draft, DraftModelConfig cfg)
+    : model_(draft),
+      cfg_(cfg),
+      storage_(std::make_unique<KvBlockStorage>(draft.config(), cfg.n_blocks, cfg.block_size, cfg.kv_type)),
+      manager_(cfg.n_blocks, cfg.block_size,
+               [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); }) {}
+
+DraftModelProposer::Seq& DraftModelProposer::seq(const DraftJob& j) {
+  Seq& s = seqs_[j.id];
+  if (!s.view) {
+    s.view = std::make_unique<PagedKvSequence>(*storage_, manager_, j.id);
+    SamplingParams p = *j.params;
+    p.seed = p.seed ^ 0x9E3779B97F4A7C15ull;  // the draft's own generator, not the target's
+    p.logprobs = -1;
+    s.sampler = std::make_unique<Sampler>(std::move(p));
+  }
+  return s;
+}
+
+Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  last_passes_ = 0;
+  const int64_t V = model_.config().n_vocab;
+  struct Live {
+    DraftJob* job;
+    Seq* s;
+    std::vector<int32_t> history;  // tokens, then the draft so far
+  };
+  std::vector<Live> live;
+  for (DraftJob& j : jobs) {
+    j.draft.clear();
+    j.q.clear();
+    if (j.k <= 0) continue;
+    Seq& s = seq(j);
+    const int len = static_cast<int>(j.tokens->size());
+    s.computed = std::min(s.computed, len - 1);  // the last token is fed again: its logits are the first draft's
+    if (manager_.has(j.id)) manager_.truncate(j.id, std::min(manager_.num_tokens(j.id), s.computed));
+    // Room for the catch-up and k - 1 drafted tokens fed back; without it this request does not draft now.
+    const int grow = len + j.k - 1 - manager_.num_tokens(j.id);
+    if (!manager_.append(j.id, grow)) {
+      release(j.id);
+      continue;
+    }
+    live.push_back({&j, &s, *j.tokens});
+  }
+  // Pass r feeds each live request's unseen tokens (pass 0: the catch-up; later: its previous draft token)
+  // and drafts one more token from the last position's logits.
+  for (int pass = 0; !live.empty(); ++pass) {
+    ForwardBatch b;
+    for (const Live& l : live) {
+      const int seq = static_cast<int>(b.seqs.size());
+      b.seqs.push_back(l.s->view.get());
+      const int len = static_cast<int>(l.history.size());
+      for (int p = l.s->computed; p < len; ++p) {
+        b.token_ids.push_back(l.history[p]);
+        b.positions.push_back(p);
+        b.seq_index.push_back(seq);
+        b.want_logits.push_back(p + 1 == len);
+      }
+    }
+    logits_.resize(live.size() * V);
+    CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data()));
+    ++last_passes_;
+    std::vector<Live> next;
+    for (size_t i = 0; i < live.size(); ++i) {
+      Live& l = live[i];
+      l.s->computed = static_cast<int>(l.history.size());
+      const float* row = logits_.data() + i * V;
+      DraftJob& j = *l.job;
+      CACHET_ASSIGN_OR_RETURN(const TokenDist* q,
+                              l.s->sampler->distribution(row, V, l.history, j.n_prompt));
+      int32_t x;
+      if (j.params->temperature <= 0.0f) {
+        x = q->live()[0];
+        // The draft's confidence in x under its raw logits: below p_min the next tokens are likely wasted.
+        const float mx = row[argmax(row, V)];
+        double z = 0.0;
+        for (int64_t t = 0; t < V; ++t) z += std::exp(static_cast<double>(row[t]) - mx);
+        if (1.0 / z < cfg_.p_min && !j.draft.empty()) continue;
+      } else {
+        x = q->draw(l.s->sampler->next_uniform());
+        j.q.push_back(*q);
+      }
+      j.draft.push_back(x);
+      if (static_cast<int>(j.draft.size()) < j.k) {
+        l.history.push_back(x);
+        next.push_back(std::move(l));
+      }
+    }
+    live = std::move(next);
+  }
+  // Blocks reserved for draft tokens never fed (an early stop) go back.
+  for (DraftJob& j : jobs)
+    if (auto it = seqs_.find(j.id); it != seqs_.end() && manager_.has(j.id))
+      manager_.truncate(j.id, std::min(manager_.num_tokens(j.id), it->second.computed));
+  last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::ok();
+}
+
+void DraftModelProposer::truncate(int64_t id, int n_valid) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  it->second.computed = std::min(it->second.computed, n_valid);
+  if (manager_.has(id)) manager_.truncate(id, std::min(manager_.num_tokens(id), it->second.computed));
+}
+
+void DraftModelProposer::release(int64_t id) {
+  manager_.free(id);
+  seqs_.erase(id);
+}
+
+}  // namespace cachet

@@ -1,0 +1,60 @@
+// A draft model proposes: any model with the target's vocabulary (a low-bit `cachet quantize` of the target,
+// a smaller model of the same family). It keeps its own paged KV cache per request, catches up on the
+// tokens it has not seen (the prompt, then each step's accepted tokens) and drafts k tokens autoregressively;
+// every drafted position is one batched forward pass over all drafting requests. Greedy requests draft the
+// draft's best token, and stop early when the draft's own confidence falls below p_min (llama.cpp's
+// --draft-p-min rule); sampling requests draw from the draft's distribution after the request's own sampler
+// chain, with a generator of their own (seeded from the request's seed), and report it as q.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+
+#include "kv/kv_cache_manager.h"
+#include "kv/paged_kv_cache.h"
+#include "model/model.h"
+#include "spec/proposer.h"
+
+namespace cachet {
+
+struct DraftModelConfig {
+  int n_blocks = 0;      // its KV pool; blocks of block_size tokens
+  int block_size = 16;
+  DType kv_type = DType::kF16;
+  float p_min = 0.5f;    // greedy: stop drafting when the draft's top probability is below this
+};
+
+class DraftModelProposer final : public Proposer {
+ public:
+  // Errors: the vocabularies differ.
+  static Result<std::unique_ptr<DraftModelProposer>> create(Model& draft, const Model& target,
+                                                            DraftModelConfig cfg);
+  Status propose(std::span<DraftJob> jobs) override;
+  void truncate(int64_t id, int n_valid) override;
+  void release(int64_t id) override;
+
+  const KvCacheManager& kv() const { return manager_; }
+  // Seconds of the last propose() call's forward passes, and how many passes it ran (the engine's cost model).
+  double last_seconds() const { return last_seconds_; }
+  int last_passes() const { return last_passes_; }
+
+ private:
+  DraftModelProposer(Model& draft, DraftModelConfig cfg);
+  struct Seq {
+    int computed = 0;  // tokens whose K/V the draft holds
+    std::unique_ptr<PagedKvSequence> view;
+    std::unique_ptr<Sampler> sampler;
+  };
+  Seq& seq(const DraftJob& j);
+
+  Model& model_;
+  DraftModelConfig cfg_;
+  std::unique_ptr<KvBlockStorage> storage_;
+  KvCacheManager manager_;
+  std::unordered_map<int64_t, Seq> seqs_;
+  std::vector<float> logits_;
+  double last_seconds_ = 0.0;
+  int last_passes_ = 0;
+};
+
+}  // namespace cachet

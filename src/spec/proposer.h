@@ -1,0 +1,41 @@
+// Proposer: where a speculating request's draft comes from. Each engine step hands every proposer its
+// requests (one job each) at once, so a draft model runs one batched pass per drafted position for all of
+// them. Kinds: prompt lookup (spec/lookup.h, no model) and a draft model (spec/draft_model.h). A request
+// picks its kind; kinds mix freely in one batch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cachet/status.h"
+#include "sampling/sampler.h"
+
+namespace cachet {
+
+enum class SpecMode { kOff, kLookup, kDraft };
+
+struct DraftJob {
+  int64_t id = 0;                             // request id
+  const std::vector<int32_t>* tokens = nullptr;  // prompt + accepted output, the last one not yet computed
+  int n_prompt = 0;
+  const SamplingParams* params = nullptr;
+  int k = 0;                                  // most tokens to propose
+  // Out: the draft, and per token the draft's distribution when it sampled (temperature > 0). Empty q: the
+  // draft is deterministic (all of q's mass on each draft token).
+  std::vector<int32_t> draft;
+  std::vector<TokenDist> q;
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  virtual Status propose(std::span<DraftJob> jobs) = 0;
+  // After verification: the request's first n_valid tokens are final (the proposer's own state past them,
+  // e.g. a draft model's KV, is stale).
+  virtual void truncate(int64_t id, int n_valid) { (void)id, (void)n_valid; }
+  // The request is finished, aborted or preempted.
+  virtual void release(int64_t id) { (void)id; }
+};
+
+}  // namespace cachet

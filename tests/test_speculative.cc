@@ -1,0 +1,547 @@
+// Speculative decoding (docs/speculative.md):
+//  - the accept/resample rule keeps the target's distribution exactly, for every sampler setting, with a
+//    deliberately bad draft (chi-square over 120k draws), and the same test rejects a broken rule;
+//  - the engine's whole loop (draft model or prompt lookup, k tokens, bonus token) emits sequences distributed
+//    as the target's, on a toy Markov-chain model whose exact sequence probabilities are known;
+//  - greedy with speculation == greedy without, token ids and logits bitwise, alone and in a batch of 32 with
+//    the prefix cache on, for both proposers; the KV cache after rejections equals one built without
+//    speculation, and no block leaks;
+//  - the policy's cost fit and choices; the lookup proposer; rollback in the scheduler on a random stream.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "spec/lookup.h"
+#include "spec/policy.h"
+#include "spec/verify.h"
+#include "tests/test_util.h"
+
+namespace cachet {
+namespace {
+
+// Pearson's chi-square of observed counts against probabilities, and its critical value at p = 1e-5 (the
+// Wilson-Hilferty approximation): a correct rule fails about once in 100k runs.
+struct ChiSquare {
+  double stat = 0.0;
+  int df = -1;
+  double critical() const {
+    const double d = df, z = 4.265;
+    return d * std::pow(1.0 - 2.0 / (9.0 * d) + z * std::sqrt(2.0 / (9.0 * d)), 3.0);
+  }
+  bool fits() const { return stat < critical(); }
+};
+
+ChiSquare chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  ChiSquare r;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (probs[i] <= 0.0) {
+      if (counts[i] > 0) r.stat = INFINITY;  // a token the target can never emit
+      continue;
+    }
+    const double e = probs[i] * static_cast<double>(total);
+    r.stat += (counts[i] - e) * (counts[i] - e) / e;
+    ++r.df;
+  }
+  return r;
+}
+
+std::vector<float> logits_of(std::initializer_list<float> l) { return std::vector<float>(l); }
+
+struct Setting {
+  const char* name;
+  SamplingParams p;
+};
+
+std::vector<Setting> settings() {
+  std::vector<Setting> v;
+  SamplingParams p;
+  p.temperature = 1.0f;
+  v.push_back({"temperature 1", p});
+  p.temperature = 0.7f;
+  p.top_k = 4;
+  v.push_back({"top-k 4", p});
+  p = {};
+  p.temperature = 1.3f;
+  p.top_p = 0.7f;
+  v.push_back({"top-p 0.7", p});
+  p = {};
+  p.temperature = 1.0f;
+  p.min_p = 0.15f;
+  v.push_back({"min-p 0.15", p});
+  p = {};
+  p.temperature = 0.9f;
+  p.repetition_penalty = 1.3f;
+  p.presence_penalty = 0.5f;
+  p.logit_bias[5] = -INFINITY;
+  v.push_back({"penalties + bias", p});
+  return v;
+}
+
+// One position: the emitted token is distributed as p whatever q is; "always accept" emits q instead.
+TEST(SpecVerify, AcceptResampleKeepsTheTargetDistributionForEverySamplerSetting) {
+  const std::vector<float> lp = logits_of({2.0f, 1.5f, 0.2f, -1.0f, 1.0f, 0.5f, -0.3f, 0.9f});
+  const std::vector<float> lq = logits_of({-1.0f, 0.1f, 2.5f, 1.8f, -2.0f, 0.4f, 1.2f, -0.5f});  // a bad draft
+  const std::vector<int32_t> history = {1, 1, 4, 7};
+  const int V = 8, draws = 120000;
+  for (const Setting& s : settings()) {
+    Sampler sp(s.p), sq(s.p);
+    const TokenDist p = **sp.distribution(lp.data(), V, history, 0);
+    const TokenDist q = **sq.distribution(lq.data(), V, history, 0);
+    std::vector<double> probs(V);
+    for (int i = 0; i < V; ++i) probs[i] = p.prob(i);
+    std::mt19937_64 rng(7);
+    auto u = [&] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+    std::vector<int64_t> rule(V, 0), broken(V, 0), lookup(V, 0);
+    int64_t accepted = 0;
+    for (int d = 0; d < draws; ++d) {
+      const int32_t x = q.draw(u());
+      const Verdict v = verify_draft_token(p, &q, x, u(), u());
+      ++rule[v.token];
+      accepted += v.accepted;
+      ++broken[x];
+      // A deterministic draft (prompt lookup) always proposing token 1.
+      ++lookup[verify_draft_token(p, nullptr, 1, u(), u()).token];
+    }
+    EXPECT_TRUE(chi_square(rule, probs).fits()) << s.name << ": chi2 " << chi_square(rule, probs).stat;
+    EXPECT_TRUE(chi_square(lookup, probs).fits()) << s.name << ": chi2 " << chi_square(lookup, probs).stat;
+    EXPECT_FALSE(chi_square(broken, probs).fits()) << s.name << ": the test must reject 'always accept'";
+    // The acceptance rate is sum_x min(p, q): the rule is the optimal coupling, not merely exact.
+    double overlap = 0.0;
+    for (int i = 0; i < V; ++i) overlap += std::min(p.prob(i), q.prob(i));
+    EXPECT_NEAR(static_cast<double>(accepted) / draws, overlap, 0.01) << s.name;
+  }
+}
+
+TEST(SpecVerify, GreedyAcceptsExactlyTheBestToken) {
+  SamplingParams g;
+  const std::vector<float> lp = logits_of({0.0f, 3.0f, 1.0f, 3.0f});
+  Sampler sp(g);
+  const TokenDist p = **sp.distribution(lp.data(), 4, {}, 0);
+  EXPECT_EQ(verify_draft_token(p, nullptr, 1, 0.0, 0.0).accepted, true);
+  const Verdict v = verify_draft_token(p, nullptr, 3, 0.0, 0.0);  // a tie goes to the lower id, as argmax
+  EXPECT_FALSE(v.accepted);
+  EXPECT_EQ(v.token, 1);
+}
+
+// A model whose next-token logits depend on the last token only (a Markov chain): exact sequence
+// probabilities are known, and the engine runs it like any model. Its K/V are never read.
+class MarkovModel final : public Model {
+ public:
+  MarkovModel(std::vector<std::vector<float>> table) : table_(std::move(table)), pool_(1) {
+    cfg_.arch = "markov";
+    cfg_.n_vocab = static_cast<int64_t>(table_.size());
+    cfg_.n_layer = 1;
+    cfg_.n_embd = 16;
+    cfg_.n_head = 1;
+    cfg_.n_head_kv = 1;
+    cfg_.head_dim = 16;
+  }
+  const ModelConfig& config() const override { return cfg_; }
+  Status forward(const ForwardBatch& b, float* logits) override {
+    for (int t = 0; t < b.n_tokens(); ++t)
+      if (b.want_logits[t]) {
+        const auto& row = table_.at(static_cast<size_t>(b.token_ids[t]));
+        logits = std::copy(row.begin(), row.end(), logits);
+      }
+    return Status::ok();
+  }
+  const std::vector<TensorView>& tensors() const override { return tensors_; }
+  const SpecialTokens& special_tokens() const override { return special_; }
+  const GgufFile* gguf() const override { return nullptr; }
+  ThreadPool& pool() override { return pool_; }
+
+ private:
+  std::vector<std::vector<float>> table_;
+  ModelConfig cfg_;
+  std::vector<TensorView> tensors_;
+  SpecialTokens special_;
+  ThreadPool pool_;
+};
+
+// The engine's loop end to end: 3-token continuations of a 3-token prompt, drafted by a bad draft model or by
+// prompt lookup (the prompt repeats, so lookup drafts), mixed in one batch; the joint distribution of the
+// 5^3 outcomes must be the target's. Sampling the draft chain instead ("always accept") is rejected.
+TEST(SpecEngine, SampledSequencesFollowTheTargetExactly) {
+  const int V = 5;
+  const std::vector<std::vector<float>> P = {{1.0f, 0.2f, -0.5f, 0.8f, 0.0f},
+                                             {0.3f, 1.2f, 0.1f, -1.0f, 0.6f},
+                                             {-0.2f, 0.4f, 0.9f, 0.5f, -0.8f},
+                                             {0.7f, -0.3f, 0.2f, 1.1f, 0.1f},
+                                             {0.0f, 0.5f, -0.4f, 0.3f, 1.0f}};
+  std::vector<std::vector<float>> Q = P;  // the draft: every row reversed
+  for (auto& row : Q) std::reverse(row.begin(), row.end());
+  MarkovModel target(P), draft(Q);
+  const std::vector<int32_t> prompt = {1, 2, 1};
+  for (const Setting& s : {settings()[0], settings()[1], settings()[3]}) {
+    EngineConfig cfg;
+    cfg.n_blocks = 2048;
+    cfg.draft_model = &draft;
+    cfg.draft_max = 3;
+    cfg.spec_adaptive = false;
+    cfg.max_running = 512;
+    cfg.prefix_cache = false;
+    auto e = Engine::create(target, cfg);
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    // Exact probabilities of each continuation under the target's chain (with the sampler setting).
+    auto probs_of = [&](const std::vector<std::vector<float>>& M) {
+      std::vector<double> pr(V * V * V);
+      for (int c = 0; c < V * V * V; ++c) {
+        int32_t prev = prompt.back();
+        const int32_t seq[3] = {c / (V * V), (c / V) % V, c % V};
+        double pc = 1.0;
+        Sampler smp(s.p);
+        std::vector<int32_t> hist = prompt;
+        for (int32_t t : seq) {
+          pc *= (*smp.distribution(M[prev].data(), V, hist, 3))->prob(t);
+          hist.push_back(t);
+          prev = t;
+        }
+        pr[c] = pc;
+      }
+      return pr;
+    };
+    const std::vector<double> exact = probs_of(P);
+    std::map<RequestId, std::vector<int32_t>> out;
+    std::map<RequestId, SpecMode> mode;
+    const int n_req = 60000;
+    for (int i = 0; i < n_req;) {
+      for (int k = 0; k < 512 && i < n_req; ++k, ++i) {
+        SamplingParams p = s.p;
+        p.max_tokens = 3;
+        p.seed = static_cast<uint64_t>(i) * 7919 + 1;
+        const SpecMode m = i % 2 ? SpecMode::kLookup : SpecMode::kDraft;
+        auto id = (*e)->add_request(prompt, p, {}, false, 1, 0, m);
+        ASSERT_TRUE(id.is_ok());
+        mode[*id] = m;
+      }
+      while ((*e)->has_work()) {
+        auto ev = (*e)->step();
+        ASSERT_TRUE(ev.is_ok());
+        for (const auto& x : *ev)
+          if (x.token >= 0) out[x.id].push_back(x.token);
+      }
+    }
+    std::vector<int64_t> by_draft(V * V * V, 0), by_lookup(V * V * V, 0);
+    for (const auto& [id, toks] : out) {
+      ASSERT_EQ(toks.size(), 3u);
+      const int c = toks[0] * V * V + toks[1] * V + toks[2];
+      ++(mode[id] == SpecMode::kDraft ? by_draft : by_lookup)[c];
+    }
+    const EngineCounters cnt = (*e)->counters();
+    EXPECT_GT(cnt.spec_draft_tokens, n_req / 2) << s.name;
+    EXPECT_GT(cnt.spec_accepted_tokens, 0) << s.name;
+    EXPECT_LT(cnt.spec_accepted_tokens, cnt.spec_draft_tokens) << s.name;
+    EXPECT_TRUE(chi_square(by_draft, exact).fits()) << s.name << ": chi2 " << chi_square(by_draft, exact).stat;
+    EXPECT_TRUE(chi_square(by_lookup, exact).fits()) << s.name << ": chi2 " << chi_square(by_lookup, exact).stat;
+    // The same test has the power to see a wrong distribution: the draft chain's own sequences.
+    const std::vector<double> of_q = probs_of(Q);
+    std::mt19937_64 rng(3);
+    std::discrete_distribution<int> dq(of_q.begin(), of_q.end());
+    std::vector<int64_t> broken(V * V * V, 0);
+    for (int i = 0; i < n_req / 2; ++i) ++broken[dq(rng)];
+    EXPECT_FALSE(chi_square(broken, exact).fits()) << s.name;
+    EXPECT_EQ((*e)->counters().blocks_used, 0);
+    EXPECT_EQ((*e)->draft_proposer()->kv().pool().n_used(), 0);
+  }
+}
+
+std::unique_ptr<Model> synthetic(uint64_t seed, const std::string& name) {
+  SyntheticSpec s;
+  s.type = DType::kQ4_0;
+  s.embd_type = DType::kQ8_0;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_layer = 2;
+  s.seed = seed;
+  const std::string path = testing::temp_path(name);
+  EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
+  auto m = load_model(path, {2});
+  EXPECT_TRUE(m.is_ok());
+  return std::move(m).value();
+}
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplingParams p;
+  SpecMode mode;
+};
+
+// Prompts that repeat a random phrase (so lookup finds matches), of random lengths; modes off, lookup, draft.
+std::vector<Job> spec_jobs(int n, int V, uint32_t seed, bool sampled) {
+  std::mt19937 rng(seed);
+  std::vector<Job> v;
+  for (int i = 0; i < n; ++i) {
+    Job j;
+    std::vector<int32_t> phrase(3 + rng() % 12);
+    for (auto& t : phrase) t = static_cast<int32_t>(rng() % V);
+    for (int r = 1 + static_cast<int>(rng() % 4); r > 0; --r) {
+      j.prompt.insert(j.prompt.end(), phrase.begin(), phrase.end());
+      j.prompt.push_back(static_cast<int32_t>(rng() % V));
+    }
+    j.p.max_tokens = 8 + static_cast<int>(rng() % 40);
+    if (sampled) {
+      j.p.temperature = 0.9f;
+      j.p.top_k = 20;
+      j.p.seed = 500 + i;
+    }
+    j.mode = static_cast<SpecMode>(i % 3);
+    v.push_back(j);
+  }
+  return v;
+}
+
+struct Served {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<float>> logits;
+  EngineCounters counters;
+};
+
+Served serve(Model& m, Model* draft, const std::vector<Job>& js, bool spec, bool adaptive, int max_running) {
+  EngineConfig cfg;
+  cfg.n_blocks = 120;
+  cfg.draft_model = draft;
+  cfg.draft_max = 5;
+  cfg.spec_adaptive = adaptive;
+  cfg.max_running = max_running;
+  cfg.prefill_chunk = 24;
+  cfg.max_batch_tokens = 64;
+  Served out;
+  out.ids.resize(js.size());
+  out.logits.resize(js.size());
+  std::map<RequestId, size_t> job_of;
+  cfg.on_logits = [&](RequestId id, const float* row, int64_t n) {
+    auto& l = out.logits[job_of.at(id)];
+    l.insert(l.end(), row, row + n);
+  };
+  auto e = Engine::create(m, cfg);
+  EXPECT_TRUE(e.is_ok());
+  for (size_t i = 0; i < js.size(); ++i) {
+    auto id = (*e)->add_request(js[i].prompt, js[i].p, {}, false, 1, 0, spec ? js[i].mode : SpecMode::kOff);
+    EXPECT_TRUE(id.is_ok()) << id.status().message();
+    job_of[*id] = i;
+  }
+  while ((*e)->has_work()) {
+    auto ev = (*e)->step();
+    EXPECT_TRUE(ev.is_ok());
+    for (const auto& x : *ev)
+      if (x.token >= 0) out.ids[job_of.at(x.id)].push_back(x.token);
+    EXPECT_EQ((*e)->check(), "");
+  }
+  out.counters = (*e)->counters();
+  EXPECT_EQ(out.counters.blocks_used, out.counters.blocks_cached) << "no block leaked";
+  if (draft) EXPECT_EQ((*e)->draft_proposer()->kv().pool().n_used(), 0) << "no draft block leaked";
+  return out;
+}
+
+// Greedy: token ids and every logits row bitwise the same with and without speculation, for a draft that
+// always agrees (the target itself), one that mostly does not (another model), and lookup; 32 at once with the
+// prefix cache on and a pool small enough to preempt, and each request alone.
+TEST(SpecEngine, GreedyWithSpeculationEqualsGreedyWithoutBitwise) {
+  auto target = synthetic(42, "spec_target.gguf");
+  auto same = synthetic(42, "spec_target.gguf");
+  auto other = synthetic(7, "spec_other.gguf");
+  const int V = static_cast<int>(target->config().n_vocab);
+  const std::vector<Job> js = spec_jobs(32, V, 99, /*sampled=*/false);
+  const Served base = serve(*target, nullptr, js, false, false, 32);
+  for (Model* draft : {same.get(), other.get()}) {
+    for (bool adaptive : {false, true}) {
+      const Served s = serve(*target, draft, js, true, adaptive, 32);
+      for (size_t i = 0; i < js.size(); ++i) {
+        EXPECT_EQ(s.ids[i], base.ids[i]) << "request " << i << " mode " << static_cast<int>(js[i].mode);
+        EXPECT_TRUE(s.logits[i] == base.logits[i]) << "request " << i;
+      }
+      EXPECT_GT(s.counters.spec_accepted_tokens, 0);
+      if (draft == other.get() && !adaptive) EXPECT_LT(s.counters.spec_accepted_tokens, s.counters.spec_draft_tokens);
+    }
+  }
+  // Alone (one request at a time).
+  for (size_t i = 0; i < 6; ++i) {
+    const Served s = serve(*target, other.get(), {js[i]}, true, false, 1);
+    EXPECT_EQ(s.ids[0], base.ids[i]) << "request " << i << " alone";
+  }
+}
+
+// Sampling with speculation: the same seed gives the same tokens (and other requests in the batch do not
+// change them when k is fixed).
+TEST(SpecEngine, SameSeedSameTokens) {
+  auto target = synthetic(42, "spec_target.gguf");
+  auto other = synthetic(7, "spec_other.gguf");
+  const int V = static_cast<int>(target->config().n_vocab);
+  const std::vector<Job> js = spec_jobs(12, V, 5, /*sampled=*/true);
+  const Served a = serve(*target, other.get(), js, true, false, 12);
+  const Served b = serve(*target, other.get(), js, true, false, 12);
+  EXPECT_EQ(a.ids, b.ids);
+  for (size_t i = 0; i < 4; ++i) {
+    const Served alone = serve(*target, other.get(), {js[i]}, true, false, 1);
+    EXPECT_EQ(alone.ids[0], a.ids[i]) << "request " << i;
+  }
+}
+
+// After random accept/reject sequences, the K/V the cache holds equals what a run without speculation
+// computed, bitwise, and the block table holds no slot past the computed tokens.
+TEST(SpecEngine, RollbackLeavesTheCacheAsWithoutSpeculation) {
+  auto target = synthetic(42, "spec_target.gguf");
+  auto other = synthetic(7, "spec_other.gguf");
+  const int V = static_cast<int>(target->config().n_vocab);
+  std::vector<Job> js = spec_jobs(6, V, 17, false);
+  for (auto& j : js) j.p.max_tokens = 200;
+  auto run = [&](bool spec, const std::map<size_t, int>* until, std::map<size_t, int>* computed,
+                 std::map<size_t, std::vector<uint8_t>>* kv) {
+    EngineConfig cfg;
+    cfg.n_blocks = 200;
+    cfg.draft_model = other.get();
+    cfg.draft_max = 6;
+    cfg.spec_adaptive = false;
+    auto e = Engine::create(*target, cfg);
+    ASSERT_TRUE(e.is_ok());
+    std::vector<RequestId> ids;
+    for (const Job& j : js) ids.push_back(*(*e)->add_request(j.prompt, j.p, {}, false, 1, 0,
+                                                             spec ? (j.mode == SpecMode::kOff ? SpecMode::kDraft : j.mode)
+                                                                  : SpecMode::kOff));
+    // Each request's cache is read at the first step boundary where it holds enough positions (it may finish
+    // soon after: a request whose drafts are accepted runs fast).
+    int steps = 0;
+    while (computed->size() < js.size() && (*e)->has_work() && ++steps < 2000) {
+      auto ev = (*e)->step();
+      ASSERT_TRUE(ev.is_ok());
+      for (size_t i = 0; i < js.size(); ++i) {
+        const int nc = (*e)->num_computed(ids[i]);
+        if (spec && nc > 0) EXPECT_EQ((*e)->kv_slots(ids[i]), nc) << "slots past the computed tokens after a step";
+        const int need = until ? until->at(i) : static_cast<int>(js[i].prompt.size()) + 40;
+        if (!computed->count(i) && nc >= need) {
+          const int n = until ? need : nc;
+          (*computed)[i] = n;
+          (*kv)[i] = (*e)->kv_contents(ids[i], n);
+        }
+      }
+    }
+    ASSERT_EQ(computed->size(), js.size());
+    if (spec) EXPECT_LT((*e)->counters().spec_accepted_tokens, (*e)->counters().spec_draft_tokens);
+  };
+  std::map<size_t, int> n_spec, n_base;
+  std::map<size_t, std::vector<uint8_t>> kv_spec, kv_base;
+  run(true, nullptr, &n_spec, &kv_spec);
+  run(false, &n_spec, &n_base, &kv_base);
+  for (size_t i = 0; i < js.size(); ++i) {
+    ASSERT_GT(n_spec[i], static_cast<int>(js[i].prompt.size()) + 39);
+    EXPECT_TRUE(kv_spec[i] == kv_base[i]) << "request " << i << ", " << n_spec[i] << " positions";
+  }
+}
+
+TEST(SpecLookup, FindsTheLatestEarlierOccurrence) {
+  const std::vector<int32_t> t = {5, 6, 7, 1, 5, 6, 8, 9, 5, 6};
+  EXPECT_EQ(LookupProposer::lookup(t, 2, 3), (std::vector<int32_t>{8, 9, 5}));  // the latest "5 6" before the end
+  EXPECT_EQ(LookupProposer::lookup(t, 3, 3), (std::vector<int32_t>{}));         // "9 5 6" never occurred before
+  const std::vector<int32_t> rep = {1, 2, 1, 2, 1, 2};
+  EXPECT_EQ(LookupProposer::lookup(rep, 2, 4), (std::vector<int32_t>{1, 2}));  // overlapping pattern, up to the end
+  EXPECT_EQ(LookupProposer::lookup({}, 2, 4), (std::vector<int32_t>{}));
+}
+
+TEST(SpecPolicy, FitsCostsAndDraftsOnlyWhenItPays) {
+  LinearFit f;
+  for (int i = 0; i < 50; ++i) f.add(1 + i % 7 * 10, 0.02 + 0.0005 * (1 + i % 7 * 10));
+  EXPECT_NEAR(f.a(), 0.02, 1e-9);
+  EXPECT_NEAR(f.b(), 0.0005, 1e-9);
+  // Memory-bound (a 64-token step costs ~1.3x a 1-token step): confident requests draft up to k_max.
+  SpecPolicy mem(8);
+  for (int i = 0; i < 20; ++i) mem.observe_target(1 + (i % 4) * 20, 0.010 + 0.00005 * (1 + (i % 4) * 20));
+  auto k = mem.choose({0.9, 0.9}, {false, false}, 0);
+  EXPECT_EQ(k, (std::vector<int>{8, 8}));
+  // A poor acceptance rate drafts less than a good one.
+  k = mem.choose({0.9, 0.2}, {false, false}, 0);
+  EXPECT_GT(k[0], k[1]);
+  // Compute-bound (time proportional to tokens): nothing pays at a large batch.
+  SpecPolicy cpu(8);
+  for (int i = 0; i < 20; ++i) cpu.observe_target(16 + (i % 4) * 40, 0.0001 + 0.001 * (16 + (i % 4) * 40));
+  k = cpu.choose(std::vector<double>(64, 0.6), std::vector<bool>(64, false), 0);
+  EXPECT_EQ(std::count(k.begin(), k.end(), 0), 64);
+  // A draft model whose pass costs as much as the target's: low acceptance does not pay for it.
+  SpecPolicy costly(8);
+  for (int i = 0; i < 20; ++i) {
+    costly.observe_target(1 + (i % 4) * 20, 0.010 + 0.00005 * (1 + (i % 4) * 20));
+    costly.observe_draft(1 + i % 3, 0.010);
+  }
+  k = costly.choose({0.3}, {true}, 0);
+  EXPECT_EQ(k[0], 0);
+  k = costly.choose({0.3}, {false}, 0);  // the same rate with free lookup drafts does pay
+  EXPECT_GT(k[0], 0);
+}
+
+// The scheduler with drafts on a random stream: drafts appended, scheduled with everything else, rolled back
+// by a random accepted count; every invariant holds each step and all blocks come back.
+TEST(SpecScheduler, RandomDraftsAndRollbacksKeepEveryInvariant) {
+  SchedulerConfig cfg;
+  cfg.n_blocks = 30;
+  cfg.prefill_chunk = 16;
+  cfg.max_batch_tokens = 48;
+  cfg.max_running = 6;
+  Scheduler s(cfg, [](BlockId, BlockId, int) {});
+  std::mt19937 rng(21);
+  std::vector<std::unique_ptr<SchedRequest>> live;
+  RequestId next = 1;
+  int finished = 0;
+  for (int step = 0; step < 3000; ++step) {
+    if (rng() % 3 == 0 && live.size() < 10) {
+      auto r = std::make_unique<SchedRequest>();
+      r->id = next++;
+      for (int k = 1 + static_cast<int>(rng() % 40); k > 0; --k) r->tokens.push_back(static_cast<int32_t>(rng() % 9));
+      r->n_prompt = static_cast<int>(r->tokens.size());
+      s.add(r.get());
+      live.push_back(std::move(r));
+    }
+    std::map<SchedRequest*, int> len;
+    for (SchedRequest* r : s.running())
+      if (r->num_computed + 1 == static_cast<int>(r->tokens.size()) && rng() % 2) {
+        len[r] = static_cast<int>(r->tokens.size());
+        r->n_draft = 1 + static_cast<int>(rng() % 6);
+        for (int k = 0; k < r->n_draft; ++k) r->tokens.push_back(static_cast<int32_t>(rng() % 9));
+      }
+    const std::vector<ScheduledWork> w = s.schedule();
+    s.computed(w);
+    for (size_t i = 0; i < live.size();) {
+      SchedRequest* r = live[i].get();
+      const bool ran = std::any_of(w.begin(), w.end(), [&](const ScheduledWork& x) { return x.r == r; });
+      if (len.count(r)) {
+        const int L = len[r];
+        r->tokens.resize(L);
+        const int was_draft = r->n_draft;
+        r->n_draft = 0;
+        if (ran && was_draft > 0) {
+          const int m = r->num_computed - L;  // draft tokens computed
+          const int a = m > 0 ? static_cast<int>(rng() % (m + 1)) : 0;
+          for (int k = 0; k < a; ++k) r->tokens.push_back(static_cast<int32_t>(rng() % 9));
+          s.rollback(r, L + a);
+          r->tokens.push_back(static_cast<int32_t>(rng() % 9));
+        } else if (r->num_computed > L - 1 + (ran ? 1 : 0)) {
+          ADD_FAILURE() << "computed past its accepted tokens";
+        }
+      } else if (ran && r->num_computed == static_cast<int>(r->tokens.size())) {
+        r->tokens.push_back(static_cast<int32_t>(rng() % 9));
+      }
+      if (static_cast<int>(r->tokens.size()) - r->n_prompt >= 30) {
+        s.finish(r);
+        live.erase(live.begin() + static_cast<long>(i));
+        ++finished;
+        continue;
+      }
+      ++i;
+    }
+    ASSERT_EQ(s.check(), "") << "step " << step;
+    for (SchedRequest* r : s.running()) ASSERT_LE(r->num_computed, static_cast<int>(r->tokens.size()));
+  }
+  for (auto& r : live) s.finish(r.get());
+  EXPECT_GT(finished, 100);
+  EXPECT_EQ(s.kv().pool().n_used(), s.prefix_cache()->cached_blocks());
+}
+
+}  // namespace
+}  // namespace cachet
