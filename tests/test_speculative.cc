@@ -447,10 +447,16 @@ TEST(SpecLookup, FindsTheLatestEarlierOccurrence) {
 }
 
 TEST(SpecPolicy, FitsCostsAndDraftsOnlyWhenItPays) {
-  LinearFit f;
-  for (int i = 0; i < 50; ++i) f.add(1 + i % 7 * 10, 0.02 + 0.0005 * (1 + i % 7 * 10));
-  EXPECT_NEAR(f.a(), 0.02, 1e-9);
-  EXPECT_NEAR(f.b(), 0.0005, 1e-9);
+  CostCurve c;
+  EXPECT_EQ(c.predict(4), 0.0);
+  for (int i = 0; i < 10; ++i) {
+    c.observe(1, 0.010);
+    c.observe(5, 0.011);
+    c.observe(64, 0.030);
+  }
+  EXPECT_NEAR(c.predict(1), 0.010, 1e-12);
+  EXPECT_NEAR(c.predict(3), 0.0105, 1e-12);         // between measured counts: linear
+  EXPECT_NEAR(c.predict(128), 0.030 + 64 * 0.019 / 59, 1e-9);  // past them: the last slope
   // Memory-bound (a 64-token step costs ~1.3x a 1-token step): confident requests draft up to k_max.
   SpecPolicy mem(8);
   for (int i = 0; i < 20; ++i) mem.observe_target(1 + (i % 4) * 20, 0.010 + 0.00005 * (1 + (i % 4) * 20));

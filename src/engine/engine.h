@@ -120,6 +120,7 @@ class Engine {
     std::unique_ptr<PagedKvSequence> view;
     SpecMode spec = SpecMode::kOff;
     Acceptance acceptance;
+    int spec_idle = 0;               // steps since it last drafted
     std::vector<TokenDist> draft_q;  // the draft's distributions when it sampled (else empty)
   };
   // A request's rows of logits in this step's pass: positions from its last accepted token on.

@@ -4,6 +4,8 @@
 // decode tokens. After the pass, the accept/resample rule (spec/verify.h) walks the draft against the
 // target's rows; the K/V of rejected positions leave the block table.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "engine/engine.h"
 #include "spec/verify.h"
@@ -38,6 +40,24 @@ Status Engine::propose_drafts() {
       uses_draft.push_back(r->spec == SpecMode::kDraft);
     }
     ks = policy_.choose(alphas, uses_draft, other_tokens);
+    // A request the policy keeps from drafting still tries one token every 16th step, so its acceptance rate
+    // (and the draft's cost) stay measured as its text and the load change.
+    for (size_t i = 0; i < cands.size(); ++i) {
+      cands[i]->spec_idle = ks[i] > 0 ? 0 : cands[i]->spec_idle + 1;
+      if (cands[i]->spec_idle >= 16) {
+        ks[i] = 1;
+        cands[i]->spec_idle = 0;
+      }
+    }
+  }
+  if (std::getenv("CACHET_SPEC_DEBUG")) {
+    const CostCurve& t = policy_.target_cost();
+    const CostCurve& d = policy_.draft_cost();
+    std::fprintf(stderr, "[spec] target t(1..8) %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f ms, draft t(1) %.2f t(2) %.2f; k:",
+                 t.predict(1) * 1e3, t.predict(2) * 1e3, t.predict(3) * 1e3, t.predict(4) * 1e3, t.predict(5) * 1e3,
+                 t.predict(6) * 1e3, t.predict(7) * 1e3, t.predict(8) * 1e3, d.predict(1) * 1e3, d.predict(2) * 1e3);
+    for (size_t i = 0; i < ks.size(); ++i) std::fprintf(stderr, " %d(a=%.2f)", ks[i], cands[i]->acceptance.alpha());
+    std::fprintf(stderr, "\n");
   }
   // One job list per proposer kind; every job of a kind is proposed at once (a draft model batches them).
   for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft}) {
@@ -59,8 +79,8 @@ Status Engine::propose_drafts() {
     }
     if (jobs.empty()) continue;
     CACHET_RETURN_IF_ERROR(proposer(mode)->propose(jobs));
-    if (mode == SpecMode::kDraft && draft_->last_passes() > 0)
-      policy_.observe_draft(static_cast<int>(jobs.size()), draft_->last_seconds() / draft_->last_passes());
+    if (mode == SpecMode::kDraft)
+      for (auto [tokens, secs] : draft_->last_passes()) policy_.observe_draft(tokens, secs);
     for (size_t i = 0; i < jobs.size(); ++i) {
       Request* r = owners[i];
       if (jobs[i].draft.empty()) continue;

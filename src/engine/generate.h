@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "engine/engine.h"
 #include "kv/kv_cache.h"
 #include "cachet/status.h"
 #include "model/model.h"
@@ -46,6 +47,8 @@ struct GenerateResult {
   double prefill_ms = 0;
   double decode_ms = 0;            // after the first token
   std::vector<double> tbt_ms;      // time between consecutive tokens
+  int64_t spec_draft_tokens = 0;   // speculative decoding: draft tokens verified, and accepted
+  int64_t spec_accepted_tokens = 0;
 
   double decode_tok_per_s() const;
   double prefill_tok_per_s() const { return prefill_ms > 0 ? n_prompt * 1000.0 / prefill_ms : 0.0; }
@@ -76,6 +79,12 @@ class Session {
   std::unique_ptr<ContiguousKvCache> cache_;
   std::vector<int32_t> cached_;
 };
+
+// One request through a continuous-batching Engine (run and chat with speculative decoding): the same
+// options, stop handling and result as Session::generate. The engine's prefix cache keeps finished
+// requests' blocks, so a chat's next turn prefills only its new tokens (n_reused).
+Result<GenerateResult> generate(Engine& engine, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                                const TokenCallback& on_token = {});
 
 // One-shot generation: a fresh session sized for the prompt plus max_tokens (or, with use_kv_cache off,
 // the naive loop that recomputes the whole sequence every step).

@@ -45,11 +45,15 @@ bool register_arch(const std::string& name, ArchFactory factory) {
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& opts) {
   register_builtin_archs();
   int n_threads = opts.n_threads > 0 ? opts.n_threads : static_cast<int>(std::thread::hardware_concurrency());
-  auto pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
+  auto pool = opts.pool ? opts.pool : std::make_shared<ThreadPool>(std::max(1, n_threads));
   {
     CACHET_ASSIGN_OR_RETURN(MappedFile probe, MappedFile::open(path));
     bool gguf_magic = probe.size() >= 4 && std::memcmp(probe.data(), "GGUF", 4) == 0;
-    if (!gguf_magic && looks_like_llama2c(probe.data(), probe.size())) return load_llama2c(path, pool, opts);
+    if (!gguf_magic && looks_like_llama2c(probe.data(), probe.size())) {
+      auto m = load_llama2c(path, pool, opts);
+      if (m.is_ok()) (*m)->set_shared_pool(pool);
+      return m;
+    }
   }
   CACHET_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
   CACHET_ASSIGN_OR_RETURN(std::string arch, f->get_string("general.architecture"));
@@ -57,6 +61,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   if (it == registry().end()) return unimplemented(path + ": architecture '" + arch + "' is not supported");
   auto m = it->second(std::move(f), pool, opts);
   if (!m.is_ok()) return m.status().with_context(path);
+  (*m)->set_shared_pool(pool);
   return m;
 }
 

@@ -37,9 +37,14 @@ class Model {
   virtual ThreadPool& pool() = 0;
   // Reports the ops of each forward pass to `t` (nullptr: off). Not owned.
   void set_tracer(Tracer* t) { tracer_ = t; }
+  // The pool as load_model made it, so another model (a speculative draft) can share its threads rather than
+  // run a second set that spins while this one works.
+  std::shared_ptr<ThreadPool> shared_pool() const { return shared_pool_; }
+  void set_shared_pool(std::shared_ptr<ThreadPool> p) { shared_pool_ = std::move(p); }
 
  protected:
   Tracer* tracer_ = nullptr;
+  std::shared_ptr<ThreadPool> shared_pool_;
 };
 
 struct LoadOptions {
@@ -48,6 +53,8 @@ struct LoadOptions {
   // (kernels/packed.h), as llama.cpp does. `precise` keeps f32 activations (dequantize-on-the-fly FMA):
   // slower, and what the f32 reference oracle is compared against (docs/numerics.md).
   bool precise = false;
+  // Run on this pool (shared with another model) instead of a new one of n_threads.
+  std::shared_ptr<ThreadPool> pool;
 };
 
 // Opens a GGUF file or a llama2.c checkpoint (by its contents), validates everything, and builds the model.

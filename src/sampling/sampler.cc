@@ -103,6 +103,18 @@ int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(best < 0 ? 0 : best);
 }
 
+float top_probability(const float* logits, int64_t n) {
+  const float mx = max_of(logits, n);
+  double total = 0.0;
+  float w[4096];
+  for (int64_t b = 0; b < n; b += 4096) {
+    const int64_t e = std::min(n, b + 4096);
+    for (int64_t i = b; i < e; ++i) w[i - b] = logits[i] == logits[i] ? exp_nonpositive(logits[i] - mx) : 0.0f;
+    total += sum_weights(w, e - b);
+  }
+  return total > 0.0 ? static_cast<float>(1.0 / total) : 0.0f;
+}
+
 int64_t TokenDist::reset(const float* logits, int64_t n) {
   live_.clear();
   logit_.resize(n);

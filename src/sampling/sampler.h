@@ -40,6 +40,8 @@ struct SamplingParams {
 
 // Index of the largest value; the lowest index wins ties; NaN never wins. n > 0.
 int32_t argmax(const float* logits, int64_t n);
+// softmax(logits)[argmax]: how sure a row is of its best token (one vectorized pass).
+float top_probability(const float* logits, int64_t n);
 
 struct TokenLogprob {
   int32_t id;

@@ -39,8 +39,8 @@ EngineService::~EngineService() {
 Result<std::shared_ptr<RequestStream>> EngineService::submit(std::vector<int32_t> prompt,
                                                              const SamplingParams& params,
                                                              std::vector<int32_t> stop_ids, bool stop_at_eos,
-                                                             int n, uint64_t cache_ns) {
-  Submission sub{std::move(prompt), params, std::move(stop_ids), stop_at_eos, n, cache_ns, {}};
+                                                             int n, uint64_t cache_ns, std::optional<SpecMode> spec) {
+  Submission sub{std::move(prompt), params, std::move(stop_ids), stop_at_eos, n, cache_ns, spec, {}};
   auto fut = sub.done.get_future();
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -83,7 +83,7 @@ void EngineService::loop() {
     }
     for (Submission* sub : subs) {
       auto id = engine_.add_request(std::move(sub->prompt), sub->params, std::move(sub->stop_ids), sub->stop_at_eos,
-                                    sub->n, sub->cache_ns);
+                                    sub->n, sub->cache_ns, sub->spec);
       if (!id.is_ok()) {
         sub->done.set_value(id.status());
         continue;

@@ -60,7 +60,7 @@ class EngineService {
   // waiting queue is full; the Engine's own errors (invalid parameters, a request that can never fit) as is.
   Result<std::shared_ptr<RequestStream>> submit(std::vector<int32_t> prompt, const SamplingParams& params,
                                                 std::vector<int32_t> stop_ids, bool stop_at_eos, int n,
-                                                uint64_t cache_ns = 0);
+                                                uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt);
   // Cancels the choices of a stream that have not finished; their blocks are freed at the next step.
   void cancel(const std::shared_ptr<RequestStream>& s, int index = -1);
   ServiceSnapshot snapshot() const;
@@ -74,6 +74,7 @@ class EngineService {
     bool stop_at_eos;
     int n;
     uint64_t cache_ns;
+    std::optional<SpecMode> spec;
     std::promise<Result<std::shared_ptr<RequestStream>>> done;
   };
   void loop();

@@ -69,7 +69,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
       "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed",
       "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
       // ours
-      "top_k", "min_p", "repetition_penalty", "ignore_eos", "cache_salt"};
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "cache_salt", "speculative"};
   static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
   for (const auto& [k, v] : b.items())
@@ -87,6 +87,14 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
     if (!b["cache_salt"].is_string() || b["cache_salt"].get<std::string>().empty())
       return bad("cache_salt", "'cache_salt' must be a non-empty string");
     r.cache_salt = b["cache_salt"].get<std::string>();
+  }
+  if (b.contains("speculative")) {
+    const json& v = b["speculative"];
+    const std::string s = v.is_string() ? v.get<std::string>() : "";
+    if (s == "off") r.speculative = SpecMode::kOff;
+    else if (s == "lookup") r.speculative = SpecMode::kLookup;
+    else if (s == "draft") r.speculative = SpecMode::kDraft;
+    else return bad("speculative", "'speculative' must be \"off\", \"lookup\" or \"draft\"");
   }
 
   if (chat) {

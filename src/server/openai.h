@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sampling/sampler.h"
+#include "spec/proposer.h"
 
 namespace cachet::server {
 
@@ -38,6 +39,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int logprobs = -1;                    // -1: none; else the number of alternatives (0..20)
   std::string cache_salt;               // vLLM's field: prefixes are shared only between equal salts (and API keys)
+  std::optional<SpecMode> speculative;  // ours: "off", "lookup" or "draft" (default: the server's flags)
 };
 
 // Parses a request body (already valid JSON) for the endpoint; n_vocab bounds logit_bias keys.

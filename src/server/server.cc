@@ -53,6 +53,7 @@ struct App {
   ServerOptions opts;
   std::atomic<State> state{State::kLoading};
   std::unique_ptr<Model> model;
+  std::unique_ptr<Model> draft;  // speculative decoding's draft model (before service: it outlives the engine)
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<EngineService> service;
   std::string model_id, chat_template;
@@ -364,7 +365,7 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
   // never served to another (the key is whatever the client sent, checked or not).
   const uint64_t cache_ns = std::hash<std::string>{}(req.get_header_value("Authorization") + '\0' + r.cache_salt);
   auto stream = app.service->submit(prompt, r.sampling, r.ignore_eos ? std::vector<int32_t>{} : app.eog,
-                                    !r.ignore_eos, r.n, cache_ns);
+                                    !r.ignore_eos, r.n, cache_ns, r.speculative);
   if (!stream.is_ok()) {
     if (stream.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
     return send_error(res, error_of(stream.status()));
@@ -433,6 +434,11 @@ std::string metrics_text(App& app) {
                 static_cast<double>(s.counters.prefix_query_tokens));
   render_scalar(&out, "vllm:prefix_cache_hits", "counter", "prefix cache hits, in prompt tokens",
                 static_cast<double>(s.counters.prefix_hit_tokens));
+  // Speculative decoding, as vLLM names it: draft tokens the target verified, and those it accepted.
+  render_scalar(&out, "vllm:spec_decode_num_draft_tokens", "counter", "draft tokens verified by the target",
+                static_cast<double>(s.counters.spec_draft_tokens));
+  render_scalar(&out, "vllm:spec_decode_num_accepted_tokens", "counter", "draft tokens accepted",
+                static_cast<double>(s.counters.spec_accepted_tokens));
   render_scalar(&out, "vllm:num_requests_running", "gauge", "requests in the running batch", s.counters.running);
   render_scalar(&out, "vllm:num_requests_waiting", "gauge", "requests waiting", s.counters.waiting);
   render_scalar(&out, "vllm:kv_cache_usage_perc", "gauge", "KV cache usage (1 = all blocks in use)",
@@ -592,6 +598,19 @@ int serve(const ServerOptions& opts) {
   cfg.kv_memory_bytes = opts.kv_memory_bytes;
   cfg.max_running = opts.max_running;
   cfg.prefix_cache = !opts.no_prefix_cache;
+  if (!opts.draft_model_path.empty()) {
+    LoadOptions dlo;
+    dlo.pool = app.model->shared_pool();  // one set of threads for both models
+    auto d = load_model(opts.draft_model_path, dlo);
+    if (!d.is_ok()) return fail(d.status().message());
+    app.draft = std::move(*d);
+    cfg.draft_model = app.draft.get();
+    cfg.spec = SpecMode::kDraft;
+  } else if (opts.lookup) {
+    cfg.spec = SpecMode::kLookup;
+  }
+  cfg.draft_max = opts.draft_max;
+  if (auto e = Engine::create(*app.model, cfg); !e.is_ok()) return fail(e.status().message());
   app.service = std::make_unique<EngineService>(*app.model, cfg, opts.max_waiting);
   app.state = State::kReady;
   const ServiceSnapshot s = app.service->snapshot();
@@ -607,6 +626,7 @@ int serve(const ServerOptions& opts) {
   svr.stop();
   http.join();
   app.service.reset();
+  app.draft.reset();
   std::fprintf(stderr, "cachet serve: drained, exiting\n");
   return 0;
 }

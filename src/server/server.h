@@ -21,6 +21,9 @@ struct ServerOptions {
   int max_waiting = 256;              // queued requests before 429
   size_t max_body_bytes = 1 << 20;    // larger bodies get 413
   bool no_prefix_cache = false;       // prefix caching is on unless this is set
+  std::string draft_model_path;       // speculative decoding with this draft model (same vocabulary)
+  bool lookup = false;                // speculative decoding by prompt lookup (when no draft model is given)
+  int draft_max = 8;                  // most draft tokens per request and step
 };
 
 // Runs until SIGTERM or SIGINT, then drains: new requests get 503, running ones finish; returns the exit

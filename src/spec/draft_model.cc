@@ -37,8 +37,7 @@ DraftModelProposer::Seq& DraftModelProposer::seq(const DraftJob& j) {
 }
 
 Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
-  const auto t0 = std::chrono::steady_clock::now();
-  last_passes_ = 0;
+  last_passes_.clear();
   const int64_t V = model_.config().n_vocab;
   struct Live {
     DraftJob* job;
@@ -78,25 +77,32 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
       }
     }
     logits_.resize(live.size() * V);
+    const auto t0 = std::chrono::steady_clock::now();
     CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data()));
-    ++last_passes_;
+    last_passes_.emplace_back(b.n_tokens(),
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     std::vector<Live> next;
     for (size_t i = 0; i < live.size(); ++i) {
       Live& l = live[i];
       l.s->computed = static_cast<int>(l.history.size());
       const float* row = logits_.data() + i * V;
       DraftJob& j = *l.job;
-      CACHET_ASSIGN_OR_RETURN(const TokenDist* q,
-                              l.s->sampler->distribution(row, V, l.history, j.n_prompt));
+      const SamplingParams& sp = *j.params;
       int32_t x;
-      if (j.params->temperature <= 0.0f) {
-        x = q->live()[0];
-        // The draft's confidence in x under its raw logits: below p_min the next tokens are likely wasted.
-        const float mx = row[argmax(row, V)];
-        double z = 0.0;
-        for (int64_t t = 0; t < V; ++t) z += std::exp(static_cast<double>(row[t]) - mx);
-        if (1.0 / z < cfg_.p_min && !j.draft.empty()) continue;
+      if (sp.temperature <= 0.0f) {
+        // Greedy: the draft's best token after the chain (penalties and bias change it; plain argmax otherwise).
+        const bool plain = sp.logit_bias.empty() && sp.repetition_penalty == 1.0f && sp.frequency_penalty == 0.0f &&
+                           sp.presence_penalty == 0.0f;
+        if (plain) {
+          x = argmax(row, V);
+        } else {
+          CACHET_ASSIGN_OR_RETURN(const TokenDist* q, l.s->sampler->distribution(row, V, l.history, j.n_prompt));
+          x = q->live()[0];
+        }
+        // The draft's confidence under its raw logits: below p_min the next tokens are likely wasted.
+        if (!j.draft.empty() && top_probability(row, V) < cfg_.p_min) continue;
       } else {
+        CACHET_ASSIGN_OR_RETURN(const TokenDist* q, l.s->sampler->distribution(row, V, l.history, j.n_prompt));
         x = q->draw(l.s->sampler->next_uniform());
         j.q.push_back(*q);
       }
@@ -112,7 +118,6 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
   for (DraftJob& j : jobs)
     if (auto it = seqs_.find(j.id); it != seqs_.end() && manager_.has(j.id))
       manager_.truncate(j.id, std::min(manager_.num_tokens(j.id), it->second.computed));
-  last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::ok();
 }
 

@@ -34,9 +34,8 @@ class DraftModelProposer final : public Proposer {
   void release(int64_t id) override;
 
   const KvCacheManager& kv() const { return manager_; }
-  // Seconds of the last propose() call's forward passes, and how many passes it ran (the engine's cost model).
-  double last_seconds() const { return last_seconds_; }
-  int last_passes() const { return last_passes_; }
+  // The last propose() call's forward passes: tokens in each and its seconds (the engine's cost model).
+  const std::vector<std::pair<int, double>>& last_passes() const { return last_passes_; }
 
  private:
   DraftModelProposer(Model& draft, DraftModelConfig cfg);
@@ -53,8 +52,7 @@ class DraftModelProposer final : public Proposer {
   KvCacheManager manager_;
   std::unordered_map<int64_t, Seq> seqs_;
   std::vector<float> logits_;
-  double last_seconds_ = 0.0;
-  int last_passes_ = 0;
+  std::vector<std::pair<int, double>> last_passes_;
 };
 
 }  // namespace cachet

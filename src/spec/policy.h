@@ -1,8 +1,7 @@
 // SpecPolicy: how many tokens each speculating request drafts this step, from measurements, not guesses.
-// - Cost: the target's forward time as a function of the step's tokens, t(n) = a + b n, fitted online to every
-//   step the engine runs (least squares with exponential forgetting); likewise the draft model's time per
-//   pass. Decode is memory-bound (a is the weight read), so extra positions are nearly free while b n << a; a
-//   large batch is compute-bound and they are not.
+// - Cost: the target's forward time as a function of the step's tokens, measured on every step the engine
+//   runs (CostCurve); likewise the draft model's passes. Decode is memory-bound (the weight read dominates),
+//   so extra positions are nearly free up to a knee; a large batch is compute-bound and they are not.
 // - Gain: a request's per-token acceptance rate alpha, counted over its own recent drafts; the j-th draft token
 //   is emitted with probability alpha^j (it needs all before it accepted).
 // choose() adds draft tokens, the likeliest-to-be-accepted first, while the expected emitted tokens per second
@@ -14,22 +13,23 @@
 
 namespace cachet {
 
-// y = a + b x by weighted least squares, each new point weighing 1 and older ones decaying.
-class LinearFit {
+// Seconds of a forward pass as a function of its tokens, measured: the mean of recent passes per bucket of
+// token counts (each count up to 32, then powers of two), linear between measured buckets. Below the smallest
+// measured count, that bucket's time; above the largest, time grows in proportion to tokens (compute-bound,
+// the pessimistic side). Decode steps, prefill chunks and speculative steps all feed it, so the knee where
+// extra positions stop being nearly free is read off this machine and this model.
+class CostCurve {
  public:
-  explicit LinearFit(double decay = 0.98) : decay_(decay) {}
-  void add(double x, double y);
-  bool fitted() const { return n_ >= 2 && var_x() > 1e-9; }
-  double a() const;
-  double b() const;
-  double mean_y() const { return sw_ > 0 ? sy_ / sw_ : 0.0; }
-  double samples() const { return n_; }
+  void observe(int n_tokens, double seconds);
+  double predict(int n_tokens) const;  // 0 when nothing was measured
+  bool measured() const;
 
  private:
-  double var_x() const { return sw_ > 0 ? sxx_ / sw_ - (sx_ / sw_) * (sx_ / sw_) : 0.0; }
-  double decay_;
-  double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
-  double n_ = 0;
+  static int bucket(int n);
+  struct Bucket {
+    double w = 0, n = 0, t = 0;  // decayed count, sum of token counts, sum of seconds
+  };
+  Bucket b_[48];
 };
 
 // Per-request acceptance, forgetting slowly (a request's text changes character as it goes).
@@ -43,23 +43,20 @@ class SpecPolicy {
  public:
   explicit SpecPolicy(int k_max) : k_max_(k_max) {}
   int k_max() const { return k_max_; }
-  void observe_target(int n_tokens, double seconds) { target_.add(n_tokens, seconds); }
-  void observe_draft(int n_seqs_per_pass, double seconds_per_pass) { draft_.add(n_seqs_per_pass, seconds_per_pass); }
+  void observe_target(int n_tokens, double seconds) { target_.observe(n_tokens, seconds); }
+  void observe_draft(int n_tokens, double seconds) { draft_.observe(n_tokens, seconds); }
 
   // alphas: the candidates' acceptance rates; uses_draft_model[i]: its draft costs draft passes; other_tokens:
   // the step's tokens besides the candidates' own (prefill chunks, other decodes). Returns k per candidate.
   std::vector<int> choose(const std::vector<double>& alphas, const std::vector<bool>& uses_draft_model,
                           int other_tokens) const;
 
-  // The fitted costs (seconds): target a + b n, draft pass c + d m.
-  double target_a() const;
-  double target_b() const;
-  double draft_c() const;
-  double draft_d() const;
+  const CostCurve& target_cost() const { return target_; }
+  const CostCurve& draft_cost() const { return draft_; }
 
  private:
   int k_max_;
-  LinearFit target_, draft_;
+  CostCurve target_, draft_;
 };
 
 }  // namespace cachet

@@ -46,6 +46,8 @@ int run_batch(const BatchOptions& o) {
   cfg.max_running = o.parallel;
   cfg.prefill_chunk = o.chunk;
   cfg.prefix_cache = !o.no_prefix_cache;
+  std::unique_ptr<Model> draft;
+  if (Status s = apply_spec_flags(o.spec, *lm->model, &cfg, &draft); !s.is_ok()) return fail(s);
   Engine engine(*lm->model, cfg);
   std::ifstream in(o.prompts_file);
   if (!in) return fail(io_error("cannot read " + o.prompts_file));
@@ -94,6 +96,10 @@ int run_batch(const BatchOptions& o) {
                "%d KV blocks of %d tokens\n", ids.size(), static_cast<long long>(generated), secs, generated / secs,
                static_cast<long long>(steps), static_cast<long long>(cnt.preemptions), cnt.blocks_total,
                cfg.block_size);
+  if (o.spec.any())
+    std::fprintf(stderr, "speculative: %lld draft tokens verified, %lld accepted (%.1f%%)\n",
+                 static_cast<long long>(cnt.spec_draft_tokens), static_cast<long long>(cnt.spec_accepted_tokens),
+                 cnt.spec_draft_tokens ? 100.0 * cnt.spec_accepted_tokens / cnt.spec_draft_tokens : 0.0);
   return 0;
 }
 
@@ -115,6 +121,7 @@ void add_batch_command(CLI::App& app, int* exit_code) {
   c->add_option("-t,--threads", a->threads);
   c->add_flag("--json", a->json, "one JSON object per prompt");
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
+  add_spec_flags(c, &a->spec);
   c->add_flag("--raw", a->raw, "send each line as is (default: as a user message in the chat template)");
   c->callback([a, exit_code] { *exit_code = run_batch(*a); });
 }

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "chat/chat_template.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +24,7 @@ struct ChatArgs {
   int ctx_size = 4096;
   std::string kv_type = "f16";
   bool precise = false;
+  SpecFlags spec;
 };
 
 int chat(ChatArgs a) {
@@ -37,6 +39,18 @@ int chat(ChatArgs a) {
   if (!tmpl.is_ok()) return fail(invalid_argument("the model file has no chat template (tokenizer.chat_template)"));
   const int ctx = static_cast<int>(std::min<int64_t>(a.ctx_size, (*model)->config().n_ctx_train));
   Session session(**model, ctx, a.kv_type == "f32" ? DType::kF32 : DType::kF16);
+  // Speculative decoding runs in the batching engine, whose prefix cache keeps the earlier turns' blocks.
+  std::unique_ptr<Model> draft;
+  std::unique_ptr<Engine> engine;
+  if (a.spec.any()) {
+    EngineConfig cfg;
+    cfg.kv_type = a.kv_type == "f32" ? DType::kF32 : DType::kF16;
+    cfg.n_blocks = (ctx + cfg.block_size - 1) / cfg.block_size * 2;  // this conversation and the cached last turn
+    if (Status s = apply_spec_flags(a.spec, **model, &cfg, &draft); !s.is_ok()) return fail(s);
+    auto e = Engine::create(**model, cfg);
+    if (!e.is_ok()) return fail(e.status());
+    engine = std::move(*e);
+  }
 
   GenerateOptions o;
   o.sampling = a.sampling;
@@ -80,11 +94,12 @@ int chat(ChatArgs a) {
       in.messages.erase(in.messages.end() - 1);
       continue;
     }
-    auto res = session.generate(prompt, o, [&](const TokenEvent& ev) {
+    auto on_token = [&](const TokenEvent& ev) {
       std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
       std::fflush(stdout);
       return true;
-    });
+    };
+    auto res = engine ? generate(*engine, prompt, o, on_token) : session.generate(prompt, o, on_token);
     if (!res.is_ok()) return fail(res.status());
     std::printf("\n");
     std::fflush(stdout);
@@ -93,6 +108,9 @@ int chat(ChatArgs a) {
                  "[turn %d: prompt %d tokens, reused %d, prefilled %d | generated %zu | TTFT %.1f ms | %.1f tok/s]\n",
                  turn, res->n_prompt, res->n_reused, res->n_prefilled, res->token_ids.size(), res->ttft_ms,
                  res->decode_tok_per_s());
+    if (engine)
+      std::fprintf(stderr, "[speculative: %lld of %lld draft tokens accepted]\n",
+                   static_cast<long long>(res->spec_accepted_tokens), static_cast<long long>(res->spec_draft_tokens));
     in.messages.push_back({{"role", "assistant"}, {"content", res->text}});
   }
   return 0;
@@ -117,6 +135,7 @@ void add_chat_command(CLI::App& app, int* exit_code) {
   c->add_option("--seed", a->sampling.seed, "sampling seed");
   c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");
+  add_spec_flags(c, &a->spec);
   c->callback([a, exit_code] { *exit_code = chat(*a); });
 }
 

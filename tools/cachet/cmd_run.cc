@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/beam_search.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -33,6 +34,7 @@ struct RunArgs {
   int parallel = 0;
   std::string kv_memory = "512MiB";
   bool no_prefix_cache = false;
+  SpecFlags spec;
 };
 
 int run(const RunArgs& a) {
@@ -50,6 +52,7 @@ int run(const RunArgs& a) {
     o.sampling = a.sampling;
     o.json = a.format == "json";
     o.no_prefix_cache = a.no_prefix_cache;
+    o.spec = a.spec;
     return run_batch(o);
   }
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
@@ -73,6 +76,7 @@ int run(const RunArgs& a) {
     o.sampling.logit_bias[static_cast<int32_t>(id)] =
         (v == "-inf" || v == "-Inf") ? -std::numeric_limits<float>::infinity() : std::strtof(v.c_str(), nullptr);
   }
+  if (a.beam_width > 0 && a.spec.any()) return fail(invalid_argument("beam search does not combine with speculation"));
   if (a.beam_width > 0) {
     // Beam search instead of sampling: beams are forked paged-KV sequences sharing the prompt's blocks.
     BeamParams bp;
@@ -108,7 +112,22 @@ int run(const RunArgs& a) {
   }
   const bool text = a.format == "text";
   bool first = true;
-  auto res = generate(*model, prompt, o, [&](const TokenEvent& ev) {
+  // Speculative decoding runs in the batching engine (one request): drafts are verified in its step.
+  std::unique_ptr<Model> draft;
+  std::unique_ptr<Engine> engine;
+  if (a.spec.any()) {
+    if (a.no_kv_cache) return fail(invalid_argument("speculative decoding needs the KV cache"));
+    EngineConfig cfg;
+    auto mem = parse_memory(a.kv_memory);
+    if (!mem.is_ok()) return fail(mem.status());
+    cfg.kv_memory_bytes = *mem;
+    cfg.kv_type = o.kv_type;
+    if (Status s = apply_spec_flags(a.spec, *model, &cfg, &draft); !s.is_ok()) return fail(s);
+    auto e = Engine::create(*model, cfg);
+    if (!e.is_ok()) return fail(e.status());
+    engine = std::move(*e);
+  }
+  auto on_token = [&](const TokenEvent& ev) {
     if (!text) return true;
     if (tok) {
       std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
@@ -118,7 +137,8 @@ int run(const RunArgs& a) {
     }
     std::fflush(stdout);
     return true;
-  });
+  };
+  auto res = engine ? generate(*engine, prompt, o, on_token) : generate(*model, prompt, o, on_token);
   if (!res.is_ok()) return fail(res.status());
   const GenerateResult& r = *res;
   if (text) {
@@ -128,6 +148,11 @@ int run(const RunArgs& a) {
                  "TBT mean %.2f p50 %.2f p99 %.2f ms\n",
                  r.n_prompt, r.token_ids.size(), r.ttft_ms, r.prefill_tok_per_s(), r.decode_tok_per_s(),
                  r.tbt_mean_ms(), r.tbt_percentile_ms(50), r.tbt_percentile_ms(99));
+    if (engine)
+      std::fprintf(stderr, "speculative (%s): %lld draft tokens verified, %lld accepted (%.1f%%)\n",
+                   a.spec.lookup ? "lookup" : "draft model", static_cast<long long>(r.spec_draft_tokens),
+                   static_cast<long long>(r.spec_accepted_tokens),
+                   r.spec_draft_tokens ? 100.0 * r.spec_accepted_tokens / r.spec_draft_tokens : 0.0);
   } else {
     nlohmann::json j;
     j["token_ids"] = r.token_ids;
@@ -136,6 +161,11 @@ int run(const RunArgs& a) {
     j["generated_tokens"] = r.token_ids.size();
     j["finish_reason"] = r.finish == FinishReason::kStop ? "stop" : "length";
     j["kv_cache"] = o.use_kv_cache;
+    if (engine)
+      j["speculative"] = {{"mode", a.spec.lookup ? "lookup" : "draft"},
+                          {"draft_max", a.spec.draft_max},
+                          {"proposed", r.spec_draft_tokens},
+                          {"accepted", r.spec_accepted_tokens}};
     if (o.sampling.logprobs >= 0) {
       nlohmann::json lp = nlohmann::json::array();
       for (const auto& sm : r.samples) {
@@ -191,6 +221,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   c->add_option("--kv-memory", a->kv_memory, "with -f: KV cache memory (512MiB, 2GiB, or a fraction of RAM)");
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "with -f: do not reuse the KV blocks of shared prefixes");
+  add_spec_flags(c, &a->spec);
   c->callback([a, exit_code] { *exit_code = run(*a); });
 }
 

@@ -25,7 +25,16 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--max-queue", o->max_waiting, "queued requests before answering 429")->check(CLI::PositiveNumber);
   c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above)");
   c->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
+  c->add_option("--draft-model", o->draft_model_path,
+                "speculative decoding with this draft model (same vocabulary, e.g. a low-bit quantization of -m)");
+  c->add_flag("--lookup", o->lookup, "speculative decoding by prompt lookup: drafts copied from the text so far");
+  c->add_option("--draft-max", o->draft_max, "most draft tokens per step (the engine picks fewer when they do not pay)")
+      ->check(CLI::Range(1, 64));
   c->callback([o, kv_memory, exit_code] {
+    if (!o->draft_model_path.empty() && o->lookup) {
+      *exit_code = fail(invalid_argument("give --draft-model or --lookup, not both"));
+      return;
+    }
     server::ServerOptions opts = *o;
     opts.model_path = resolve_model_path(opts.model_path);
     if (opts.api_key.empty())

@@ -16,6 +16,7 @@ class App;
 
 namespace cachet {
 class Tokenizer;
+struct EngineConfig;
 }
 
 namespace cachet::cli {
@@ -51,6 +52,17 @@ int fail(const Status& s);
 // "512MiB", "2GiB", "1000000" (bytes), or "0.25" (a fraction of physical memory).
 Result<int64_t> parse_memory(const std::string& s);
 
+// Speculative decoding flags (run, chat, serve, batch): --draft-model FILE, --lookup, --draft-max K.
+struct SpecFlags {
+  std::string draft_model;
+  bool lookup = false;
+  int draft_max = 8;
+  bool any() const { return lookup || !draft_model.empty(); }
+};
+void add_spec_flags(CLI::App* c, SpecFlags* f);
+// Loads the draft model (on the target's threads) into *draft and sets cfg's speculation fields.
+Status apply_spec_flags(const SpecFlags& f, Model& target, EngineConfig* cfg, std::unique_ptr<Model>* draft);
+
 // Many prompts (one per line of a file) through the continuous-batching engine: `cachet batch`, and
 // `cachet run -f FILE --parallel N`.
 struct BatchOptions {
@@ -59,6 +71,7 @@ struct BatchOptions {
   SamplingParams sampling;
   bool json = false, raw = false;
   bool no_prefix_cache = false;
+  SpecFlags spec;
 };
 int run_batch(const BatchOptions& o);
 
