@@ -117,6 +117,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   }
   aborted_.clear();
 
+  const auto step_start = std::chrono::steady_clock::now();
   CACHET_RETURN_IF_ERROR(propose_drafts());
   const std::vector<ScheduledWork> work = scheduler_->schedule();
 
@@ -124,6 +125,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   // or 1 + its draft's length when it speculates).
   ForwardBatch b;
   std::vector<std::pair<Request*, int>> row_counts;
+  bool decode_only = true;  // every scheduled request was caught up (no prompt chunk in the pass)
   for (const ScheduledWork& w : work) {
     Request* r = static_cast<Request*>(w.r);
     const int seq = static_cast<int>(b.seqs.size());
@@ -139,6 +141,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
       rows += pos >= last_accepted;
     }
     if (rows > 0) row_counts.emplace_back(r, rows);
+    decode_only = decode_only && rows == w.n;
   }
   if (work.empty()) {
     for (auto [r, len] : drafted_) drop_draft(r, len);
@@ -168,8 +171,10 @@ Result<std::vector<RequestEvent>> Engine::step() {
 
   // Sample, append, and retire finished requests.
   std::vector<std::pair<Request*, const float*>> to_sample;
+  bool step_drafted = false;
   for (const Rows& x : rows) {
     Request* r = x.r;
+    step_drafted = step_drafted || r->n_draft > 0;
     if (r->n_draft > 0) {
       CACHET_RETURN_IF_ERROR(verify_drafts(x, &events));
       continue;
@@ -201,6 +206,13 @@ Result<std::vector<RequestEvent>> Engine::step() {
     if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
     CACHET_ASSIGN_OR_RETURN(SampleResult s, r->sampler->sample(row, V, r->tokens, r->n_prompt));
     if (emit(r, s, &events)) finish(r);
+  }
+  // The realized rate of this step, for the speculation policy's guard (decode steps of speculating engines).
+  if (decode_only && cfg_.spec_adaptive && (cfg_.spec != SpecMode::kOff || draft_)) {
+    int emitted = 0;
+    for (const RequestEvent& e : events) emitted += e.token >= 0;
+    policy_.observe_step(static_cast<int>(work.size()), step_drafted,
+                         emitted, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
   }
   return events;
 }

@@ -39,12 +39,14 @@ Status Engine::propose_drafts() {
       alphas.push_back(r->acceptance.alpha());
       uses_draft.push_back(r->spec == SpecMode::kDraft);
     }
-    ks = policy_.choose(alphas, uses_draft, other_tokens);
-    // A request the policy keeps from drafting still tries one token every 16th step, so its acceptance rate
+    const int batch = scheduler_->n_running();
+    ks = policy_.plain_probe(batch) ? std::vector<int>(cands.size(), 0)
+                                    : policy_.choose(alphas, uses_draft, other_tokens, batch);
+    // A request the policy keeps from drafting still tries one token every 32nd step, so its acceptance rate
     // (and the draft's cost) stay measured as its text and the load change.
     for (size_t i = 0; i < cands.size(); ++i) {
       cands[i]->spec_idle = ks[i] > 0 ? 0 : cands[i]->spec_idle + 1;
-      if (cands[i]->spec_idle >= 16) {
+      if (cands[i]->spec_idle >= 32) {
         ks[i] = 1;
         cands[i]->spec_idle = 0;
       }

@@ -23,6 +23,12 @@ void CostCurve::observe(int n_tokens, double seconds) {
   b.t = b.t * kDecay + seconds;
 }
 
+bool CostCurve::measured_at_or_below(int n) const {
+  for (const Bucket& b : b_)
+    if (b.w > 0 && b.n / b.w <= n) return true;
+  return false;
+}
+
 bool CostCurve::measured() const {
   for (const Bucket& b : b_)
     if (b.w > 0) return true;
@@ -41,14 +47,16 @@ double CostCurve::predict(int n) const {
   auto mean_n = [](const Bucket* b) { return b->n / b->w; };
   auto mean_t = [](const Bucket* b) { return b->t / b->w; };
   if (!lo && !hi) return 0.0;
-  if (!lo) return mean_t(hi);
+  // Below every measured count: a guess, pessimistic about how much cheaper fewer tokens are.
+  if (!lo) return mean_t(hi) * std::max(0.5, n / mean_n(hi));
   if (!hi) {
-    // Past the largest measured count: the slope between the two largest measured buckets; with one bucket only, 1/64 of its time per
-    // extra token until more is measured (speculation's own steps measure the counts just above decode).
+    // Past the largest measured count: the slope between the two largest measured buckets; with one bucket only,
+    // 1/8 of its time per extra token (the pessimistic side: on the default model a 4-token pass measured 1.35x a
+    // 1-token one) until speculation's own steps measure the counts just above decode.
     const Bucket* below = nullptr;
     for (const Bucket& b : b_)
       if (b.w > 0 && &b != lo) below = &b;
-    double slope = mean_t(lo) / 64.0;
+    double slope = mean_t(lo) / 8.0;
     if (below) slope = std::max(0.0, (mean_t(lo) - mean_t(below)) / (mean_n(lo) - mean_n(below)));
     return mean_t(lo) + slope * (n - mean_n(lo));
   }
@@ -63,11 +71,34 @@ void Acceptance::add(int proposed, int accepted_n) {
   tried = tried * 0.9 + tried_n;
 }
 
+int SpecPolicy::batch_bucket(int batch) {
+  int b = 0;
+  while ((2 << b) <= batch && b < 15) ++b;
+  return b;
+}
+
+void SpecPolicy::observe_step(int batch, bool drafted, int tokens, double seconds) {
+  Rate& r = (drafted ? drafted_ : plain_)[batch_bucket(batch)];
+  constexpr double kDecay = 0.95;
+  r.w = r.w * kDecay + 1.0;
+  r.tokens = r.tokens * kDecay + tokens;
+  r.seconds = r.seconds * kDecay + seconds;
+}
+
+bool SpecPolicy::plain_probe(int batch) {
+  int& c = probe_[batch_bucket(batch)];
+  return ++c % 16 == 0;
+}
+
 std::vector<int> SpecPolicy::choose(const std::vector<double>& alphas, const std::vector<bool>& uses_draft_model,
-                                    int other_tokens) const {
+                                    int other_tokens, int batch) const {
   const int n = static_cast<int>(alphas.size());
   std::vector<int> k(n, 0);
   if (k_max_ <= 0 || n == 0) return k;
+  // Nothing is drafted before a plain step of this size was measured: until then the curve below it is a guess.
+  if (!target_.measured_at_or_below(other_tokens + n)) return k;
+  const int bucket = batch_bucket(batch > 0 ? batch : n + other_tokens);
+  if (drafted_[bucket].w >= 4 && plain_[bucket].w >= 4 && drafted_[bucket].rate() < plain_[bucket].rate()) return k;
   // Expected tokens emitted this step over its predicted time; draft tokens are added one at a time, the most
   // likely to be accepted first, while that ratio rises. The draft model's pass j carries one token of each
   // request drafting more than j (pass 0 also its catch-up: about two tokens).
@@ -80,12 +111,17 @@ std::vector<int> SpecPolicy::choose(const std::vector<double>& alphas, const std
   };
   double gain = n;
   double time = time_of(verify_tokens, pass_tokens);
+  const double rate_without = gain / std::max(time, 1e-12);
   std::vector<double> next(n);  // each candidate's next marginal gain alpha^(k+1)
   for (int i = 0; i < n; ++i) next[i] = alphas[i];
+  // Until the draft model's one-token-per-request passes are measured, at most two draft tokens each.
+  int n_draft_reqs = 0;
+  for (bool u : uses_draft_model) n_draft_reqs += u;
+  const int draft_cap = draft_.measured_at_or_below(std::max(n_draft_reqs, 1)) ? k_max_ : std::min(k_max_, 2);
   for (;;) {
     int best = -1;
     for (int i = 0; i < n; ++i)
-      if (k[i] < k_max_ && (best < 0 || next[i] > next[best])) best = i;
+      if (k[i] < (uses_draft_model[i] ? draft_cap : k_max_) && (best < 0 || next[i] > next[best])) best = i;
     if (best < 0) break;
     std::vector<int> passes = pass_tokens;
     if (uses_draft_model[best]) {
@@ -102,6 +138,9 @@ std::vector<int> SpecPolicy::choose(const std::vector<double>& alphas, const std
     ++k[best];
     next[best] *= alphas[best];
   }
+  // What the model leaves out (sampling the verified rows, the draft's bookkeeping) and the noise of a shared
+  // machine: a step drafts only when the predicted gain is at least 5%.
+  if (gain / std::max(time, 1e-12) < 1.05 * rate_without) std::fill(k.begin(), k.end(), 0);
   return k;
 }
 

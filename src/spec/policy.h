@@ -23,6 +23,8 @@ class CostCurve {
   void observe(int n_tokens, double seconds);
   double predict(int n_tokens) const;  // 0 when nothing was measured
   bool measured() const;
+  // Some pass of at most n tokens was measured (below that, predict() is a guess).
+  bool measured_at_or_below(int n_tokens) const;
 
  private:
   static int bucket(int n);
@@ -46,10 +48,20 @@ class SpecPolicy {
   void observe_target(int n_tokens, double seconds) { target_.observe(n_tokens, seconds); }
   void observe_draft(int n_tokens, double seconds) { draft_.observe(n_tokens, seconds); }
 
+  // A whole decode step as it happened (drafting, the pass, verification, sampling): tokens emitted per second,
+  // kept apart for steps that verified drafts and steps that did not, per batch size (powers of two). When
+  // drafting steps have been measured slower than plain ones at this batch size, choose() drafts nothing: the
+  // guard that keeps speculation from ever costing throughput, whatever the cost model missed.
+  void observe_step(int batch, bool drafted, int tokens, double seconds);
+
   // alphas: the candidates' acceptance rates; uses_draft_model[i]: its draft costs draft passes; other_tokens:
   // the step's tokens besides the candidates' own (prefill chunks, other decodes). Returns k per candidate.
+  // batch: the requests decoding this step (the guard's bucket); 0: candidates + other_tokens.
   std::vector<int> choose(const std::vector<double>& alphas, const std::vector<bool>& uses_draft_model,
-                          int other_tokens) const;
+                          int other_tokens, int batch = 0) const;
+  // True every 16th call per batch size: that step drafts nothing, so the plain rate the guard compares against
+  // stays measured while drafting pays.
+  bool plain_probe(int batch);
 
   const CostCurve& target_cost() const { return target_; }
   const CostCurve& draft_cost() const { return draft_; }
@@ -57,6 +69,13 @@ class SpecPolicy {
  private:
   int k_max_;
   CostCurve target_, draft_;
+  struct Rate {
+    double w = 0, tokens = 0, seconds = 0;
+    double rate() const { return seconds > 0 ? tokens / seconds : 0.0; }
+  };
+  Rate drafted_[16], plain_[16];
+  int probe_[16] = {};
+  static int batch_bucket(int batch);
 };
 
 }  // namespace cachet
