@@ -74,7 +74,10 @@ void packed_dot_bf16_vdp(const uint8_t* group, int64_t n_pairs, const uint32_t* 
   for (; t + kTokens <= n_tokens; t += kTokens)
     dot_n<kTokens>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
   for (; t + 4 <= n_tokens; t += 4) dot_n<4>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
-  for (; t < n_tokens; ++t) dot_n<1>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
+  // A 2- or 3-token tail in one walk of the group (same operations per token: results do not depend on the split).
+  if (n_tokens - t == 3) dot_n<3>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
+  else if (n_tokens - t == 2) dot_n<2>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
+  else if (n_tokens - t == 1) dot_n<1>(group, n_pairs, x + t * x_stride, x_stride, out + t * out_stride, out_stride);
 }
 
 constexpr Kernels make_table() {
