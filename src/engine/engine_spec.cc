@@ -35,18 +35,22 @@ Status Engine::propose_drafts() {
   if (cfg_.spec_adaptive) {
     std::vector<double> alphas;
     std::vector<bool> uses_draft;
+    std::vector<int> catch_up, remaining;
     for (Request* r : cands) {
       alphas.push_back(r->acceptance.alpha());
       uses_draft.push_back(r->spec == SpecMode::kDraft);
+      const int len = static_cast<int>(r->tokens.size());
+      catch_up.push_back(r->spec == SpecMode::kDraft ? len - draft_->computed(r->id) : 0);
+      remaining.push_back(r->params.max_tokens - (len - r->n_prompt));
     }
     const int batch = scheduler_->n_running();
     ks = policy_.plain_probe(batch) ? std::vector<int>(cands.size(), 0)
-                                    : policy_.choose(alphas, uses_draft, other_tokens, batch);
+                                    : policy_.choose(alphas, uses_draft, other_tokens, batch, &catch_up, &remaining);
     // A request the policy keeps from drafting still tries one token every 32nd step, so its acceptance rate
     // (and the draft's cost) stay measured as its text and the load change.
     for (size_t i = 0; i < cands.size(); ++i) {
       cands[i]->spec_idle = ks[i] > 0 ? 0 : cands[i]->spec_idle + 1;
-      if (cands[i]->spec_idle >= 32) {
+      if (cands[i]->spec_idle >= 32 && catch_up[i] <= 8) {  // never a draft prefill just to explore
         ks[i] = 1;
         cands[i]->spec_idle = 0;
       }

@@ -34,6 +34,11 @@ class DraftModelProposer final : public Proposer {
   void release(int64_t id) override;
 
   const KvCacheManager& kv() const { return manager_; }
+  // Tokens of the request whose K/V the draft holds (0 before its first draft).
+  int computed(int64_t id) const {
+    auto it = seqs_.find(id);
+    return it == seqs_.end() ? 0 : it->second.computed;
+  }
   // The last propose() call's forward passes: tokens in each and its seconds (the engine's cost model).
   const std::vector<std::pair<int, double>>& last_passes() const { return last_passes_; }
 

@@ -91,7 +91,8 @@ bool SpecPolicy::plain_probe(int batch) {
 }
 
 std::vector<int> SpecPolicy::choose(const std::vector<double>& alphas, const std::vector<bool>& uses_draft_model,
-                                    int other_tokens, int batch) const {
+                                    int other_tokens, int batch, const std::vector<int>* catch_up,
+                                    const std::vector<int>* remaining) const {
   const int n = static_cast<int>(alphas.size());
   std::vector<int> k(n, 0);
   if (k_max_ <= 0 || n == 0) return k;
@@ -128,11 +129,16 @@ std::vector<int> SpecPolicy::choose(const std::vector<double>& alphas, const std
       if (static_cast<int>(passes.size()) <= k[best]) passes.resize(k[best] + 1, 0);
       passes[k[best]] += k[best] == 0 ? 2 : 1;
     }
-    const double new_time = time_of(verify_tokens + 1, passes);
+    double new_time = time_of(verify_tokens + 1, passes);
+    if (uses_draft_model[best] && k[best] == 0 && catch_up && remaining && (*catch_up)[best] > 2) {
+      const double per_step = std::min(1.0 / std::max(1.0 - alphas[best], 1e-3), k_max_ + 1.0);
+      const double steps_left = std::max(1.0, (*remaining)[best] / per_step);
+      new_time += draft_.predict((*catch_up)[best]) / steps_left;
+    }
     const double new_gain = gain + next[best];
     if (new_gain * time <= gain * new_time) break;  // tokens per second would not rise
     gain = new_gain;
-    time = new_time;
+    time = new_time;  // (a catch-up share stays in: it is paid once the request drafts at all)
     pass_tokens = std::move(passes);
     ++verify_tokens;
     ++k[best];

@@ -57,8 +57,12 @@ class SpecPolicy {
   // alphas: the candidates' acceptance rates; uses_draft_model[i]: its draft costs draft passes; other_tokens:
   // the step's tokens besides the candidates' own (prefill chunks, other decodes). Returns k per candidate.
   // batch: the requests decoding this step (the guard's bucket); 0: candidates + other_tokens.
+  // catch_up[i] / remaining[i] (optional): tokens the draft model must prefill before candidate i can draft
+  // (its prompt, the first time) and the tokens the request may still generate: the prefill's cost is charged to
+  // this step in proportion to the steps it will serve, so a draft that cannot earn its prefill back is not run.
   std::vector<int> choose(const std::vector<double>& alphas, const std::vector<bool>& uses_draft_model,
-                          int other_tokens, int batch = 0) const;
+                          int other_tokens, int batch = 0, const std::vector<int>* catch_up = nullptr,
+                          const std::vector<int>* remaining = nullptr) const;
   // True every 16th call per batch size: that step drafts nothing, so the plain rate the guard compares against
   // stays measured while drafting pays.
   bool plain_probe(int batch);
