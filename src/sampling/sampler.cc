@@ -354,28 +354,8 @@ Status Sampler::prepare(const float* logits, int64_t n_vocab, std::span<const in
   return Status::ok();
 }
 
-Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
-                                     int32_t n_prompt) {
-  SampleResult r;
-  CACHET_RETURN_IF_ERROR(prepare(logits, n_vocab, history, n_prompt));
-  if (p_.temperature <= 0.0f) {
-    r.id = dist_.best();
-  } else {
-    dist_.apply_temperature(p_.temperature);
-    dist_.top_k(p_.top_k);
-    if (dist_.compute_weights()) {
-      dist_.top_p(p_.top_p);
-      dist_.min_p(p_.min_p);
-      r.id = dist_.draw(next_uniform());
-    }
-  }
-  if (r.id < 0) r.id = argmax(logits, n_vocab);  // everything banned: fall back to the raw argmax
-  fill_logprobs(logits, n_vocab, &r);
-  return r;
-}
-
-Result<const TokenDist*> Sampler::distribution(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
-                                               int32_t n_prompt) {
+Result<int32_t> Sampler::chain(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                               int32_t n_prompt) {
   CACHET_RETURN_IF_ERROR(prepare(logits, n_vocab, history, n_prompt));
   int32_t only = -1;
   if (p_.temperature <= 0.0f) {
@@ -386,10 +366,26 @@ Result<const TokenDist*> Sampler::distribution(const float* logits, int64_t n_vo
     if (dist_.compute_weights()) {
       dist_.top_p(p_.top_p);
       dist_.min_p(p_.min_p);
-      return &dist_;
+      return -1;
     }
   }
-  dist_.one_hot(only >= 0 ? only : argmax(logits, n_vocab));  // as sample(): everything banned -> raw argmax
+  return only >= 0 ? only : argmax(logits, n_vocab);  // everything banned: fall back to the raw argmax
+}
+
+Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                                     int32_t n_prompt) {
+  SampleResult r;
+  CACHET_ASSIGN_OR_RETURN(r.id, chain(logits, n_vocab, history, n_prompt));
+  if (r.id < 0) r.id = dist_.draw(next_uniform());
+  if (r.id < 0) r.id = argmax(logits, n_vocab);
+  fill_logprobs(logits, n_vocab, &r);
+  return r;
+}
+
+Result<const TokenDist*> Sampler::distribution(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                                               int32_t n_prompt) {
+  CACHET_ASSIGN_OR_RETURN(int32_t only, chain(logits, n_vocab, history, n_prompt));
+  if (only >= 0) dist_.one_hot(only);
   return &dist_;
 }
 

@@ -135,6 +135,9 @@ class Sampler {
 
   // Penalties and bias (every mode); NaN logits are an error.
   Status prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt);
+  // The whole chain into dist_: the one token it leaves (greedy; nothing left -> raw argmax), or -1 when dist_
+  // holds weights to draw from.
+  Result<int32_t> chain(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt);
 };
 
 }  // namespace cachet
