@@ -159,7 +159,7 @@ def main():
     rows = []
     for w in a.workloads.split(","):
         for b in [int(x) for x in a.batches.split(",")]:
-            sessions = workload(w, max(4, 2 * b))
+            sessions = workload(w, max(8, 2 * b))
             res = {e: [] for e in a.engines.split(",")}
             dec = {e: [] for e in a.engines.split(",")}
             acc = {}

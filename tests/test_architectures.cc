@@ -267,14 +267,15 @@ TEST(Architectures, UnknownMathChangingTensorOrKeyRefusesToLoad) {
            {"blk.1.ffn_gate_inp.weight", true},       // experts in a dense file
            {"qwen2.attention.clamp_kqv", false},      // a clamp
            {"qwen2.logit_scale", false},              // a scale
-           {"qwen2.rope.scaling.attn_factor", false},  // YaRN's temperature
+           {"qwen2.rope.scaling.alpha", false},        // a RoPE scaling cachet does not apply
        }) {
     auto m = load_model(with_extra(a, name, tensor));
     ASSERT_FALSE(m.is_ok()) << name << " loaded";
     EXPECT_NE(m.status().message().find(name), std::string::npos) << m.status().message();
   }
   // And the known harmless ones do not.
-  auto m = load_model(with_extra(a, "qwen2.rope.scaling.original_context_length", false));
+  // YaRN's attention factor is read and applied now (model/rope_scaling.h).
+  auto m = load_model(with_extra(a, "qwen2.rope.scaling.attn_factor", false));
   EXPECT_TRUE(m.is_ok()) << m.status().message();
 }
 

@@ -468,7 +468,7 @@ TEST(SpecPolicy, FitsCostsAndDraftsOnlyWhenItPays) {
   // Compute-bound (time proportional to tokens): nothing pays at a large batch.
   SpecPolicy cpu(8);
   for (int i = 0; i < 20; ++i) cpu.observe_target(16 + (i % 4) * 40, 0.0001 + 0.001 * (16 + (i % 4) * 40));
-  k = cpu.choose(std::vector<double>(64, 0.6), std::vector<bool>(64, false), 0);
+  k = cpu.choose(std::vector<AcceptRates>(64, 0.6), std::vector<bool>(64, false), 0);
   EXPECT_EQ(std::count(k.begin(), k.end(), 0), 64);
   // A draft model whose pass costs as much as the target's: low acceptance does not pay for it.
   SpecPolicy costly(8);
@@ -480,6 +480,31 @@ TEST(SpecPolicy, FitsCostsAndDraftsOnlyWhenItPays) {
   EXPECT_EQ(k[0], 0);
   k = costly.choose({0.3}, {false}, 0);  // the same rate with free lookup drafts does pay
   EXPECT_GT(k[0], 0);
+}
+
+// The two rates: a first token accepted half the time, then copying on (lookup's all-or-nothing drafts),
+// is worth a longer draft than the same half-rate geometric model; counting follows the definitions.
+TEST(SpecPolicy, FirstAndContinuationRates) {
+  Acceptance a;
+  a.add(5, 5);  // first accepted, 4 of 4 continuations
+  a.add(4, 0);  // first rejected, no continuation tried
+  a.add(6, 2);  // first accepted, one continuation accepted, the next rejected
+  EXPECT_NEAR(a.first_tried, 0.81 + 0.9 + 1, 1e-12);
+  EXPECT_NEAR(a.first_accepted, 0.81 + 1, 1e-12);
+  EXPECT_NEAR(a.cont_tried, 4 * 0.81 + 0 + 2, 1e-12);
+  EXPECT_NEAR(a.cont_accepted, 4 * 0.81 + 1, 1e-12);
+  a.add(0, 0);  // nothing proposed: nothing counted
+  EXPECT_NEAR(a.first_tried, 0.81 + 0.9 + 1, 1e-12);
+
+  // A curve with knees like the ones measured on 2 cores: t(1) 1, t(2) 1.06, t(3) 1.4, t(4..8) gently rising.
+  SpecPolicy p(8);
+  const double t[] = {0, 1.0, 1.06, 1.40, 1.38, 1.45, 1.55, 1.70, 1.85, 2.0};
+  for (int rep = 0; rep < 6; ++rep)
+    for (int n = 1; n <= 9; ++n) p.observe_target(n, t[n] * 1e-3);
+  const auto geometric = p.choose({AcceptRates(0.5)}, {false}, 0);
+  const auto copying = p.choose({AcceptRates(0.5, 0.95)}, {false}, 0);
+  EXPECT_GT(copying[0], geometric[0]);
+  EXPECT_GE(copying[0], 3);  // past the bump at 3 tokens: the best prefix, not the first token that loses
 }
 
 // The scheduler with drafts on a random stream: drafts appended, scheduled with everything else, rolled back

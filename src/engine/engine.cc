@@ -47,6 +47,7 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg), polic
     CACHET_CHECK(d.is_ok());  // Engine::create reports why
     draft_ = std::move(*d);
   }
+  if (cfg_.spec_adaptive && (cfg_.spec != SpecMode::kOff || draft_)) calibrate_spec();
 }
 
 Engine::~Engine() {
@@ -102,6 +103,9 @@ Proposer* Engine::proposer(SpecMode m) {
 }
 
 void Engine::finish(Request* r) {
+  // How long outputs run here (a draft's catch-up prefill is earned back only over the tokens still to come).
+  const double generated = static_cast<double>(r->tokens.size()) - r->n_draft - r->n_prompt;
+  output_len_ = output_len_ <= 0 ? generated : 0.9 * output_len_ + 0.1 * generated;
   if (draft_) draft_->release(r->id);
   scheduler_->finish(r);
   requests_.erase(r->id);
@@ -118,6 +122,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   aborted_.clear();
 
   const auto step_start = std::chrono::steady_clock::now();
+  catch_up_secs_ = 0;
   CACHET_RETURN_IF_ERROR(propose_drafts());
   const std::vector<ScheduledWork> work = scheduler_->schedule();
 
@@ -212,7 +217,9 @@ Result<std::vector<RequestEvent>> Engine::step() {
     int emitted = 0;
     for (const RequestEvent& e : events) emitted += e.token >= 0;
     policy_.observe_step(static_cast<int>(work.size()), step_drafted,
-                         emitted, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+                         emitted,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count() -
+                             catch_up_secs_);
   }
   return events;
 }

@@ -133,6 +133,7 @@ class Engine {
   Proposer* proposer(SpecMode m);
   // Speculation (engine_spec.cc): drafts for caught-up speculating requests, appended to their tokens;
   // after the pass, the accept/resample rule over a request's rows, the rejected positions rolled back.
+  void calibrate_spec();
   Status propose_drafts();
   Status verify_drafts(const Rows& rows, std::vector<RequestEvent>* events);
   // Drafts that were not scheduled this step (or were preempted) are dropped.
@@ -152,6 +153,9 @@ class Engine {
   std::unique_ptr<DraftModelProposer> draft_;
   SpecPolicy policy_;
   std::vector<std::pair<Request*, int>> drafted_;  // this step's drafting requests and their accepted length
+  Acceptance mode_acceptance_[3];  // per SpecMode, over every request: a new request's prior
+  double catch_up_secs_ = 0;
+  double output_len_ = 0;          // finished requests' generated tokens, a moving average (0: none yet)       // this step's draft catch-up prefill (left out of the guard's step rate)
   int64_t spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
 };
 

@@ -4,6 +4,7 @@
 // decode tokens. After the pass, the accept/resample rule (spec/verify.h) walks the draft against the
 // target's rows; the K/V of rejected positions leave the block table.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -11,6 +12,25 @@
 #include "spec/verify.h"
 
 namespace cachet {
+
+void Engine::calibrate_spec() {
+  // The policy's first choices need the cost of small passes (verifying k drafts) before any step measured
+  // them: a few warm passes of 1..9 tokens on a scratch cache (the first round pays one-time costs: scratch
+  // buffers growing, caches cold, and is not kept), then the draft model's 1- and 4-token passes.
+  ContiguousKvCache scratch(model_.config(), 16, cfg_.kv_type);
+  std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab) * 9);
+  for (int rep = 0; rep < 2; ++rep) {
+    for (int n = 1; n <= 9; ++n) {
+      ForwardBatch b = ForwardBatch::single(&scratch, std::vector<int32_t>(n, 0), 0, true);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!model_.forward(b, logits.data()).is_ok()) return;
+      if (rep > 0)
+        policy_.observe_target(n, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  if (draft_)
+    for (auto [tokens, secs] : draft_->calibrate()) policy_.observe_draft(tokens, secs);
+}
 
 Status Engine::propose_drafts() {
   drafted_.clear();
@@ -33,19 +53,22 @@ Status Engine::propose_drafts() {
 
   std::vector<int> ks(cands.size(), cfg_.draft_max);
   if (cfg_.spec_adaptive) {
-    std::vector<double> alphas;
+    std::vector<AcceptRates> rates;
     std::vector<bool> uses_draft;
     std::vector<int> catch_up, remaining;
     for (Request* r : cands) {
-      alphas.push_back(r->acceptance.alpha());
+      rates.push_back(r->acceptance.rates(mode_acceptance_[static_cast<int>(r->spec)].rates()));
       uses_draft.push_back(r->spec == SpecMode::kDraft);
       const int len = static_cast<int>(r->tokens.size());
       catch_up.push_back(r->spec == SpecMode::kDraft ? len - draft_->computed(r->id) : 0);
-      remaining.push_back(r->params.max_tokens - (len - r->n_prompt));
+      // Tokens still to come: at most max_tokens, and about what outputs here have run to (at least 16 more).
+      const int left = r->params.max_tokens - (len - r->n_prompt);
+      const int typical = output_len_ > 0 ? std::max(16, static_cast<int>(output_len_) - (len - r->n_prompt)) : left;
+      remaining.push_back(std::min(left, typical));
     }
     const int batch = scheduler_->n_running();
     ks = policy_.plain_probe(batch) ? std::vector<int>(cands.size(), 0)
-                                    : policy_.choose(alphas, uses_draft, other_tokens, batch, &catch_up, &remaining);
+                                    : policy_.choose(rates, uses_draft, other_tokens, batch, &catch_up, &remaining);
     // A request the policy keeps from drafting still tries one token every 32nd step, so its acceptance rate
     // (and the draft's cost) stay measured as its text and the load change.
     for (size_t i = 0; i < cands.size(); ++i) {
@@ -55,15 +78,17 @@ Status Engine::propose_drafts() {
         cands[i]->spec_idle = 0;
       }
     }
-  }
-  if (std::getenv("CACHET_SPEC_DEBUG")) {
-    const CostCurve& t = policy_.target_cost();
-    const CostCurve& d = policy_.draft_cost();
-    std::fprintf(stderr, "[spec] target t(1..8) %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f ms, draft t(1) %.2f t(2) %.2f; k:",
-                 t.predict(1) * 1e3, t.predict(2) * 1e3, t.predict(3) * 1e3, t.predict(4) * 1e3, t.predict(5) * 1e3,
-                 t.predict(6) * 1e3, t.predict(7) * 1e3, t.predict(8) * 1e3, d.predict(1) * 1e3, d.predict(2) * 1e3);
-    for (size_t i = 0; i < ks.size(); ++i) std::fprintf(stderr, " %d(a=%.2f)", ks[i], cands[i]->acceptance.alpha());
-    std::fprintf(stderr, "\n");
+    if (std::getenv("CACHET_SPEC_DEBUG")) {
+      const CostCurve& t = policy_.target_cost();
+      const CostCurve& d = policy_.draft_cost();
+      std::fprintf(stderr, "[spec] target t(1..8) %.2f %.2f %.2f %.2f %.2f %.2f %.2f %.2f ms, draft t(1) %.2f t(2) %.2f; k:",
+                   t.predict(1) * 1e3, t.predict(2) * 1e3, t.predict(3) * 1e3, t.predict(4) * 1e3, t.predict(5) * 1e3,
+                   t.predict(6) * 1e3, t.predict(7) * 1e3, t.predict(8) * 1e3, d.predict(1) * 1e3, d.predict(2) * 1e3);
+      for (size_t i = 0; i < ks.size(); ++i)
+        std::fprintf(stderr, " %d(first=%.2f cont=%.2f)", ks[i], rates[i].first, rates[i].cont);
+      const auto [drafting, plain] = policy_.step_rates(scheduler_->n_running());
+      std::fprintf(stderr, "; guard %.0f vs %.0f tok/s\n", drafting, plain);
+    }
   }
   // One job list per proposer kind; every job of a kind is proposed at once (a draft model batches them).
   for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft}) {
@@ -86,7 +111,12 @@ Status Engine::propose_drafts() {
     if (jobs.empty()) continue;
     CACHET_RETURN_IF_ERROR(proposer(mode)->propose(jobs));
     if (mode == SpecMode::kDraft)
-      for (auto [tokens, secs] : draft_->last_passes()) policy_.observe_draft(tokens, secs);
+      for (auto [tokens, secs] : draft_->last_passes()) {
+        policy_.observe_draft(tokens, secs);
+        // A pass carrying more than a few tokens per request is mostly catch-up prefill.
+        if (tokens > 4 * static_cast<int>(jobs.size())) catch_up_secs_ += secs;
+        if (std::getenv("CACHET_SPEC_DEBUG")) std::fprintf(stderr, "[spec] draft pass %d tokens %.2f ms\n", tokens, secs * 1e3);
+      }
     for (size_t i = 0; i < jobs.size(); ++i) {
       Request* r = owners[i];
       if (jobs[i].draft.empty()) continue;
@@ -142,7 +172,10 @@ Status Engine::verify_drafts(const Rows& x, std::vector<RequestEvent>* events) {
   }
   spec_draft_tokens_ += m;
   spec_accepted_tokens_ += accepted;
-  if (m > 0) r->acceptance.add(m, accepted);
+  if (m > 0) {
+    r->acceptance.add(m, accepted);
+    mode_acceptance_[static_cast<int>(r->spec)].add(m, accepted);
+  }
   // K/V is valid for the accepted tokens; the positions of rejected (or never verified) draft tokens go back.
   scheduler_->rollback(r, len + accepted);
   if (Proposer* p = proposer(r->spec)) p->truncate(r->id, len + accepted);

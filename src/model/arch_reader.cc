@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "io/gguf.h"
+#include "model/rope_scaling.h"
 
 namespace cachet {
 
@@ -14,7 +15,6 @@ const std::set<std::string>& harmless_keys() {
       "context_length",                      // read, informational (cachet sizes its cache from flags)
       "vocab_size",                          // checked against the embedding
       "tensor_data_layout",                  // how the converter ordered Q/K rows; the tensors are what they are
-      "rope.scaling.original_context_length",  // only YaRN-style scaling uses it; those types are refused
       "rope.scaling.finetuned",              // informational
   };
   return k;
@@ -102,17 +102,27 @@ Result<ModelConfig> ArchReader::base_config() {
   CACHET_ASSIGN_OR_RETURN(c.rms_eps, real("attention.layer_norm_rms_epsilon", 1e-5));
   CACHET_ASSIGN_OR_RETURN(c.attn_scale, real("attention.scale", 0.0));
 
-  // RoPE scaling: linear is applied (positions divided by the factor, for every layer that uses the base
-  // frequency); the others change the frequencies per pair and are refused until they are implemented.
+  // RoPE scaling (model/rope_scaling.h): linear and YaRN, for the layers that use the base frequency.
   CACHET_ASSIGN_OR_RETURN(std::string scaling, text("rope.scaling.type", std::string("none")));
   CACHET_ASSIGN_OR_RETURN(double factor, real("rope.scaling.factor", 0.0));
   CACHET_ASSIGN_OR_RETURN(double legacy_linear, real("rope.scale_linear", 0.0));
+  CACHET_ASSIGN_OR_RETURN(c.rope_attn_factor, real("rope.scaling.attn_factor", 1.0));
+  CACHET_ASSIGN_OR_RETURN(c.rope_yarn_orig_ctx, dim("rope.scaling.original_context_length", c.n_ctx_train));
+  CACHET_ASSIGN_OR_RETURN(c.rope_yarn_beta_fast, real("rope.scaling.yarn_beta_fast", 32.0));
+  CACHET_ASSIGN_OR_RETURN(c.rope_yarn_beta_slow, real("rope.scaling.yarn_beta_slow", 1.0));
+  CACHET_ASSIGN_OR_RETURN(double log_mul, real("rope.scaling.yarn_log_multiplier", 0.0));
+  if (!(c.rope_attn_factor > 0.0)) return invalid_argument(arch_ + ".rope.scaling.attn_factor must be positive");
   if (scaling == "linear" || (scaling == "none" && legacy_linear > 0.0 && !has("rope.scaling.type"))) {
-    const double f = scaling == "linear" ? factor : legacy_linear;
+    const double f = scaling == "linear" ? (factor == 0.0 ? 1.0 : factor) : legacy_linear;
     if (!(f > 0.0)) return invalid_argument(arch_ + ".rope.scaling.factor must be positive for linear scaling");
+    c.rope_scaling = "linear";
     c.rope_freq_scale = 1.0 / f;
+  } else if (scaling == "yarn") {
+    if (!(factor > 0.0)) return invalid_argument(arch_ + ".rope.scaling.factor must be positive for YaRN");
+    set_yarn(&c, factor, c.rope_attn_factor, log_mul);
+    CACHET_ASSIGN_OR_RETURN(c.rope_yarn_ext_factor, real("rope.scaling.yarn_ext_factor", 1.0));
   } else if (scaling != "none") {
-    return unimplemented(arch_ + ".rope.scaling.type '" + scaling + "' is not supported yet");
+    return unimplemented(arch_ + ".rope.scaling.type '" + scaling + "' is not supported (none, linear, yarn)");
   } else if (factor != 0.0 && factor != 1.0) {
     return unimplemented(arch_ + ".rope.scaling.factor " + std::to_string(factor) +
                          " without a scaling type is not understood");

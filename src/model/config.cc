@@ -40,6 +40,14 @@ Status ModelConfig::validate() const {
   if (!(embd_scale > 0.0) || !std::isfinite(embd_scale)) return invalid_argument("embd_scale must be positive");
   if (!(rope_freq_scale > 0.0) || !std::isfinite(rope_freq_scale))
     return invalid_argument("rope_freq_scale must be positive");
+  if (rope_scaling != "none" && rope_scaling != "linear" && rope_scaling != "yarn")
+    return invalid_argument("rope_scaling must be none, linear or yarn");
+  if (!(rope_attn_factor > 0.0) || !std::isfinite(rope_attn_factor))
+    return invalid_argument("rope_attn_factor must be positive");
+  if (rope_yarn_ext_factor != 0.0 && (!(rope_yarn_beta_fast > 0.0) || !(rope_yarn_beta_slow > 0.0) ||
+                                      !std::isfinite(rope_yarn_beta_fast) || !std::isfinite(rope_yarn_beta_slow)))
+    return invalid_argument("YaRN beta_fast and beta_slow must be positive");
+  if (rope_yarn_orig_ctx < 0) return invalid_argument("rope_yarn_orig_ctx must not be negative");
   if (!(rope_freq_scale_swa > 0.0) || !std::isfinite(rope_freq_scale_swa))
     return invalid_argument("rope_freq_scale_swa must be positive");
   if (!(rope_theta_swa > 0.0) || !std::isfinite(rope_theta_swa))

@@ -25,6 +25,13 @@ namespace cachet {
   X(bool, rope_neox, false, "NeoX rotation (pairs i, i+d/2) instead of interleaved")                       \
   X(double, rope_freq_scale, 1.0, "linear RoPE scaling: positions times this (1: none)")                   \
   X(bool, rope_freq_factors, false, "per-pair RoPE frequency divisors (Llama 3 rope_freqs)")                \
+  X(std::string, rope_scaling, "none", "RoPE scaling: none, linear or yarn (model/rope_scaling.h)")         \
+  X(double, rope_yarn_ext_factor, 0.0, "YaRN: extrapolation mix of the ramp (0: no YaRN)")                 \
+  X(double, rope_attn_factor, 1.0, "RoPE cos/sin multiplied by this (file's rope.scaling.attn_factor)")    \
+  X(double, rope_yarn_log_mul, 0.0, "YaRN: yarn_log_multiplier (DeepSeek-style attention factor)")         \
+  X(int64_t, rope_yarn_orig_ctx, 0, "YaRN: the context the model was trained at (0: n_ctx_train)")         \
+  X(double, rope_yarn_beta_fast, 32.0, "YaRN: turns within the original context where extrapolation ends") \
+  X(double, rope_yarn_beta_slow, 1.0, "YaRN: turns within the original context where interpolation starts") \
   X(double, rms_eps, 1e-5, "RMSNorm epsilon")                                                              \
   X(bool, tied_output, false, "output head shares the token embedding")                                    \
   X(double, embd_scale, 1.0, "token embeddings multiplied by this (Gemma: sqrt(n_embd))")                  \

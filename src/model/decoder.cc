@@ -20,7 +20,11 @@ class DecoderModel final : public Model {
              std::vector<AlignedBuffer<float>> owned, std::vector<AlignedBuffer<uint8_t>> packed)
       : cfg_(std::move(cfg)), w_(std::move(w)), all_(std::move(all)), special_(special),
         storage_(std::move(storage)), gguf_(std::move(gguf)), pool_(std::move(pool)), owned_(std::move(owned)),
-        packed_(std::move(packed)) {}
+        packed_(std::move(packed)) {
+    const float* factors = cfg_.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
+    rope_ = rope_freqs(cfg_, false, factors);
+    rope_swa_ = rope_freqs(cfg_, true, factors);
+  }
 
   const ModelConfig& config() const override { return cfg_; }
   const std::vector<TensorView>& tensors() const override { return all_; }
@@ -43,6 +47,7 @@ class DecoderModel final : public Model {
   std::shared_ptr<ThreadPool> pool_;
   std::vector<AlignedBuffer<float>> owned_;          // f32 copies of norm weights stored in other types
   std::vector<AlignedBuffer<uint8_t>> packed_;       // repacked matmul weights (kernels/packed.h)
+  RopeFreqs rope_, rope_swa_;                        // per-pair frequencies: global, sliding-window layers
 
   // Activations for the current batch (n_tokens rows each).
   int scratch_tokens_ = 0;
@@ -143,12 +148,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
       for (int64_t i = 0; i < d; ++i) xt[i] *= s;
     }
   }
-  const float* factors = c.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
-  rope_table(batch.positions.data(), T, static_cast<int>(c.rope_dim), c.rope_theta, c.rope_freq_scale, factors,
-             cos_sin_.data());
+  rope_table(batch.positions.data(), T, rope_, cos_sin_.data());
   if (c.sliding_window > 0)  // local layers: their own base and scaling
-    rope_table(batch.positions.data(), T, static_cast<int>(c.rope_dim), c.rope_theta_swa, c.rope_freq_scale_swa,
-               factors, cos_sin_swa_.data());
+    rope_table(batch.positions.data(), T, rope_swa_, cos_sin_swa_.data());
 
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DecoderLayerWeights& L = w_.layers[l];
@@ -178,7 +180,8 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
     trace(l, {"rope", "", "", {}, {T, H + KH, hd}, {T, H + KH, hd},
               std::string(c.rope_neox ? "NeoX" : "interleaved") + " rotation of Q and K, theta " +
                   std::to_string(static_cast<int64_t>(swa ? c.rope_theta_swa : c.rope_theta)) +
-                  (factors ? ", per-pair frequency factors" : "")});
+                  (c.rope_freq_factors ? ", per-pair frequency factors" : "") +
+                  (!swa && c.rope_scaling != "none" ? ", " + c.rope_scaling + " scaling" : "")});
     trace(l, {"kv_store", "", "", {}, {T, 2, KH * hd}, {T, 2, KH * hd},
               "K and V of these tokens written at their positions"});
     for (int t = 0; t < T; ++t) {
@@ -278,6 +281,7 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
                                                   std::vector<TensorView> all_tensors, SpecialTokens special,
                                                   std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf,
                                                   std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
+  if (opts.rope.any()) CACHET_RETURN_IF_ERROR(apply_rope_overrides(opts.rope, &cfg));
   CACHET_RETURN_IF_ERROR(cfg.validate());
   std::vector<AlignedBuffer<float>> owned;
   CACHET_RETURN_IF_ERROR(validate_decoder_weights(cfg, &weights, &owned));

@@ -10,6 +10,7 @@
 #include "base/thread_pool.h"
 #include "cachet/status.h"
 #include "model/config.h"
+#include "model/rope_scaling.h"
 #include "model/forward_batch.h"
 #include "model/tensor.h"
 #include "model/trace.h"
@@ -55,6 +56,8 @@ struct LoadOptions {
   bool precise = false;
   // Run on this pool (shared with another model) instead of a new one of n_threads.
   std::shared_ptr<ThreadPool> pool;
+  // RoPE settings that replace the file's (context extension from the command line).
+  RopeOverrides rope;
 };
 
 // Opens a GGUF file or a llama2.c checkpoint (by its contents), validates everything, and builds the model.

@@ -20,16 +20,14 @@ void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, f
   }
 }
 
-void rope_table(const int32_t* positions, int n_tokens, int rope_dim, double theta, double freq_scale,
-                const float* factors, float* cos_sin) {
-  const int half = rope_dim / 2;
+void rope_table(const int32_t* positions, int n_tokens, const RopeFreqs& f, float* cos_sin) {
+  const int half = static_cast<int>(f.inv_freq.size());
+  const int rope_dim = 2 * half;
   for (int t = 0; t < n_tokens; ++t) {
     for (int i = 0; i < half; ++i) {
-      double inv_freq = std::pow(theta, -2.0 * i / rope_dim) * freq_scale;
-      if (factors) inv_freq /= factors[i];
-      double angle = positions[t] * inv_freq;
-      cos_sin[t * rope_dim + 2 * i] = static_cast<float>(std::cos(angle));
-      cos_sin[t * rope_dim + 2 * i + 1] = static_cast<float>(std::sin(angle));
+      const double angle = positions[t] * f.inv_freq[i];
+      cos_sin[t * rope_dim + 2 * i] = static_cast<float>(std::cos(angle)) * static_cast<float>(f.mscale);
+      cos_sin[t * rope_dim + 2 * i + 1] = static_cast<float>(std::sin(angle)) * static_cast<float>(f.mscale);
     }
   }
 }

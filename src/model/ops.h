@@ -9,6 +9,7 @@
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
 #include "kv/kv_cache.h"
+#include "model/rope_scaling.h"
 #include "model/tensor.h"
 
 namespace cachet {
@@ -20,9 +21,8 @@ void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, f
 // holding (cos, sin) pairs for each rotated pair of the token's position.
 void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_dim, int rope_dim, bool neox);
 // cos_sin table for the given positions: [n_tokens, rope_dim] as (cos, sin) pairs. Pair i turns by
-// position * freq_scale * theta^(-2i / rope_dim) / factors[i] (factors: nullptr for none), in double.
-void rope_table(const int32_t* positions, int n_tokens, int rope_dim, double theta, double freq_scale,
-                const float* factors, float* cos_sin);
+// position * f.inv_freq[i] (angle in double); both scaled by f.mscale (model/rope_scaling.h).
+void rope_table(const int32_t* positions, int n_tokens, const RopeFreqs& f, float* cos_sin);
 
 // g[i] = silu(g[i]) * u[i]; g, u: [n]
 void silu_mul(float* g, const float* u, int64_t n);

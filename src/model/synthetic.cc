@@ -58,6 +58,13 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   }
   w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(hd));
   w.set_f32(a + "rope.freq_base", static_cast<float>(s.rope_theta));
+  if (!s.rope_scaling.empty()) {
+    w.set_string(a + "rope.scaling.type", s.rope_scaling);
+    w.set_f32(a + "rope.scaling.factor", static_cast<float>(s.rope_scale));
+    if (s.rope_orig_ctx > 0)
+      w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_orig_ctx));
+    if (s.rope_attn_factor > 0) w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(s.rope_attn_factor));
+  }
   w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   if (s.arch == "llama") w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
   if (moe) {

@@ -32,6 +32,10 @@ struct SyntheticSpec {
   bool tied_output = true;
   bool rope_neox = false;
   double rope_theta = 10000.0;
+  std::string rope_scaling;        // "", linear or yarn: rope.scaling.type / .factor / .original_context_length
+  double rope_scale = 1.0;
+  int64_t rope_orig_ctx = 0;       // 0: not written
+  double rope_attn_factor = 0.0;   // 0: not written
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

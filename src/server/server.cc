@@ -575,6 +575,7 @@ int serve(const ServerOptions& opts) {
   };
   LoadOptions lo;
   lo.n_threads = opts.threads;
+  lo.rope = opts.rope;
   auto model = load_model(opts.model_path, lo);
   if (!model.is_ok()) return fail(model.status().message());
   app.model = std::move(*model);
@@ -601,6 +602,7 @@ int serve(const ServerOptions& opts) {
   if (!opts.draft_model_path.empty()) {
     LoadOptions dlo;
     dlo.pool = app.model->shared_pool();  // one set of threads for both models
+    dlo.rope = opts.rope;
     auto d = load_model(opts.draft_model_path, dlo);
     if (!d.is_ok()) return fail(d.status().message());
     app.draft = std::move(*d);

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/rope_scaling.h"
+
 namespace cachet::server {
 
 struct ServerOptions {
@@ -24,6 +26,7 @@ struct ServerOptions {
   std::string draft_model_path;       // speculative decoding with this draft model (same vocabulary)
   bool lookup = false;                // speculative decoding by prompt lookup (when no draft model is given)
   int draft_max = 8;                  // most draft tokens per request and step
+  RopeOverrides rope;                 // RoPE settings replacing the file's (target and draft)
 };
 
 // Runs until SIGTERM or SIGINT, then drains: new requests get 503, running ones finish; returns the exit

@@ -128,6 +128,28 @@ void DraftModelProposer::truncate(int64_t id, int n_valid) {
   if (manager_.has(id)) manager_.truncate(id, std::min(manager_.num_tokens(id), it->second.computed));
 }
 
+std::vector<std::pair<int, double>> DraftModelProposer::calibrate() {
+  constexpr int64_t kScratch = -1;  // request ids are >= 0
+  std::vector<std::pair<int, double>> out;
+  if (!manager_.append(kScratch, 4)) return out;
+  {
+    PagedKvSequence view(*storage_, manager_, kScratch);
+    for (int rep = 0; rep < 3; ++rep) {
+      for (int n : {1, 4}) {
+        const std::vector<int32_t> tokens(n, 0);
+        ForwardBatch b = ForwardBatch::single(&view, tokens, 0, false);
+        logits_.resize(static_cast<size_t>(model_.config().n_vocab));
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!model_.forward(b, logits_.data()).is_ok()) break;
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (rep > 0) out.emplace_back(n, secs);  // the first round warms caches and scratch buffers
+      }
+    }
+  }
+  manager_.free(kScratch);
+  return out;
+}
+
 void DraftModelProposer::release(int64_t id) {
   manager_.free(id);
   seqs_.erase(id);

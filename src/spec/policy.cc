@@ -29,6 +29,13 @@ bool CostCurve::measured_at_or_below(int n) const {
   return false;
 }
 
+double CostCurve::largest_measured() const {
+  double m = 0;
+  for (const Bucket& b : b_)
+    if (b.w > 0) m = std::max(m, b.n / b.w);
+  return m;
+}
+
 bool CostCurve::measured() const {
   for (const Bucket& b : b_)
     if (b.w > 0) return true;
@@ -65,10 +72,23 @@ double CostCurve::predict(int n) const {
 }
 
 void Acceptance::add(int proposed, int accepted_n) {
-  // Tokens after the first rejection were never tested: count the accepted ones and that one rejection.
-  const int tried_n = accepted_n + (accepted_n < proposed ? 1 : 0);
-  accepted = accepted * 0.9 + accepted_n;
-  tried = tried * 0.9 + tried_n;
+  if (proposed <= 0) return;
+  constexpr double kDecay = 0.9;  // per verified draft
+  first_tried = first_tried * kDecay + 1.0;
+  first_accepted = first_accepted * kDecay + (accepted_n >= 1 ? 1.0 : 0.0);
+  // Token j >= 2 was tried when token j - 1 was accepted; tokens after the first rejection were never tested.
+  const int cont_n = accepted_n >= 1 ? std::min(accepted_n + 1, proposed) - 1 : 0;
+  cont_tried = cont_tried * kDecay + cont_n;
+  cont_accepted = cont_accepted * kDecay + std::max(accepted_n - 1, 0);
+}
+
+double SpecPolicy::draft_time(int n) const {
+  const double own = draft_.predict(n);
+  const double m = draft_.largest_measured();
+  if (m <= 0 || n <= m || !target_.measured()) return own;
+  const double tm = target_.predict(static_cast<int>(std::lround(m)));
+  if (tm <= 0) return own;
+  return std::max(own, target_.predict(n) * draft_.predict(static_cast<int>(std::lround(m))) / tm);
 }
 
 int SpecPolicy::batch_bucket(int batch) {
@@ -90,64 +110,97 @@ bool SpecPolicy::plain_probe(int batch) {
   return ++c % 16 == 0;
 }
 
-std::vector<int> SpecPolicy::choose(const std::vector<double>& alphas, const std::vector<bool>& uses_draft_model,
+std::vector<int> SpecPolicy::choose(const std::vector<AcceptRates>& rates, const std::vector<bool>& uses_draft_model,
                                     int other_tokens, int batch, const std::vector<int>* catch_up,
-                                    const std::vector<int>* remaining) const {
-  const int n = static_cast<int>(alphas.size());
+                                    const std::vector<int>* remaining) {
+  const int n = static_cast<int>(rates.size());
   std::vector<int> k(n, 0);
   if (k_max_ <= 0 || n == 0) return k;
+  const int bucket = batch_bucket(batch > 0 ? batch : n + other_tokens);
+  if (drafted_[bucket].w >= 4 && plain_[bucket].w >= 4 && drafted_[bucket].rate() < plain_[bucket].rate() &&
+      ++retry_[bucket] % 32 != 0)
+    return k;
+  k = best_split(rates, uses_draft_model, other_tokens, catch_up, remaining);
+  // A draft model's catch-up (its prompt, or the tokens it missed) is paid once and earned back over the steps
+  // that follow; a step made cheap to extend by someone's prefill chunk says nothing about those. So a request
+  // starts (or resumes) drafting only if it would draft in a plain decode step of this batch as well.
+  const int steady_other = std::max(0, (batch > 0 ? batch : n) - n);
+  if (catch_up && steady_other < other_tokens) {
+    bool any = false;
+    for (int i = 0; i < n; ++i) any = any || (k[i] > 0 && (*catch_up)[i] > 2);
+    if (any) {
+      const std::vector<int> steady = best_split(rates, uses_draft_model, steady_other, catch_up, remaining);
+      for (int i = 0; i < n; ++i)
+        if ((*catch_up)[i] > 2 && steady[i] == 0) k[i] = 0;
+    }
+  }
+  return k;
+}
+
+std::vector<int> SpecPolicy::best_split(const std::vector<AcceptRates>& rates,
+                                        const std::vector<bool>& uses_draft_model, int other_tokens,
+                                        const std::vector<int>* catch_up, const std::vector<int>* remaining) const {
+  const int n = static_cast<int>(rates.size());
+  std::vector<int> k(n, 0);
   // Nothing is drafted before a plain step of this size was measured: until then the curve below it is a guess.
   if (!target_.measured_at_or_below(other_tokens + n)) return k;
-  const int bucket = batch_bucket(batch > 0 ? batch : n + other_tokens);
-  if (drafted_[bucket].w >= 4 && plain_[bucket].w >= 4 && drafted_[bucket].rate() < plain_[bucket].rate()) return k;
-  // Expected tokens emitted this step over its predicted time; draft tokens are added one at a time, the most
-  // likely to be accepted first, while that ratio rises. The draft model's pass j carries one token of each
-  // request drafting more than j (pass 0 also its catch-up: about two tokens).
+  // Expected tokens emitted this step over its predicted time. Draft tokens are added one at a time, the most
+  // likely to be accepted first, to every cap; the best prefix of that order wins. The draft model's pass j
+  // carries one token of each request drafting more than j (pass 0 also its catch-up: about two tokens).
   int verify_tokens = other_tokens + n;
   std::vector<int> pass_tokens;  // draft model tokens per pass
   auto time_of = [&](int verify, const std::vector<int>& passes) {
     double t = target_.predict(verify);
-    for (int m : passes) t += draft_.predict(m);
+    for (int m : passes) t += draft_time(m);
     return t;
   };
   double gain = n;
   double time = time_of(verify_tokens, pass_tokens);
   const double rate_without = gain / std::max(time, 1e-12);
-  std::vector<double> next(n);  // each candidate's next marginal gain alpha^(k+1)
-  for (int i = 0; i < n; ++i) next[i] = alphas[i];
+  double best_rate = rate_without;
+  std::vector<int> best_k = k;
+  std::vector<double> next(n);  // each candidate's next marginal gain: first * cont^k
+  for (int i = 0; i < n; ++i) next[i] = rates[i].first;
   // Until the draft model's one-token-per-request passes are measured, at most two draft tokens each.
   int n_draft_reqs = 0;
   for (bool u : uses_draft_model) n_draft_reqs += u;
   const int draft_cap = draft_.measured_at_or_below(std::max(n_draft_reqs, 1)) ? k_max_ : std::min(k_max_, 2);
+  // Tokens a request emits per drafting step, to spread a draft model's catch-up prefill over the steps it serves.
+  auto per_step = [&](int i) {
+    double e = 1.0, p = rates[i].first;
+    for (int j = 0; j < k_max_; ++j, p *= rates[i].cont) e += p;
+    return e;
+  };
   for (;;) {
     int best = -1;
     for (int i = 0; i < n; ++i)
       if (k[i] < (uses_draft_model[i] ? draft_cap : k_max_) && (best < 0 || next[i] > next[best])) best = i;
     if (best < 0) break;
-    std::vector<int> passes = pass_tokens;
     if (uses_draft_model[best]) {
-      if (static_cast<int>(passes.size()) <= k[best]) passes.resize(k[best] + 1, 0);
-      passes[k[best]] += k[best] == 0 ? 2 : 1;
+      if (static_cast<int>(pass_tokens.size()) <= k[best]) pass_tokens.resize(k[best] + 1, 0);
+      pass_tokens[k[best]] += k[best] == 0 ? 2 : 1;
     }
-    double new_time = time_of(verify_tokens + 1, passes);
-    if (uses_draft_model[best] && k[best] == 0 && catch_up && remaining && (*catch_up)[best] > 2) {
-      const double per_step = std::min(1.0 / std::max(1.0 - alphas[best], 1e-3), k_max_ + 1.0);
-      const double steps_left = std::max(1.0, (*remaining)[best] / per_step);
-      new_time += draft_.predict((*catch_up)[best]) / steps_left;
-    }
-    const double new_gain = gain + next[best];
-    if (new_gain * time <= gain * new_time) break;  // tokens per second would not rise
-    gain = new_gain;
-    time = new_time;  // (a catch-up share stays in: it is paid once the request drafts at all)
-    pass_tokens = std::move(passes);
     ++verify_tokens;
+    // A draft model's catch-up prefill is charged once its request drafts at all, in proportion to the steps
+    // the prefill will serve.
+    double shares = 0;
+    for (int i = 0; i < n; ++i)
+      if (uses_draft_model[i] && catch_up && remaining && (*catch_up)[i] > 2 && (k[i] > 0 || i == best))
+        shares += draft_time((*catch_up)[i]) / std::max(1.0, (*remaining)[i] / per_step(i));
+    time = time_of(verify_tokens, pass_tokens) + shares;
+    gain += next[best];
     ++k[best];
-    next[best] *= alphas[best];
+    next[best] *= rates[best].cont;
+    const double rate = gain / std::max(time, 1e-12);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_k = k;
+    }
   }
   // What the model leaves out (sampling the verified rows, the draft's bookkeeping) and the noise of a shared
   // machine: a step drafts only when the predicted gain is at least 5%.
-  if (gain / std::max(time, 1e-12) < 1.05 * rate_without) std::fill(k.begin(), k.end(), 0);
-  return k;
+  if (best_rate < 1.05 * rate_without) std::fill(best_k.begin(), best_k.end(), 0);
+  return best_k;
 }
 
 }  // namespace cachet

@@ -4,11 +4,14 @@
 //   so extra positions are nearly free up to a knee; a large batch is compute-bound and they are not.
 // - Gain: a request's per-token acceptance rate alpha, counted over its own recent drafts; the j-th draft token
 //   is emitted with probability alpha^j (it needs all before it accepted).
-// choose() adds draft tokens, the likeliest-to-be-accepted first, while the expected emitted tokens per second
-// of the whole step rise; a step where no draft token pays drafts nothing (speculation off under load).
+// choose() adds draft tokens, the likeliest-to-be-accepted first, up to every candidate's cap, and keeps the
+// prefix of that order with the most expected emitted tokens per second of the whole step (the measured curve
+// has knees, so one more token can lose where three more win); a step where no prefix pays drafts nothing
+// (speculation off under load).
 // Model-free: tested alone (tests/test_speculative.cc).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 namespace cachet {
@@ -25,6 +28,8 @@ class CostCurve {
   bool measured() const;
   // Some pass of at most n tokens was measured (below that, predict() is a guess).
   bool measured_at_or_below(int n_tokens) const;
+  // The mean token count of the largest measured bucket (0: nothing measured).
+  double largest_measured() const;
 
  private:
   static int bucket(int n);
@@ -34,11 +39,26 @@ class CostCurve {
   Bucket b_[48];
 };
 
-// Per-request acceptance, forgetting slowly (a request's text changes character as it goes).
+// A request's acceptance as two rates: `first`, that a draft's first token is accepted, and `cont`, that a token
+// is accepted given the one before it was. Draft j (1-based) is then emitted with probability first * cont^(j-1).
+// One rate alone (first == cont) fits a draft model's independent misses; prompt lookup is all-or-nothing: its
+// first token is the gamble (does the text copy here?) and, once copying, the rest follow (cont near 1).
+struct AcceptRates {
+  double first = 0.5, cont = 0.5;
+  AcceptRates() = default;
+  AcceptRates(double alpha) : first(alpha), cont(alpha) {}  // NOLINT: one rate for both is the geometric model
+  AcceptRates(double f, double c) : first(f), cont(c) {}
+};
+
+// Per-request acceptance counts, forgetting slowly (a request's text changes character as it goes).
 struct Acceptance {
-  double accepted = 0, tried = 0;
+  double first_accepted = 0, first_tried = 0, cont_accepted = 0, cont_tried = 0;
   void add(int proposed, int accepted_n);
-  double alpha() const { return (accepted + 1.0) / (tried + 2.0); }
+  // With two pseudo-observations at `prior` (a new request starts from what its kind of draft has been doing).
+  AcceptRates rates(AcceptRates prior = {}) const {
+    return {(first_accepted + 2.0 * prior.first) / (first_tried + 2.0),
+            (cont_accepted + 2.0 * prior.cont) / (cont_tried + 2.0)};
+  }
 };
 
 class SpecPolicy {
@@ -51,26 +71,44 @@ class SpecPolicy {
   // A whole decode step as it happened (drafting, the pass, verification, sampling): tokens emitted per second,
   // kept apart for steps that verified drafts and steps that did not, per batch size (powers of two). When
   // drafting steps have been measured slower than plain ones at this batch size, choose() drafts nothing: the
-  // guard that keeps speculation from ever costing throughput, whatever the cost model missed.
+  // guard that keeps speculation from ever costing throughput, whatever the cost model missed. A draft model's
+  // catch-up prefill is left out of `seconds` (the cost model charges it); while the guard holds speculation
+  // off, every 32nd step at that batch size drafts anyway, so a rate measured once does not rule forever.
   void observe_step(int batch, bool drafted, int tokens, double seconds);
 
-  // alphas: the candidates' acceptance rates; uses_draft_model[i]: its draft costs draft passes; other_tokens:
+  // rates: the candidates' acceptance rates; uses_draft_model[i]: its draft costs draft passes; other_tokens:
   // the step's tokens besides the candidates' own (prefill chunks, other decodes). Returns k per candidate.
   // batch: the requests decoding this step (the guard's bucket); 0: candidates + other_tokens.
   // catch_up[i] / remaining[i] (optional): tokens the draft model must prefill before candidate i can draft
   // (its prompt, the first time) and the tokens the request may still generate: the prefill's cost is charged to
   // this step in proportion to the steps it will serve, so a draft that cannot earn its prefill back is not run.
-  std::vector<int> choose(const std::vector<double>& alphas, const std::vector<bool>& uses_draft_model,
+  std::vector<int> choose(const std::vector<AcceptRates>& rates, const std::vector<bool>& uses_draft_model,
                           int other_tokens, int batch = 0, const std::vector<int>* catch_up = nullptr,
-                          const std::vector<int>* remaining = nullptr) const;
+                          const std::vector<int>* remaining = nullptr);
   // True every 16th call per batch size: that step drafts nothing, so the plain rate the guard compares against
   // stays measured while drafting pays.
   bool plain_probe(int batch);
+  // The guard's measured rates at this batch size, tokens/s: {drafting steps, plain steps} (0: unmeasured).
+  std::pair<double, double> step_rates(int batch) const {
+    const int b = batch_bucket(batch);
+    return {drafted_[b].rate(), plain_[b].rate()};
+  }
+
+  // The draft model's predicted seconds for a pass of n tokens. Past its largest measured pass (a catch-up
+  // prefill of a prompt, before one was timed), not its own slope: the target's curve at n scaled by the
+  // draft/target ratio at that largest pass, whichever is more. A draft costs the target's FLOPs per token
+  // (same shape, fewer bits), so a prefill the target measured predicts the draft's.
+  double draft_time(int n_tokens) const;
 
   const CostCurve& target_cost() const { return target_; }
   const CostCurve& draft_cost() const { return draft_; }
 
  private:
+  // choose() for one step's shape, without the guard: the best prefix of the likeliest-first order.
+  std::vector<int> best_split(const std::vector<AcceptRates>& rates, const std::vector<bool>& uses_draft_model,
+                              int other_tokens, const std::vector<int>* catch_up,
+                              const std::vector<int>* remaining) const;
+
   int k_max_;
   CostCurve target_, draft_;
   struct Rate {
@@ -78,7 +116,7 @@ class SpecPolicy {
     double rate() const { return seconds > 0 ? tokens / seconds : 0.0; }
   };
   Rate drafted_[16], plain_[16];
-  int probe_[16] = {};
+  int probe_[16] = {}, retry_[16] = {};
   static int batch_bucket(int batch);
 };
 

@@ -34,7 +34,7 @@ Result<int64_t> parse_memory(const std::string& s) {
 }
 
 int run_batch(const BatchOptions& o) {
-  auto lm = load_with_tokenizer(o.model, o.threads);
+  auto lm = load_with_tokenizer(o.model, o.threads, false, o.rope);
   if (!lm.is_ok()) return fail(lm.status());
   if (!lm->tokenizer) return fail(invalid_argument("batch needs a model file with a tokenizer"));
   const Tokenizer& tok = *lm->tokenizer;
@@ -47,7 +47,9 @@ int run_batch(const BatchOptions& o) {
   cfg.prefill_chunk = o.chunk;
   cfg.prefix_cache = !o.no_prefix_cache;
   std::unique_ptr<Model> draft;
-  if (Status s = apply_spec_flags(o.spec, *lm->model, &cfg, &draft); !s.is_ok()) return fail(s);
+  SpecFlags spec = o.spec;
+  spec.rope = o.rope;
+  if (Status s = apply_spec_flags(spec, *lm->model, &cfg, &draft); !s.is_ok()) return fail(s);
   Engine engine(*lm->model, cfg);
   std::ifstream in(o.prompts_file);
   if (!in) return fail(io_error("cannot read " + o.prompts_file));
@@ -122,6 +124,7 @@ void add_batch_command(CLI::App& app, int* exit_code) {
   c->add_flag("--json", a->json, "one JSON object per prompt");
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
   add_spec_flags(c, &a->spec);
+  add_rope_flags(c, &a->rope);
   c->add_flag("--raw", a->raw, "send each line as is (default: as a user message in the chat template)");
   c->callback([a, exit_code] { *exit_code = run_batch(*a); });
 }

@@ -25,10 +25,11 @@ struct ChatArgs {
   std::string kv_type = "f16";
   bool precise = false;
   SpecFlags spec;
+  RopeOverrides rope;
 };
 
 int chat(ChatArgs a) {
-  auto model = load(a.model, a.threads, a.precise);
+  auto model = load(a.model, a.threads, a.precise, a.rope);
   if (!model.is_ok()) return fail(model.status());
   const GgufFile* g = (*model)->gguf();
   if (!g || !g->find("tokenizer.ggml.model")) return fail(invalid_argument("chat needs a model file with a tokenizer"));
@@ -46,7 +47,9 @@ int chat(ChatArgs a) {
     EngineConfig cfg;
     cfg.kv_type = a.kv_type == "f32" ? DType::kF32 : DType::kF16;
     cfg.n_blocks = (ctx + cfg.block_size - 1) / cfg.block_size * 2;  // this conversation and the cached last turn
-    if (Status s = apply_spec_flags(a.spec, **model, &cfg, &draft); !s.is_ok()) return fail(s);
+    SpecFlags spec = a.spec;
+    spec.rope = a.rope;
+    if (Status s = apply_spec_flags(spec, **model, &cfg, &draft); !s.is_ok()) return fail(s);
     auto e = Engine::create(**model, cfg);
     if (!e.is_ok()) return fail(e.status());
     engine = std::move(*e);
@@ -136,6 +139,7 @@ void add_chat_command(CLI::App& app, int* exit_code) {
   c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");
   add_spec_flags(c, &a->spec);
+  add_rope_flags(c, &a->rope);
   c->callback([a, exit_code] { *exit_code = chat(*a); });
 }
 

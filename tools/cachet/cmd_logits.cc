@@ -15,6 +15,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     int threads = 0;
     bool one_by_one = false;
     bool precise = false;
+    RopeOverrides rope;
   };
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("logits", "dump the logits at every prompt position (for oracles)");
@@ -24,6 +25,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
   c->add_option("-t,--threads", a->threads);
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");
+  add_rope_flags(c, &a->rope);
   c->add_flag("--one-by-one", a->one_by_one, "feed the prompt one token per forward pass instead of one prefill");
   c->callback([a, exit_code] {
     auto ids = parse_ids(a->ids);
@@ -31,7 +33,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
       *exit_code = fail(ids.is_ok() ? invalid_argument("no token ids") : ids.status());
       return;
     }
-    auto m = load(a->model, a->threads, a->precise);
+    auto m = load(a->model, a->threads, a->precise, a->rope);
     if (!m.is_ok()) {
       *exit_code = fail(m.status());
       return;

@@ -23,6 +23,7 @@ struct PplArgs {
   std::string model, file, kv_type = "f16";
   int ctx = 512, chunks = 0, threads = 0;
   bool precise = false, json = false;
+  RopeOverrides rope;
 };
 
 int perplexity(const PplArgs& a) {
@@ -30,14 +31,15 @@ int perplexity(const PplArgs& a) {
   if (!in) return fail(io_error("cannot read " + a.file));
   std::stringstream ss;
   ss << in.rdbuf();
-  auto lm = load_with_tokenizer(a.model, a.threads, a.precise);
+  auto lm = load_with_tokenizer(a.model, a.threads, a.precise, a.rope);
   if (!lm.is_ok()) return fail(lm.status());
   if (!lm->tokenizer) return fail(invalid_argument("this model file has no tokenizer"));
   Model& model = *lm->model;
   const Tokenizer& tok = *lm->tokenizer;
-  if (a.ctx < 4 || a.ctx > model.config().n_ctx_train)
-    return fail(invalid_argument("--ctx " + std::to_string(a.ctx) + " is outside 4.." +
-                                 std::to_string(model.config().n_ctx_train)));
+  if (a.ctx < 4) return fail(invalid_argument("--ctx must be at least 4"));
+  if (a.ctx > model.config().n_ctx_train)  // measuring what happens past it is what context extension is about
+    std::fprintf(stderr, "note: --ctx %d is past the model's context %lld (RoPE scaling: %s)\n", a.ctx,
+                 static_cast<long long>(model.config().n_ctx_train), model.config().rope_scaling.c_str());
   const std::vector<int32_t> tokens = tok.encode(ss.str(), /*add_special=*/true, /*parse_special=*/false);
   int n_chunks = static_cast<int>(tokens.size() / a.ctx);
   if (a.chunks > 0) n_chunks = std::min(n_chunks, a.chunks);
@@ -96,6 +98,7 @@ void add_perplexity_command(CLI::App& app, int* exit_code) {
   c->add_option("--chunks", a->chunks, "score at most this many chunks (0: all)");
   c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
   c->add_option("-t,--threads", a->threads);
+  add_rope_flags(c, &a->rope);
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");
   c->add_flag("--json", a->json, "print JSON");
   c->callback([a, exit_code] { *exit_code = perplexity(*a); });

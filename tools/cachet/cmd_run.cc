@@ -35,6 +35,7 @@ struct RunArgs {
   std::string kv_memory = "512MiB";
   bool no_prefix_cache = false;
   SpecFlags spec;
+  RopeOverrides rope;
 };
 
 int run(const RunArgs& a) {
@@ -56,7 +57,7 @@ int run(const RunArgs& a) {
     return run_batch(o);
   }
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
-  auto lm = load_with_tokenizer(a.model, a.threads, a.precise);
+  auto lm = load_with_tokenizer(a.model, a.threads, a.precise, a.rope);
   if (!lm.is_ok()) return fail(lm.status());
   auto& model = lm->model;
   const Tokenizer* tok = lm->tokenizer.get();
@@ -122,7 +123,9 @@ int run(const RunArgs& a) {
     if (!mem.is_ok()) return fail(mem.status());
     cfg.kv_memory_bytes = *mem;
     cfg.kv_type = o.kv_type;
-    if (Status s = apply_spec_flags(a.spec, *model, &cfg, &draft); !s.is_ok()) return fail(s);
+    SpecFlags spec = a.spec;
+    spec.rope = a.rope;
+    if (Status s = apply_spec_flags(spec, *model, &cfg, &draft); !s.is_ok()) return fail(s);
     auto e = Engine::create(*model, cfg);
     if (!e.is_ok()) return fail(e.status());
     engine = std::move(*e);
@@ -222,6 +225,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_option("--kv-memory", a->kv_memory, "with -f: KV cache memory (512MiB, 2GiB, or a fraction of RAM)");
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "with -f: do not reuse the KV blocks of shared prefixes");
   add_spec_flags(c, &a->spec);
+  add_rope_flags(c, &a->rope);
   c->callback([a, exit_code] { *exit_code = run(*a); });
 }
 

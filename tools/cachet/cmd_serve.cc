@@ -18,6 +18,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1/* (or $CACHET_API_KEY)");
   c->add_option("--cors", o->cors_origin, "send CORS headers allowing this origin (e.g. '*')");
   c->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  add_rope_flags(c, &o->rope);
   c->add_option("--http-threads", o->http_threads, "connections served at once")->check(CLI::Range(4, 4096));
   c->add_option("-c,--ctx-size", o->ctx, "context per request in tokens")->check(CLI::PositiveNumber);
   c->add_option("--kv-memory", *kv_memory, "KV cache memory: 512MiB, 2GiB, or a fraction of RAM (0.25)");

@@ -28,6 +28,11 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--attn-softcap", a->spec.attn_softcap, "gemma2: attention logit soft-cap");
   c->add_option("--final-softcap", a->spec.final_softcap, "gemma2/3: final logit soft-cap");
   c->add_option("--rope-theta", a->spec.rope_theta, "RoPE base");
+  c->add_option("--rope-scaling", a->spec.rope_scaling, "write rope.scaling.type (linear, yarn)")
+      ->check(CLI::IsMember({"linear", "yarn"}));
+  c->add_option("--rope-scale", a->spec.rope_scale, "rope.scaling.factor");
+  c->add_option("--rope-orig-ctx", a->spec.rope_orig_ctx, "rope.scaling.original_context_length");
+  c->add_option("--rope-attn-factor", a->spec.rope_attn_factor, "rope.scaling.attn_factor");
   c->add_option("--type", a->type, "matmul weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K)");
   c->add_option("--embd-type", a->embd_type, "token embedding type (default: Q8_0 for 4-bit types, else --type)");
   c->add_option("--n-vocab", a->spec.n_vocab);

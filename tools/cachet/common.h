@@ -26,7 +26,11 @@ std::string resolve_model_path(const std::string& flag);
 std::string default_model_path();
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text);
-Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads, bool precise = false);
+Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads, bool precise = false,
+                                    const RopeOverrides& rope = {});
+
+// --rope-scaling, --rope-scale, --rope-freq-base, --yarn-* (model/rope_scaling.h).
+void add_rope_flags(CLI::App* c, RopeOverrides* r);
 
 struct LoadedModel {
   std::unique_ptr<Model> model;
@@ -36,7 +40,8 @@ struct LoadedModel {
   LoadedModel();
   LoadedModel(LoadedModel&&) noexcept;
 };
-Result<LoadedModel> load_with_tokenizer(const std::string& model_flag, int n_threads, bool precise = false);
+Result<LoadedModel> load_with_tokenizer(const std::string& model_flag, int n_threads, bool precise = false,
+                                        const RopeOverrides& rope = {});
 // The prompt as token ids: `text` through the tokenizer (BOS as the vocabulary says, special tokens parsed),
 // else the ids in `ids`, else `fallback_ids`.
 Result<std::vector<int32_t>> prompt_tokens(const Tokenizer* tok, const std::string& text, const std::string& ids,
@@ -55,8 +60,10 @@ Result<int64_t> parse_memory(const std::string& s);
 // Speculative decoding flags (run, chat, serve, batch): --draft-model FILE, --lookup, --draft-max K.
 struct SpecFlags {
   std::string draft_model;
+  RopeOverrides rope;  // the target's RoPE flags, applied to the draft as well
   bool lookup = false;
   int draft_max = 8;
+  bool fixed = false;  // always draft draft_max tokens (no cost model): for measuring and testing
   bool any() const { return lookup || !draft_model.empty(); }
 };
 void add_spec_flags(CLI::App* c, SpecFlags* f);
@@ -72,6 +79,7 @@ struct BatchOptions {
   bool json = false, raw = false;
   bool no_prefix_cache = false;
   SpecFlags spec;
+  RopeOverrides rope;
 };
 int run_batch(const BatchOptions& o);
 

@@ -50,7 +50,8 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
   return ids;
 }
 
-Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads, bool precise) {
+Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads, bool precise,
+                                    const RopeOverrides& rope) {
   std::string path = resolve_model_path(model_flag);
   if (model_flag.empty() && !std::filesystem::exists(path))
     return not_found("no model given and the default model is not at " + path +
@@ -58,6 +59,7 @@ Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads
   LoadOptions o;
   o.n_threads = n_threads;
   o.precise = precise;
+  o.rope = rope;
   return load_model(path, o);
 }
 
@@ -65,9 +67,10 @@ LoadedModel::LoadedModel() = default;
 LoadedModel::~LoadedModel() = default;
 LoadedModel::LoadedModel(LoadedModel&&) noexcept = default;
 
-Result<LoadedModel> load_with_tokenizer(const std::string& model_flag, int n_threads, bool precise) {
+Result<LoadedModel> load_with_tokenizer(const std::string& model_flag, int n_threads, bool precise,
+                                        const RopeOverrides& rope) {
   LoadedModel lm;
-  CACHET_ASSIGN_OR_RETURN(lm.model, load(model_flag, n_threads, precise));
+  CACHET_ASSIGN_OR_RETURN(lm.model, load(model_flag, n_threads, precise, rope));
   const GgufFile* g = lm.model->gguf();
   if (g && g->find("tokenizer.ggml.model")) {
     CACHET_ASSIGN_OR_RETURN(lm.tokenizer, Tokenizer::from_gguf(*g));

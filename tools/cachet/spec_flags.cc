@@ -12,15 +12,19 @@ void add_spec_flags(CLI::App* c, SpecFlags* f) {
   c->add_flag("--lookup", f->lookup, "speculative decoding by prompt lookup: drafts copied from the text so far");
   c->add_option("--draft-max", f->draft_max, "most draft tokens per step (the engine picks fewer when they do not pay)")
       ->check(CLI::Range(1, 64));
+  c->add_flag("--draft-fixed", f->fixed,
+              "always draft --draft-max tokens, even when the cost model says it does not pay (measuring, testing)");
 }
 
 Status apply_spec_flags(const SpecFlags& f, Model& target, EngineConfig* cfg, std::unique_ptr<Model>* draft) {
   if (!f.draft_model.empty() && f.lookup) return invalid_argument("give --draft-model or --lookup, not both");
   cfg->draft_max = f.draft_max;
+  cfg->spec_adaptive = !f.fixed;
   if (f.lookup) cfg->spec = SpecMode::kLookup;
   if (f.draft_model.empty()) return Status::ok();
   LoadOptions lo;
   lo.pool = target.shared_pool();  // one set of threads for both models
+  lo.rope = f.rope;
   CACHET_ASSIGN_OR_RETURN(*draft, load_model(f.draft_model, lo));
   cfg->draft_model = draft->get();
   cfg->spec = SpecMode::kDraft;

@@ -1,0 +1,120 @@
+#include "model/rope_scaling.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cachet {
+
+namespace {
+
+// llama.cpp's attention factor for a scale s and a multiplier m: 0.1 m ln(s) + 1 above s = 1.
+float get_mscale(float s, float m) { return s <= 1.0f ? 1.0f : 0.1f * m * std::log(s) + 1.0f; }
+
+// The pair index where a wavelength of n_ctx_orig / n_rot turns starts, in float like ggml.
+float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+  return static_cast<float>(n_dims) * std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2.0f * static_cast<float>(M_PI))) /
+         (2.0f * std::log(base));
+}
+
+}  // namespace
+
+void set_yarn(ModelConfig* c, double factor, double file_attn_factor, double log_mul) {
+  c->rope_scaling = "yarn";
+  c->rope_freq_scale = 1.0 / factor;
+  c->rope_yarn_ext_factor = 1.0;
+  c->rope_attn_factor = file_attn_factor;
+  c->rope_yarn_log_mul = log_mul;
+}
+
+Status apply_rope_overrides(const RopeOverrides& o, ModelConfig* c) {
+  if (o.freq_base) {
+    if (!(*o.freq_base > 0.0) || !std::isfinite(*o.freq_base)) return invalid_argument("--rope-freq-base must be positive");
+    c->rope_theta = *o.freq_base;
+  }
+  if (o.scale && (!(*o.scale > 0.0) || !std::isfinite(*o.scale)))
+    return invalid_argument("--rope-scale must be positive");
+  if (o.yarn_orig_ctx) {
+    if (*o.yarn_orig_ctx <= 0) return invalid_argument("--yarn-orig-ctx must be positive");
+    c->rope_yarn_orig_ctx = *o.yarn_orig_ctx;
+  }
+  if (o.yarn_beta_fast) c->rope_yarn_beta_fast = *o.yarn_beta_fast;
+  if (o.yarn_beta_slow) c->rope_yarn_beta_slow = *o.yarn_beta_slow;
+  if (o.yarn_attn_factor) {
+    if (!(*o.yarn_attn_factor > 0.0)) return invalid_argument("--yarn-attn-factor must be positive");
+    c->rope_attn_factor = *o.yarn_attn_factor;
+  }
+  // A factor given on the command line stretches the usable context with it (the server and perplexity
+  // size themselves by n_ctx_train): s times the original context.
+  if (o.scale) {
+    const int64_t orig = c->rope_yarn_orig_ctx > 0 ? c->rope_yarn_orig_ctx : c->n_ctx_train;
+    c->n_ctx_train = std::max(c->n_ctx_train, static_cast<int64_t>(std::llround(orig * *o.scale)));
+  }
+  // The factor the file's scaling used (1 when none): --rope-scaling alone keeps it.
+  const double file_factor = 1.0 / c->rope_freq_scale;
+  const std::string type = o.scaling.value_or(c->rope_scaling == "none" && o.scale ? "linear" : c->rope_scaling);
+  const double s = o.scale.value_or(file_factor);
+  if (type == "none") {
+    c->rope_scaling = "none";
+    c->rope_freq_scale = 1.0;
+    c->rope_yarn_ext_factor = 0.0;
+  } else if (type == "linear") {
+    c->rope_scaling = "linear";
+    c->rope_freq_scale = 1.0 / s;
+    c->rope_yarn_ext_factor = 0.0;
+  } else if (type == "yarn") {
+    set_yarn(c, s, c->rope_attn_factor, c->rope_yarn_log_mul);
+  } else if (type == "ntk") {
+    // The base change that keeps the highest frequency and stretches the lowest by s.
+    const double d = static_cast<double>(c->rope_dim);
+    c->rope_theta *= std::pow(s, d / (d - 2.0));
+    c->rope_scaling = "none";
+    c->rope_freq_scale = 1.0;
+    c->rope_yarn_ext_factor = 0.0;
+  } else {
+    return invalid_argument("--rope-scaling must be none, linear, yarn or ntk, got '" + type + "'");
+  }
+  return Status::ok();
+}
+
+RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors) {
+  const int d = static_cast<int>(c.rope_dim);
+  const int half = d / 2;
+  const double theta = swa ? c.rope_theta_swa : c.rope_theta;
+  const double fs = swa ? c.rope_freq_scale_swa : c.rope_freq_scale;
+  const double ext = swa ? 0.0 : c.rope_yarn_ext_factor;
+  RopeFreqs f;
+  f.inv_freq.resize(half);
+  float corr[2] = {0.0f, 0.0f};
+  if (ext != 0.0) {
+    const int orig = static_cast<int>(c.rope_yarn_orig_ctx > 0 ? c.rope_yarn_orig_ctx : c.n_ctx_train);
+    const float base = static_cast<float>(theta);
+    corr[0] = std::max(0.0f, std::floor(yarn_corr_dim(d, orig, static_cast<float>(c.rope_yarn_beta_fast), base)));
+    corr[1] = std::min(static_cast<float>(d - 1),
+                       std::ceil(yarn_corr_dim(d, orig, static_cast<float>(c.rope_yarn_beta_slow), base)));
+  }
+  for (int i = 0; i < half; ++i) {
+    double extrap = std::pow(theta, -2.0 * i / d);
+    if (factors) extrap /= factors[i];
+    double mix = 0.0;  // 0: interpolate (freq_scale applies), 1: extrapolate (the trained frequency)
+    if (ext != 0.0) {
+      const float y = (static_cast<float>(i) - corr[0]) / std::max(0.001f, corr[1] - corr[0]);
+      mix = (1.0 - std::min(1.0f, std::max(0.0f, y))) * ext;
+    }
+    f.inv_freq[i] = extrap * (fs * (1.0 - mix) + mix);
+  }
+  // cos and sin scaled: the file's attention factor always; with YaRN also its temperature, net of llama.cpp's
+  // cancellation in llama_context (which makes yarn_log_multiplier divide it).
+  float m = static_cast<float>(c.rope_attn_factor);
+  if (ext != 0.0) {
+    const float s = static_cast<float>(1.0 / fs);
+    float yarn_attn = c.rope_yarn_log_mul != 0.0
+                          ? get_mscale(s, 1.0f) / get_mscale(s, static_cast<float>(c.rope_yarn_log_mul))
+                          : get_mscale(s, 1.0f);
+    yarn_attn *= 1.0f / (1.0f + 0.1f * std::log(s));
+    m *= yarn_attn * (1.0f + 0.1f * std::log(s));
+  }
+  f.mscale = m;
+  return f;
+}
+
+}  // namespace cachet

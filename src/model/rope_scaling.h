@@ -1,0 +1,54 @@
+// RoPE frequencies per rotated pair, with the context-extension schemes users meet in GGUF files and flags:
+//   none:   pair i turns by position * theta^(-2i/d) / factor_i
+//   linear: positions times freq_scale (= 1 / factor): interpolation
+//   yarn:   per pair, a ramp between interpolation (low frequencies, long wavelengths) and extrapolation (high
+//           frequencies) over the pairs whose wavelength falls between the original context / beta_fast and
+//           / beta_slow turns, and cos and sin scaled by the attention temperature 0.1 ln(factor) + 1
+//   ntk:    the "NTK-aware" base change theta' = theta * factor^(d / (d - 2)), no interpolation (a flag only;
+//           files carry it as a changed freq_base)
+// computed as llama.cpp computes them (ggml's rope_yarn, llama_context's attention factor), so a file behaves
+// the same in both engines (docs/rope.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cachet/status.h"
+#include "model/config.h"
+
+namespace cachet {
+
+// Command-line overrides of the file's RoPE settings (--rope-scaling, --rope-scale, --rope-freq-base,
+// --yarn-orig-ctx, --yarn-beta-fast, --yarn-beta-slow, --yarn-attn-factor). Unset fields keep the file's.
+struct RopeOverrides {
+  std::optional<std::string> scaling;  // none, linear, yarn, ntk
+  std::optional<double> scale;         // the context factor s (> 0; freq_scale = 1 / s)
+  std::optional<double> freq_base;
+  std::optional<int64_t> yarn_orig_ctx;
+  std::optional<double> yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
+  bool any() const {
+    return scaling || scale || freq_base || yarn_orig_ctx || yarn_beta_fast || yarn_beta_slow || yarn_attn_factor;
+  }
+};
+
+// Applies the overrides to a config read from a file (global layers; sliding-window layers keep their own
+// base and scale). Errors: an unknown scaling type, a factor or base that is not positive.
+Status apply_rope_overrides(const RopeOverrides& o, ModelConfig* c);
+
+// Sets c's YaRN fields for `factor` the way llama.cpp derives them: freq_scale 1/factor, the extrapolation
+// mix (1 unless the file says otherwise), the attention factor (file's attn_factor times 0.1 ln(factor) + 1,
+// divided by 0.1 * log_mul * ln(factor) + 1 when the file has yarn_log_multiplier).
+void set_yarn(ModelConfig* c, double factor, double file_attn_factor = 1.0, double log_mul = 0.0);
+
+// Per pair i < rope_dim / 2: the angle per position, and the factor cos and sin are multiplied by.
+struct RopeFreqs {
+  std::vector<double> inv_freq;
+  double mscale = 1.0;
+};
+// swa: the sliding-window layers' base and linear scale, never YaRN (as llama.cpp). factors: rope_freqs
+// divisors or nullptr.
+RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors);
+
+}  // namespace cachet
