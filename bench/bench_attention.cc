@@ -73,13 +73,13 @@ void BM_Naive(benchmark::State& st) {
   for (auto _ : st) {
     for (int h = 0; h < kH; ++h) {
       const size_t off = static_cast<size_t>(h / (kH / kKH)) * kD * 2;
-      k.kv_scores(DType::kF16, sp.k + off, sp.stride, n, s.q.data() + h * kD, kD, scale, scores.data());
+      k.kv_scores(DType::kF16, sp.k + off, sp.k_stride, n, s.q.data() + h * kD, kD, scale, scores.data());
       float mx = -std::numeric_limits<float>::infinity(), sum = 0;
       for (float x : scores) mx = std::max(mx, x);
       for (float& x : scores) sum += x = std::exp(x - mx);
       for (float& x : scores) x /= sum;
       std::fill(s.out.begin() + h * kD, s.out.begin() + (h + 1) * kD, 0.0f);
-      k.kv_accumulate(DType::kF16, sp.v + off, sp.stride, n, scores.data(), kD, s.out.data() + h * kD);
+      k.kv_accumulate(DType::kF16, sp.v + off, sp.v_stride, n, scores.data(), kD, s.out.data() + h * kD);
     }
     benchmark::DoNotOptimize(s.out.data());
   }

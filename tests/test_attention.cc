@@ -1,5 +1,6 @@
 // The flash-style attention kernel (tiles + online softmax) against naive attention in double precision,
-// for context lengths 1 to 4096, with GQA.
+// for context lengths 1 to 4096, with GQA; and with every KV element type (kv/kv_type.h), against naive
+// attention over the values the cache holds.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -30,9 +31,9 @@ void fill_random(ContiguousKvCache* cache, int kv_dim, std::mt19937* rng) {
   std::vector<float> row(kv_dim);
   for (int p = 0; p < cache->capacity(); ++p) {
     for (auto& x : row) x = nd(*rng);
-    kernels().kv_store(cache->dtype(), row.data(), cache->k_row(0, p), kv_dim);
+    kv_store(cache->types().k, row.data(), cache->k_row(0, p), kv_dim);
     for (auto& x : row) x = nd(*rng);
-    kernels().kv_store(cache->dtype(), row.data(), cache->v_row(0, p), kv_dim);
+    kv_store(cache->types().v, row.data(), cache->v_row(0, p), kv_dim);
   }
 }
 
@@ -83,7 +84,8 @@ TEST(Attention, FlashEqualsNaive) {
 // batch with many heads each thread walks a head's chunks itself. The two must agree bit for bit.
 TEST(Attention, SplitChunksEqualWholeHeadsBitwise) {
   const int max_ctx = 1500, H = 6, KH = 2, D = 32, T = 8;
-  for (DType kv : {DType::kF32, DType::kF16}) {
+  for (KvTypes kv : {KvTypes(KvType::kF32), KvTypes(KvType::kF16), KvTypes(KvType::kQ8_0), KvTypes(KvType::kQ4R),
+                     KvTypes(KvType::kQ8_0, KvType::kQ4_0), KvTypes(KvType::kBF16)}) {
     ContiguousKvCache cache(one_layer(H, KH, D), max_ctx, kv);
     std::mt19937 rng(9);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -99,6 +101,56 @@ TEST(Attention, SplitChunksEqualWholeHeadsBitwise) {
       attention(pool, {q.data() + t * H * D, alone.data(), 1, &positions[t], seq_index, seqs, 0, H, KH, D});
       for (int i = 0; i < H * D; ++i)
         ASSERT_EQ(alone[i], batch_out[t * H * D + i]) << "position " << positions[t] << " element " << i;
+    }
+  }
+}
+
+// Every K type with every V type: flash attention over the cache equals naive attention in double over the
+// values the cache holds (dequantized; q4r turned back), so quantized tiles, the q4r rotation of q and of the
+// output, and mixed K/V types are all what they claim.
+TEST(Attention, EveryKvTypeEqualsNaiveOverItsValues) {
+  const int H = 6, KH = 2, D = 64;
+  const KvType all[] = {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0, KvType::kQ4R};
+  ThreadPool pool(2);
+  for (KvType kt : all) {
+    for (KvType vt : all) {
+      const int n_ctx = 300;
+      ContiguousKvCache cache(one_layer(H, KH, D), n_ctx, KvTypes(kt, vt));
+      std::mt19937 rng(3 + static_cast<int>(kt) * 7 + static_cast<int>(vt));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      fill_random(&cache, KH * D, &rng);
+      std::vector<float> kf(static_cast<size_t>(n_ctx) * KH * D), vf(kf.size());
+      for (int p = 0; p < n_ctx; ++p) {
+        kv_dequantize_row(kt, cache.k_row(0, p), kf.data() + static_cast<size_t>(p) * KH * D, KH * D);
+        kv_dequantize_row(vt, cache.v_row(0, p), vf.data() + static_cast<size_t>(p) * KH * D, KH * D);
+      }
+      std::vector<float> q(H * D), out(H * D);
+      for (int n : {1, 15, 16, 17, 100, 300}) {
+        for (auto& x : q) x = 1.5f * nd(rng);
+        const int32_t pos = n - 1, seq = 0;
+        KvSequence* seqs[] = {&cache};
+        attention(pool, {q.data(), out.data(), 1, &pos, &seq, seqs, 0, H, KH, D});
+        double worst = 0;
+        for (int h = 0; h < H; ++h) {
+          const int kvh = h / (H / KH);
+          std::vector<double> s(n);
+          double mx = -1e300;
+          for (int j = 0; j < n; ++j) {
+            double d = 0;
+            for (int i = 0; i < D; ++i) d += static_cast<double>(q[h * D + i]) * kf[(static_cast<size_t>(j) * KH + kvh) * D + i];
+            s[j] = d / std::sqrt(static_cast<double>(D));
+            mx = std::max(mx, s[j]);
+          }
+          double sum = 0;
+          for (double& x : s) sum += x = std::exp(x - mx);
+          for (int i = 0; i < D; ++i) {
+            double o = 0;
+            for (int j = 0; j < n; ++j) o += s[j] * vf[(static_cast<size_t>(j) * KH + kvh) * D + i];
+            worst = std::max(worst, std::fabs(o / sum - out[h * D + i]));
+          }
+        }
+        ASSERT_LE(worst, 2e-5) << kv_type_name(kt) << "/" << kv_type_name(vt) << " context " << n;
+      }
     }
   }
 }

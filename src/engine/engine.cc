@@ -12,6 +12,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineConfig cfg) {
     return invalid_argument("the draft model's vocabulary has " + std::to_string(cfg.draft_model->config().n_vocab) +
                             " tokens but the target's has " + std::to_string(model.config().n_vocab) +
                             ": a draft must share the target's tokenizer");
+  CACHET_RETURN_IF_ERROR(kv_types_fit(model.config(), cfg.kv_type));
+  if (cfg.draft_model) CACHET_RETURN_IF_ERROR(kv_types_fit(cfg.draft_model->config(), cfg.kv_type));
   if (cfg.spec == SpecMode::kDraft && !cfg.draft_model)
     return invalid_argument("speculation with a draft model needs a draft model");
   if (cfg.draft_max < 1 || cfg.draft_max > 64)
@@ -22,7 +24,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineConfig cfg) {
 Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg), policy_(cfg.draft_max) {
   const ModelConfig& c = model.config();
   if (cfg_.n_blocks <= 0) {
-    const int64_t per_block = c.kv_bytes_per_token(cfg_.kv_type == DType::kF32 ? 4 : 2) * cfg_.block_size;
+    // The chosen K and V types size the pool: a fixed --kv-memory holds more tokens when they are smaller.
+    const int64_t per_block =
+        c.n_layer * static_cast<int64_t>(cfg_.kv_type.row_bytes(c.kv_dim())) * cfg_.block_size;
     cfg_.n_blocks = static_cast<int>(std::max<int64_t>(1, cfg_.kv_memory_bytes / per_block));
   }
   // Attention tiles are 16 positions; blocks must hold whole tiles (docs/decisions.md).
@@ -270,13 +274,13 @@ std::vector<uint8_t> Engine::kv_contents(RequestId id, int n_positions) const {
   auto it = requests_.find(id);
   if (it == requests_.end()) return out;
   PagedKvSequence& v = *it->second->view;
-  const size_t row = storage_->row_bytes();
+  const size_t k_row = storage_->k_row_bytes(), v_row = storage_->v_row_bytes();
   for (int64_t layer = 0; layer < model_.config().n_layer; ++layer)
     for (int pos = 0; pos < n_positions; ++pos) {
       const uint8_t* k = v.k_row(static_cast<int>(layer), pos);
       const uint8_t* val = v.v_row(static_cast<int>(layer), pos);
-      out.insert(out.end(), k, k + row);
-      out.insert(out.end(), val, val + row);
+      out.insert(out.end(), k, k + k_row);
+      out.insert(out.end(), val, val + v_row);
     }
   return out;
 }

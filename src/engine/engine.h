@@ -35,7 +35,7 @@ struct EngineConfig {
   int max_batch_tokens = 512;  // token budget of one step
   int prefill_chunk = 256;     // most prompt tokens of one request per step
   int max_running = 256;
-  DType kv_type = DType::kF16;
+  KvTypes kv_type;  // K and V element types (f16 both by default; kv/kv_type.h)
   // Reuse the KV blocks of earlier requests' prefixes (kv/radix_cache.h). Outputs are bitwise the same either way.
   bool prefix_cache = true;
   // Called with every row of logits a request samples from (tests: batch invariance; debugging).

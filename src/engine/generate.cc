@@ -125,7 +125,7 @@ Result<GenerateResult> run_loop(Model& model, ContiguousKvCache* cache, int reus
 
 }  // namespace
 
-Session::Session(Model& model, int capacity, DType kv_type) : model_(model), capacity_(capacity), kv_type_(kv_type) {
+Session::Session(Model& model, int capacity, KvTypes kv_type) : model_(model), capacity_(capacity), kv_type_(kv_type) {
   cache_ = std::make_unique<ContiguousKvCache>(model.config(), capacity, kv_type);
 }
 

@@ -19,7 +19,7 @@ namespace cachet {
 struct GenerateOptions {
   SamplingParams sampling;        // includes max_tokens, seed and the stop sequences
   bool use_kv_cache = true;
-  DType kv_type = DType::kF16;
+  KvTypes kv_type;  // K and V element types (f16 both by default)
   bool stop_at_eos = true;
   std::vector<int32_t> stop_ids;  // besides EOS/EOT
   // Text of a token, for stop sequences and the streamed text; required when sampling.stop is not empty.
@@ -63,7 +63,7 @@ using TokenCallback = std::function<bool(const TokenEvent&)>;
 // only the rest, and decodes.
 class Session {
  public:
-  Session(Model& model, int capacity, DType kv_type);
+  Session(Model& model, int capacity, KvTypes kv_type);
   // on_token is called as each token is chosen (before the next step); returning false stops early.
   Result<GenerateResult> generate(const std::vector<int32_t>& prompt, const GenerateOptions& opts,
                                   const TokenCallback& on_token = {});
@@ -75,7 +75,7 @@ class Session {
  private:
   Model& model_;
   int capacity_;
-  DType kv_type_;
+  KvTypes kv_type_;
   std::unique_ptr<ContiguousKvCache> cache_;
   std::vector<int32_t> cached_;
 };

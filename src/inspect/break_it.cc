@@ -16,7 +16,7 @@ namespace {
 class FaultyKvCache final : public KvSequence {
  public:
   FaultyKvCache(const ModelConfig& cfg, int capacity) : inner_(cfg, capacity, DType::kF32) {}
-  DType dtype() const override { return inner_.dtype(); }
+  KvTypes types() const override { return inner_.types(); }
   int capacity() const override { return inner_.capacity(); }
   uint8_t* k_row(int layer, int pos) override { return inner_.k_row(layer, slot(pos)); }
   uint8_t* v_row(int layer, int pos) override { return inner_.v_row(layer, slot(pos)); }

@@ -5,16 +5,17 @@
 
 namespace cachet {
 
-ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int capacity, DType dtype)
-    : dtype_(dtype), capacity_(capacity) {
-  CACHET_CHECK(dtype == DType::kF32 || dtype == DType::kF16);
+ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int capacity, KvTypes types)
+    : types_(types), capacity_(capacity) {
   CACHET_CHECK(capacity > 0);
-  row_bytes_ = cfg.kv_dim() * (dtype == DType::kF32 ? 4 : 2);
+  CACHET_CHECK(kv_types_fit(cfg, types).is_ok());
+  k_row_bytes_ = kv_row_bytes(types.k, cfg.kv_dim());
+  v_row_bytes_ = kv_row_bytes(types.v, cfg.kv_dim());
   k_.resize(cfg.n_layer);
   v_.resize(cfg.n_layer);
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    k_[l].resize(row_bytes_ * capacity);
-    v_[l].resize(row_bytes_ * capacity);
+    k_[l].resize(k_row_bytes_ * capacity);
+    v_[l].resize(v_row_bytes_ * capacity);
     k_[l].zero();
     v_[l].zero();
   }
@@ -22,7 +23,15 @@ ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int capacity, DType
 
 KvSpan ContiguousKvCache::span(int layer, int index, int n_positions) const {
   CACHET_CHECK(index == 0 && n_positions <= capacity_);
-  return {k_[layer].data(), v_[layer].data(), row_bytes_, 0, n_positions};
+  return {k_[layer].data(), v_[layer].data(), k_row_bytes_, v_row_bytes_, 0, n_positions};
+}
+
+Status kv_types_fit(const ModelConfig& cfg, KvTypes t) {
+  for (KvType x : {t.k, t.v})
+    if (cfg.head_dim % kv_block(x) != 0)
+      return invalid_argument(std::string("KV type ") + kv_type_name(x) + " needs a head size that is a multiple of " +
+                              std::to_string(kv_block(x)) + "; this model's is " + std::to_string(cfg.head_dim));
+  return Status::ok();
 }
 
 }  // namespace cachet

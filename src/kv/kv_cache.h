@@ -10,17 +10,30 @@
 #include "base/aligned_buffer.h"
 #include "base/dtype.h"
 #include "cachet/status.h"
+#include "kv/kv_type.h"
 
 namespace cachet {
 
 struct ModelConfig;
 
-// Positions [pos0, pos0 + n) of one layer, stored as rows `stride` bytes apart; each row holds the
-// n_head_kv * head_dim values of one position.
+// The element types of a cache's K and of its V (kv/kv_type.h). From one DType: both the same.
+struct KvTypes {
+  KvType k = KvType::kF16, v = KvType::kF16;
+  KvTypes() = default;
+  KvTypes(KvType kv) : k(kv), v(kv) {}                         // NOLINT: one type for both
+  KvTypes(DType t) : k(kv_type_of(t)), v(k) {}                 // NOLINT: f32 / f16 / bf16 for both
+  KvTypes(KvType kt, KvType vt) : k(kt), v(vt) {}
+  bool operator==(const KvTypes& o) const { return k == o.k && v == o.v; }
+  // Bytes of K and V for one position of one layer, kv_dim values each.
+  size_t row_bytes(int64_t kv_dim) const { return kv_row_bytes(k, kv_dim) + kv_row_bytes(v, kv_dim); }
+};
+
+// Positions [pos0, pos0 + n) of one layer, stored as rows k_stride / v_stride bytes apart; each row holds the
+// n_head_kv * head_dim values of one position in the cache's K / V type.
 struct KvSpan {
   const uint8_t* k = nullptr;
   const uint8_t* v = nullptr;
-  size_t stride = 0;
+  size_t k_stride = 0, v_stride = 0;
   int pos0 = 0;
   int n = 0;
 };
@@ -28,7 +41,7 @@ struct KvSpan {
 class KvSequence {
  public:
   virtual ~KvSequence() = default;
-  virtual DType dtype() const = 0;
+  virtual KvTypes types() const = 0;
   // Largest position + 1 this sequence can hold.
   virtual int capacity() const = 0;
   // Where the K / V row of `layer` at `pos` lives (pos < capacity()).
@@ -43,24 +56,26 @@ class KvSequence {
 // One preallocated buffer per layer for K and for V: [capacity, n_head_kv * head_dim] each.
 class ContiguousKvCache final : public KvSequence {
  public:
-  ContiguousKvCache(const ModelConfig& cfg, int capacity, DType dtype);
+  ContiguousKvCache(const ModelConfig& cfg, int capacity, KvTypes types);
 
-  DType dtype() const override { return dtype_; }
+  KvTypes types() const override { return types_; }
   int capacity() const override { return capacity_; }
-  uint8_t* k_row(int layer, int pos) override { return k_[layer].data() + pos * row_bytes_; }
-  uint8_t* v_row(int layer, int pos) override { return v_[layer].data() + pos * row_bytes_; }
+  uint8_t* k_row(int layer, int pos) override { return k_[layer].data() + pos * k_row_bytes_; }
+  uint8_t* v_row(int layer, int pos) override { return v_[layer].data() + pos * v_row_bytes_; }
   int span_len() const override { return capacity_; }
   KvSpan span(int layer, int index, int n_positions) const override;
 
-  size_t row_bytes() const { return row_bytes_; }
-  size_t total_bytes() const { return 2 * k_.size() * row_bytes_ * capacity_; }
+  size_t total_bytes() const { return k_.size() * (k_row_bytes_ + v_row_bytes_) * capacity_; }
 
  private:
-  DType dtype_;
+  KvTypes types_;
   int capacity_;
-  size_t row_bytes_;
+  size_t k_row_bytes_, v_row_bytes_;
   std::vector<AlignedBuffer<uint8_t>> k_;  // per layer: (capacity, kv_dim) in dtype_
   std::vector<AlignedBuffer<uint8_t>> v_;  // per layer: (capacity, kv_dim) in dtype_
 };
+
+// OK when the model's head size is a whole number of each type's blocks (a block never straddles heads).
+Status kv_types_fit(const ModelConfig& cfg, KvTypes t);
 
 }  // namespace cachet

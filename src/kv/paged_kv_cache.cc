@@ -8,15 +8,16 @@
 
 namespace cachet {
 
-KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, DType dtype)
-    : dtype_(dtype), block_size_(block_size) {
-  CACHET_CHECK(dtype == DType::kF32 || dtype == DType::kF16);
-  row_bytes_ = cfg.kv_dim() * (dtype == DType::kF32 ? 4 : 2);
+KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, KvTypes types)
+    : types_(types), block_size_(block_size) {
+  CACHET_CHECK(kv_types_fit(cfg, types).is_ok());
+  k_row_bytes_ = kv_row_bytes(types.k, cfg.kv_dim());
+  v_row_bytes_ = kv_row_bytes(types.v, cfg.kv_dim());
   k_.resize(cfg.n_layer);
   v_.resize(cfg.n_layer);
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
-    k_[l].resize(row_bytes_ * block_size * n_blocks);
-    v_[l].resize(row_bytes_ * block_size * n_blocks);
+    k_[l].resize(k_row_bytes_ * block_size * n_blocks);
+    v_[l].resize(v_row_bytes_ * block_size * n_blocks);
     k_[l].zero();
     v_[l].zero();
   }
@@ -24,8 +25,8 @@ KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_s
 
 void KvBlockStorage::copy_block(BlockId src, BlockId dst, int n_tokens) {
   for (size_t l = 0; l < k_.size(); ++l) {
-    std::memcpy(k(static_cast<int>(l), dst, 0), k(static_cast<int>(l), src, 0), row_bytes_ * n_tokens);
-    std::memcpy(v(static_cast<int>(l), dst, 0), v(static_cast<int>(l), src, 0), row_bytes_ * n_tokens);
+    std::memcpy(k(static_cast<int>(l), dst, 0), k(static_cast<int>(l), src, 0), k_row_bytes_ * n_tokens);
+    std::memcpy(v(static_cast<int>(l), dst, 0), v(static_cast<int>(l), src, 0), v_row_bytes_ * n_tokens);
   }
 }
 
@@ -48,7 +49,8 @@ KvSpan PagedKvSequence::span(int layer, int index, int n_positions) const {
   const int bs = storage_.block_size();
   const int pos0 = index * bs;
   auto& st = const_cast<KvBlockStorage&>(storage_);
-  return {st.k(layer, t[index], 0), st.v(layer, t[index], 0), st.row_bytes(), pos0, std::min(bs, n_positions - pos0)};
+  return {st.k(layer, t[index], 0), st.v(layer, t[index], 0), st.k_row_bytes(), st.v_row_bytes(), pos0,
+          std::min(bs, n_positions - pos0)};
 }
 
 }  // namespace cachet

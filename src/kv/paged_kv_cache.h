@@ -10,28 +10,33 @@ namespace cachet {
 
 class KvBlockStorage {
  public:
-  KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, DType dtype);
-  DType dtype() const { return dtype_; }
+  KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, KvTypes types);
+  KvTypes types() const { return types_; }
   int block_size() const { return block_size_; }
-  size_t row_bytes() const { return row_bytes_; }
-  uint8_t* k(int layer, BlockId b, int offset) { return k_[layer].data() + (static_cast<size_t>(b) * block_size_ + offset) * row_bytes_; }
-  uint8_t* v(int layer, BlockId b, int offset) { return v_[layer].data() + (static_cast<size_t>(b) * block_size_ + offset) * row_bytes_; }
+  size_t k_row_bytes() const { return k_row_bytes_; }
+  size_t v_row_bytes() const { return v_row_bytes_; }
+  uint8_t* k(int layer, BlockId b, int offset) {
+    return k_[layer].data() + (static_cast<size_t>(b) * block_size_ + offset) * k_row_bytes_;
+  }
+  uint8_t* v(int layer, BlockId b, int offset) {
+    return v_[layer].data() + (static_cast<size_t>(b) * block_size_ + offset) * v_row_bytes_;
+  }
   // Copies the first n token slots of block src to block dst, every layer (copy-on-write).
   void copy_block(BlockId src, BlockId dst, int n_tokens);
-  size_t total_bytes() const { return 2 * k_.size() * k_[0].size(); }
+  size_t total_bytes() const { return k_.size() * (k_[0].size() + v_[0].size()); }
 
  private:
-  DType dtype_;
+  KvTypes types_;
   int block_size_;
-  size_t row_bytes_;
-  std::vector<AlignedBuffer<uint8_t>> k_, v_;  // per layer: (n_blocks, block_size, kv_dim) in dtype_
+  size_t k_row_bytes_, v_row_bytes_;
+  std::vector<AlignedBuffer<uint8_t>> k_, v_;  // per layer: (n_blocks, block_size, kv_dim) in the K / V type
 };
 
 class PagedKvSequence final : public KvSequence {
  public:
   PagedKvSequence(KvBlockStorage& storage, const KvCacheManager& manager, SeqId seq)
       : storage_(storage), manager_(manager), seq_(seq) {}
-  DType dtype() const override { return storage_.dtype(); }
+  KvTypes types() const override { return storage_.types(); }
   int capacity() const override { return static_cast<int>(manager_.block_table(seq_).size()) * storage_.block_size(); }
   uint8_t* k_row(int layer, int pos) override;
   uint8_t* v_row(int layer, int pos) override;

@@ -186,10 +186,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
               "K and V of these tokens written at their positions"});
     for (int t = 0; t < T; ++t) {
       KvSequence* s = batch.seqs[batch.seq_index[t]];
-      kern.kv_store(s->dtype(), k_.data() + t * kvd, s->k_row(static_cast<int>(l), batch.positions[t]),
-                    static_cast<int>(kvd));
-      kern.kv_store(s->dtype(), v_.data() + t * kvd, s->v_row(static_cast<int>(l), batch.positions[t]),
-                    static_cast<int>(kvd));
+      const KvTypes kt = s->types();
+      kv_store(kt.k, k_.data() + t * kvd, s->k_row(static_cast<int>(l), batch.positions[t]), kvd);
+      kv_store(kt.v, v_.data() + t * kvd, s->v_row(static_cast<int>(l), batch.positions[t]), kvd);
     }
     AttentionArgs aa{q_.data(), attn_.data(), T, batch.positions.data(), batch.seq_index.data(), batch.seqs.data(),
                      static_cast<int>(l), static_cast<int>(H), static_cast<int>(KH), static_cast<int>(hd),

@@ -51,6 +51,11 @@ void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_di
   }
 }
 
+void kv_store(KvType t, const float* src, uint8_t* dst, int64_t n) {
+  if (t == KvType::kF32 || t == KvType::kF16) return kernels().kv_store(kv_layout(t), src, dst, static_cast<int>(n));
+  kv_quantize_row(t, src, dst, n);
+}
+
 void silu_mul(float* g, const float* u, int64_t n) { kernels().silu_mul(g, u, n); }
 void gelu_mul(float* g, const float* u, int64_t n) { kernels().gelu_mul(g, u, n); }
 
@@ -248,6 +253,9 @@ constexpr int kAttnPrefetch = 2;
 // Attention with at most this many (query head, position) pairs runs on the calling thread.
 constexpr int64_t kAttnInlineWork = 4096;
 
+// One tile of K and V rows of one head widened to f32 (quantized and bf16 caches).
+thread_local AlignedBuffer<float> t_tile;
+
 // The softmax state of `group` heads: max, sum and unnormalized output.
 struct HeadState {
   float* m;
@@ -268,7 +276,17 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
     std::fill(s.m, s.m + group, -std::numeric_limits<float>::infinity());
     std::fill(s.l, s.l + group, 0.0f);
   }
-  const size_t elem = seq->dtype() == DType::kF16 ? 2 : 4;
+  const KvTypes types = seq->types();
+  const size_t k_head = kv_row_bytes(types.k, a.head_dim), v_head = kv_row_bytes(types.v, a.head_dim);
+  // f32 or f16 for both: the kernel reads the rows in place. Otherwise each tile's rows of a head are widened
+  // to f32 first (the layout's values: q4r stays in its rotated basis, attention() turns q and the output).
+  const bool direct = types.k == types.v && (types.k == KvType::kF32 || types.k == KvType::kF16);
+  const KvType k_raw = types.k == KvType::kQ4R ? KvType::kQ4_0 : types.k;
+  const KvType v_raw = types.v == KvType::kQ4R ? KvType::kQ4_0 : types.v;
+  if (!direct && t_tile.size() < static_cast<size_t>(2 * kAttnTile * a.head_dim))
+    t_tile.resize(2 * kAttnTile * a.head_dim);
+  float* kbuf = direct ? nullptr : t_tile.data();
+  float* vbuf = direct ? nullptr : t_tile.data() + static_cast<size_t>(kAttnTile) * a.head_dim;
   const int len = seq->span_len();
   for (int p = p0; p < p1;) {
     const int sp_i = p / len;
@@ -282,23 +300,28 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
     const int ahead = off + kAttnPrefetch * kAttnTile;
     if (ahead < sp.n && p + kAttnPrefetch * kAttnTile < p1) {
       const int n_ahead = std::min({kAttnTile, sp.n - ahead, p1 - p - kAttnPrefetch * kAttnTile});
-      const size_t first = static_cast<size_t>(kvh0) * a.head_dim * elem;
-      const size_t bytes = static_cast<size_t>(kvh1 - kvh0) * a.head_dim * elem;
       for (int i = 0; i < n_ahead; ++i) {
-        const uint8_t* kr = sp.k + static_cast<size_t>(ahead + i) * sp.stride + first;
-        const uint8_t* vr = sp.v + static_cast<size_t>(ahead + i) * sp.stride + first;
-        for (size_t b = 0; b < bytes; b += 64) {
-          __builtin_prefetch(kr + b, 0, 2);
-          __builtin_prefetch(vr + b, 0, 2);
-        }
+        const uint8_t* kr = sp.k + static_cast<size_t>(ahead + i) * sp.k_stride + kvh0 * k_head;
+        const uint8_t* vr = sp.v + static_cast<size_t>(ahead + i) * sp.v_stride + kvh0 * v_head;
+        for (size_t b = 0; b < (kvh1 - kvh0) * k_head; b += 64) __builtin_prefetch(kr + b, 0, 2);
+        for (size_t b = 0; b < (kvh1 - kvh0) * v_head; b += 64) __builtin_prefetch(vr + b, 0, 2);
       }
     }
     for (int h = kvh0; h < kvh1; ++h) {
-      const size_t head_off = static_cast<size_t>(h) * a.head_dim * elem;
-      const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.stride + head_off;
-      const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.stride + head_off;
+      const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.k_stride + h * k_head;
+      const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + h * v_head;
       const HeadState s = st(h);
-      k.attn_tile(seq->dtype(), kt, vt, sp.stride, nt, q(h), group, a.head_dim, scale, a.softcap, s.m, s.l, s.acc);
+      if (direct) {
+        k.attn_tile(kv_layout(types.k), kt, vt, sp.k_stride, nt, q(h), group, a.head_dim, scale, a.softcap, s.m,
+                    s.l, s.acc);
+        continue;
+      }
+      for (int i = 0; i < nt; ++i) {
+        kv_dequantize_row(k_raw, kt + i * sp.k_stride, kbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
+        kv_dequantize_row(v_raw, vt + i * sp.v_stride, vbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
+      }
+      k.attn_tile(DType::kF32, kbuf, vbuf, static_cast<size_t>(a.head_dim) * 4, nt, q(h), group, a.head_dim, scale,
+                  a.softcap, s.m, s.l, s.acc);
     }
     p += nt;
   }
@@ -334,10 +357,31 @@ void write_heads(const AttentionArgs& a, int t, int kvh, int group, const HeadSt
 }
 
 thread_local AlignedBuffer<float> t_partials;
+thread_local AlignedBuffer<float> t_rotated;  // q turned into a q4r cache's basis
+
+void attention_rows(ThreadPool& pool, const AttentionArgs& a);
 
 }  // namespace
 
-void attention(ThreadPool& pool, const AttentionArgs& a) {
+void attention(ThreadPool& pool, const AttentionArgs& args) {
+  // A q4r cache holds K and V turned block by block (kv/kv_type.h): q.k is the same with q turned alike, and the
+  // output comes back turned, so it is turned back at the end.
+  const KvTypes types = args.seqs[0]->types();
+  AttentionArgs a = args;
+  const int64_t q_floats = static_cast<int64_t>(a.n_tokens) * a.n_head * a.head_dim;
+  if (kv_rotated(types.k)) {
+    if (t_rotated.size() < static_cast<size_t>(q_floats)) t_rotated.resize(q_floats);
+    std::copy(a.q, a.q + q_floats, t_rotated.data());
+    kv_rotate(t_rotated.data(), q_floats);
+    a.q = t_rotated.data();
+  }
+  attention_rows(pool, a);
+  if (kv_rotated(types.v)) kv_unrotate(a.out, q_floats);
+}
+
+namespace {
+
+void attention_rows(ThreadPool& pool, const AttentionArgs& a) {
   const Kernels& k = kernels();
   const int group = a.n_head / a.n_head_kv;
   const int q_dim = a.n_head * a.head_dim;
@@ -414,6 +458,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
     pool.parallel_for(heads, body);
   }
 }
+
+}  // namespace
 
 void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const float* x, int n_tokens) {
   const int64_t K = outs.begin()->w->ne[0];

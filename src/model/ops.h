@@ -24,6 +24,10 @@ void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_di
 // position * f.inv_freq[i] (angle in double); both scaled by f.mscale (model/rope_scaling.h).
 void rope_table(const int32_t* positions, int n_tokens, const RopeFreqs& f, float* cos_sin);
 
+// One K or V row of n values into the cache as type t: f32 / f16 through the kernel table, the others through
+// kv_quantize_row (portable, the same bits on every CPU).
+void kv_store(KvType t, const float* src, uint8_t* dst, int64_t n);
+
 // g[i] = silu(g[i]) * u[i]; g, u: [n]
 void silu_mul(float* g, const float* u, int64_t n);
 // g[i] = gelu(g[i]) * u[i] (tanh approximation); g, u: [n]

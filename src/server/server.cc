@@ -599,6 +599,7 @@ int serve(const ServerOptions& opts) {
   cfg.kv_memory_bytes = opts.kv_memory_bytes;
   cfg.max_running = opts.max_running;
   cfg.prefix_cache = !opts.no_prefix_cache;
+  cfg.kv_type = opts.kv_type;
   if (!opts.draft_model_path.empty()) {
     LoadOptions dlo;
     dlo.pool = app.model->shared_pool();  // one set of threads for both models

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kv/kv_cache.h"
 #include "model/rope_scaling.h"
 
 namespace cachet::server {
@@ -27,6 +28,7 @@ struct ServerOptions {
   bool lookup = false;                // speculative decoding by prompt lookup (when no draft model is given)
   int draft_max = 8;                  // most draft tokens per request and step
   RopeOverrides rope;                 // RoPE settings replacing the file's (target and draft)
+  KvTypes kv_type;                    // K and V element types of the KV cache
 };
 
 // Runs until SIGTERM or SIGINT, then drains: new requests get 503, running ones finish; returns the exit

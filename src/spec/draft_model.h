@@ -20,7 +20,7 @@ namespace cachet {
 struct DraftModelConfig {
   int n_blocks = 0;      // its KV pool; blocks of block_size tokens
   int block_size = 16;
-  DType kv_type = DType::kF16;
+  KvTypes kv_type;
   float p_min = 0.5f;    // greedy: stop drafting when the draft's top probability is below this
 };
 

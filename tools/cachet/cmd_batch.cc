@@ -46,6 +46,7 @@ int run_batch(const BatchOptions& o) {
   cfg.max_running = o.parallel;
   cfg.prefill_chunk = o.chunk;
   cfg.prefix_cache = !o.no_prefix_cache;
+  cfg.kv_type = o.kv.types();
   std::unique_ptr<Model> draft;
   SpecFlags spec = o.spec;
   spec.rope = o.rope;
@@ -117,6 +118,7 @@ void add_batch_command(CLI::App& app, int* exit_code) {
   c->add_option("--top-p", a->sampling.top_p);
   c->add_option("--top-k", a->sampling.top_k);
   c->add_option("--seed", a->sampling.seed);
+  add_kv_flags(c, &a->kv);
   c->add_option("--kv-memory", a->kv_memory, "KV cache memory: bytes with a unit (512MiB) or a fraction of RAM");
   c->add_option("--block-size", a->block_size, "tokens per KV block (a multiple of 16)");
   c->add_option("--prefill-chunk", a->chunk, "most prompt tokens of one request per step");

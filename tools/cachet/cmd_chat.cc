@@ -22,7 +22,7 @@ struct ChatArgs {
   SamplingParams sampling;
   int threads = 0;
   int ctx_size = 4096;
-  std::string kv_type = "f16";
+  KvFlags kv;
   bool precise = false;
   SpecFlags spec;
   RopeOverrides rope;
@@ -39,13 +39,14 @@ int chat(ChatArgs a) {
   auto tmpl = g->get_string("tokenizer.chat_template");
   if (!tmpl.is_ok()) return fail(invalid_argument("the model file has no chat template (tokenizer.chat_template)"));
   const int ctx = static_cast<int>(std::min<int64_t>(a.ctx_size, (*model)->config().n_ctx_train));
-  Session session(**model, ctx, a.kv_type == "f32" ? DType::kF32 : DType::kF16);
+  if (Status s = kv_types_fit((*model)->config(), a.kv.types()); !s.is_ok()) return fail(s);
+  Session session(**model, ctx, a.kv.types());
   // Speculative decoding runs in the batching engine, whose prefix cache keeps the earlier turns' blocks.
   std::unique_ptr<Model> draft;
   std::unique_ptr<Engine> engine;
   if (a.spec.any()) {
     EngineConfig cfg;
-    cfg.kv_type = a.kv_type == "f32" ? DType::kF32 : DType::kF16;
+    cfg.kv_type = a.kv.types();
     cfg.n_blocks = (ctx + cfg.block_size - 1) / cfg.block_size * 2;  // this conversation and the cached last turn
     SpecFlags spec = a.spec;
     spec.rope = a.rope;
@@ -136,7 +137,7 @@ void add_chat_command(CLI::App& app, int* exit_code) {
   c->add_option("--min-p", a->sampling.min_p, "min-p (0 = off)");
   c->add_option("--repeat-penalty", a->sampling.repetition_penalty, "repetition penalty (1 = off)");
   c->add_option("--seed", a->sampling.seed, "sampling seed");
-  c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
+  add_kv_flags(c, &a->kv);
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");
   add_spec_flags(c, &a->spec);
   add_rope_flags(c, &a->rope);

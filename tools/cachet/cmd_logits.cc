@@ -11,7 +11,8 @@ namespace cachet::cli {
 
 void add_logits_command(CLI::App& app, int* exit_code) {
   struct Args {
-    std::string model, ids, out, kv_type = "f32";
+    std::string model, ids, out;
+    KvFlags kv{"f32"};
     int threads = 0;
     bool one_by_one = false;
     bool precise = false;
@@ -22,7 +23,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   c->add_option("-m,--model", a->model, "model file");
   c->add_option("--prompt-ids", a->ids, "token ids")->required();
   c->add_option("-o,--output", a->out, "output file (float32, [n_tokens, n_vocab])")->required();
-  c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
+  add_kv_flags(c, &a->kv);
   c->add_option("-t,--threads", a->threads);
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");
   add_rope_flags(c, &a->rope);
@@ -41,7 +42,11 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     Model& model = **m;
     const int64_t V = model.config().n_vocab;
     const int n = static_cast<int>(ids->size());
-    ContiguousKvCache cache(model.config(), n, a->kv_type == "f32" ? DType::kF32 : DType::kF16);
+    if (Status s = kv_types_fit(model.config(), a->kv.types()); !s.is_ok()) {
+      *exit_code = fail(s);
+      return;
+    }
+    ContiguousKvCache cache(model.config(), n, a->kv.types());
     std::vector<float> logits(static_cast<size_t>(n) * V);
     if (a->one_by_one) {
       for (int i = 0; i < n; ++i) {

@@ -20,7 +20,8 @@ namespace cachet::cli {
 namespace {
 
 struct PplArgs {
-  std::string model, file, kv_type = "f16";
+  std::string model, file;
+  KvFlags kv;
   int ctx = 512, chunks = 0, threads = 0;
   bool precise = false, json = false;
   RopeOverrides rope;
@@ -48,7 +49,8 @@ int perplexity(const PplArgs& a) {
                                  std::to_string(a.ctx)));
   const int64_t V = model.config().n_vocab;
   const int first = a.ctx / 2;
-  ContiguousKvCache cache(model.config(), a.ctx, a.kv_type == "f32" ? DType::kF32 : DType::kF16);
+  if (Status s = kv_types_fit(model.config(), a.kv.types()); !s.is_ok()) return fail(s);
+  ContiguousKvCache cache(model.config(), a.ctx, a.kv.types());
   std::vector<float> logits(static_cast<size_t>(a.ctx) * V);
   double nll = 0.0;
   int64_t scored = 0;
@@ -96,7 +98,7 @@ void add_perplexity_command(CLI::App& app, int* exit_code) {
   c->add_option("-f,--file", a->file, "text file (data/kjv_genesis_1-12.txt is shipped for this)")->required();
   c->add_option("-c,--ctx", a->ctx, "tokens per chunk; the second half of each is scored");
   c->add_option("--chunks", a->chunks, "score at most this many chunks (0: all)");
-  c->add_option("--kv-type", a->kv_type)->check(CLI::IsMember({"f16", "f32"}));
+  add_kv_flags(c, &a->kv);
   c->add_option("-t,--threads", a->threads);
   add_rope_flags(c, &a->rope);
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");

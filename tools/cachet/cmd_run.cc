@@ -24,7 +24,7 @@ struct RunArgs {
   std::vector<std::string> logit_bias;  // "ID=BIAS"
   int threads = 0;
   bool no_kv_cache = false;
-  std::string kv_type = "f16";
+  KvFlags kv;
   std::string format = "text";
   bool ignore_eos = false;
   bool precise = false;
@@ -54,6 +54,8 @@ int run(const RunArgs& a) {
     o.json = a.format == "json";
     o.no_prefix_cache = a.no_prefix_cache;
     o.spec = a.spec;
+    o.rope = a.rope;
+    o.kv = a.kv;
     return run_batch(o);
   }
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
@@ -103,7 +105,8 @@ int run(const RunArgs& a) {
     return 0;
   }
   o.use_kv_cache = !a.no_kv_cache;
-  o.kv_type = a.kv_type == "f32" ? DType::kF32 : DType::kF16;
+  o.kv_type = a.kv.types();
+  if (Status s = kv_types_fit(model->config(), o.kv_type); !s.is_ok()) return fail(s);
   o.stop_at_eos = !a.ignore_eos;
   if (tok) {
     o.token_text = [&](int32_t id) { return tok->token_to_piece(id, false); };
@@ -213,7 +216,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_option("--seed", s.seed, "sampling seed");
   c->add_option("-t,--threads", a->threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   c->add_flag("--no-kv-cache", a->no_kv_cache, "recompute the whole sequence every step (slow; for comparison)");
-  c->add_option("--kv-type", a->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}));
+  add_kv_flags(c, &a->kv);
   c->add_option("--beam-width", a->beam_width, "beam search with this many beams instead of sampling");
   c->add_option("--length-penalty", a->length_penalty, "beam score = logprob / length^penalty");
   c->add_flag("--precise", a->precise, "f32 activations in every matmul (slower; see docs/numerics.md)");

@@ -19,6 +19,8 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--cors", o->cors_origin, "send CORS headers allowing this origin (e.g. '*')");
   c->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   add_rope_flags(c, &o->rope);
+  auto kv = std::make_shared<KvFlags>();  // parsed into the options' kv_type in the callback
+  add_kv_flags(c, kv.get());
   c->add_option("--http-threads", o->http_threads, "connections served at once")->check(CLI::Range(4, 4096));
   c->add_option("-c,--ctx-size", o->ctx, "context per request in tokens")->check(CLI::PositiveNumber);
   c->add_option("--kv-memory", *kv_memory, "KV cache memory: 512MiB, 2GiB, or a fraction of RAM (0.25)");
@@ -31,12 +33,13 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_flag("--lookup", o->lookup, "speculative decoding by prompt lookup: drafts copied from the text so far");
   c->add_option("--draft-max", o->draft_max, "most draft tokens per step (the engine picks fewer when they do not pay)")
       ->check(CLI::Range(1, 64));
-  c->callback([o, kv_memory, exit_code] {
+  c->callback([o, kv, kv_memory, exit_code] {
     if (!o->draft_model_path.empty() && o->lookup) {
       *exit_code = fail(invalid_argument("give --draft-model or --lookup, not both"));
       return;
     }
     server::ServerOptions opts = *o;
+    opts.kv_type = kv->types();
     opts.model_path = resolve_model_path(opts.model_path);
     if (opts.api_key.empty())
       if (const char* k = std::getenv("CACHET_API_KEY")) opts.api_key = k;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cachet/status.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -28,6 +29,14 @@ std::string default_model_path();
 Result<std::vector<int32_t>> parse_ids(const std::string& text);
 Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads, bool precise = false,
                                     const RopeOverrides& rope = {});
+
+// --kv-type (K and V), --kv-type-k, --kv-type-v (kv/kv_type.h); `fallback` when none is given.
+struct KvFlags {
+  std::string fallback = "f16";
+  std::string both, k, v;
+  KvTypes types() const;
+};
+void add_kv_flags(CLI::App* c, KvFlags* f);
 
 // --rope-scaling, --rope-scale, --rope-freq-base, --yarn-* (model/rope_scaling.h).
 void add_rope_flags(CLI::App* c, RopeOverrides* r);
@@ -80,6 +89,7 @@ struct BatchOptions {
   bool no_prefix_cache = false;
   SpecFlags spec;
   RopeOverrides rope;
+  KvFlags kv;
 };
 int run_batch(const BatchOptions& o);
 
