@@ -26,14 +26,14 @@ ModelConfig one_layer(int n_head, int n_head_kv, int head_dim) {
 }
 
 // Fills every position's K and V of layer 0 with standard normal values.
-void fill_random(ContiguousKvCache* cache, int kv_dim, std::mt19937* rng) {
+void fill_random(ContiguousKvCache* cache, int kv_dim, std::mt19937* rng, int head_dim) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> row(kv_dim);
   for (int p = 0; p < cache->capacity(); ++p) {
     for (auto& x : row) x = nd(*rng);
-    kv_store(cache->types().k, row.data(), cache->k_row(0, p), kv_dim);
+    kv_store(cache->types().k, row.data(), cache->k_row(0, p), kv_dim, head_dim);
     for (auto& x : row) x = nd(*rng);
-    kv_store(cache->types().v, row.data(), cache->v_row(0, p), kv_dim);
+    kv_store(cache->types().v, row.data(), cache->v_row(0, p), kv_dim, head_dim);
   }
 }
 
@@ -42,7 +42,7 @@ TEST(Attention, FlashEqualsNaive) {
   ContiguousKvCache cache(one_layer(H, KH, D), max_ctx, DType::kF32);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  fill_random(&cache, KH * D, &rng);
+  fill_random(&cache, KH * D, &rng, D);
   std::vector<int> lengths;
   for (int n = 1; n <= 70; ++n) lengths.push_back(n);
   for (int n = 100; n <= max_ctx; n = n * 3 / 2) lengths.push_back(n);
@@ -89,7 +89,7 @@ TEST(Attention, SplitChunksEqualWholeHeadsBitwise) {
     ContiguousKvCache cache(one_layer(H, KH, D), max_ctx, kv);
     std::mt19937 rng(9);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    fill_random(&cache, KH * D, &rng);
+    fill_random(&cache, KH * D, &rng, D);
     ThreadPool pool(2);
     std::vector<float> q(T * H * D), batch_out(T * H * D), alone(H * D);
     for (auto& x : q) x = 2.0f * nd(rng);
@@ -118,11 +118,11 @@ TEST(Attention, EveryKvTypeEqualsNaiveOverItsValues) {
       ContiguousKvCache cache(one_layer(H, KH, D), n_ctx, KvTypes(kt, vt));
       std::mt19937 rng(3 + static_cast<int>(kt) * 7 + static_cast<int>(vt));
       std::normal_distribution<float> nd(0.0f, 1.0f);
-      fill_random(&cache, KH * D, &rng);
+      fill_random(&cache, KH * D, &rng, D);
       std::vector<float> kf(static_cast<size_t>(n_ctx) * KH * D), vf(kf.size());
       for (int p = 0; p < n_ctx; ++p) {
-        kv_dequantize_row(kt, cache.k_row(0, p), kf.data() + static_cast<size_t>(p) * KH * D, KH * D);
-        kv_dequantize_row(vt, cache.v_row(0, p), vf.data() + static_cast<size_t>(p) * KH * D, KH * D);
+        kv_dequantize_row(kt, cache.k_row(0, p), kf.data() + static_cast<size_t>(p) * KH * D, KH * D, D);
+        kv_dequantize_row(vt, cache.v_row(0, p), vf.data() + static_cast<size_t>(p) * KH * D, KH * D, D);
       }
       std::vector<float> q(H * D), out(H * D);
       for (int n : {1, 15, 16, 17, 100, 300}) {

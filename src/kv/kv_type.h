@@ -2,14 +2,17 @@
 //   f32, f16, bf16     one value per element
 //   q8_0               ggml's Q8_0 blocks: per 32 elements an f16 scale and 32 int8 (8.5 bits/element)
 //   q4_0               ggml's Q4_0 blocks: per 32 elements an f16 scale and 32 4-bit codes (4.5 bits/element)
-//   q4r                ours: each 32-element block turned by a fixed orthonormal rotation (random signs, then a
-//                      Walsh-Hadamard transform) before Q4_0 quantization. A few outlier channels (keys have
-//                      them, and q4_0 spends a block's whole range on them) spread over the block, so every
-//                      element keeps more of its bits; same 4.5 bits/element as q4_0. Attention rotates the
-//                      query by the same blocks (q.k is unchanged by a rotation) and rotates the output back.
+//   q4r                ours, 4.5 bits/element in Q4_0's block layout: per block, the scale and one of two 16-level
+//                      grids (a unit Gaussian's Lloyd-Max levels, or Q4_0's uniform levels; the scale's sign says
+//                      which) of least squared error, where q4_0 takes max / -8 on its uniform grid
+// The quantized types hold each head turned by a fixed orthonormal rotation (random signs, then a Walsh-Hadamard
+// transform over the largest power of two dividing the head size, at most 256), as llama.cpp does for its
+// quantized caches: a few outlier channels (keys have them; a block's range is spent on them) spread over the
+// head, and a rotated block's values are close to Gaussian. Attention turns the query alike (q.k is unchanged by
+// a rotation) and turns the output back.
 // Rows hold the n_head_kv * head_dim values of one position; quantized types need head_dim % 32 == 0 (blocks never
 // straddle heads). Quantization and dequantization here are portable C++ (one implementation, the same bits on
-// every CPU); the attention kernels read the blocks in place (kernels.h attn_tile).
+// every CPU).
 #pragma once
 
 #include <cstddef>
@@ -34,17 +37,22 @@ int kv_block(KvType t);
 size_t kv_block_bytes(KvType t);
 // Bytes of a row of n elements (n a multiple of kv_block(t)).
 size_t kv_row_bytes(KvType t, int64_t n);
-// The block layout the attention kernels read (q4r is q4_0's layout in the rotated basis).
+// The block layout (q4r: Q4_0's bytes, its own levels).
 DType kv_layout(KvType t);
 bool kv_rotated(KvType t);
 
-// dst = the n values of src as type t (n a multiple of kv_block(t)); q4r rotates each block first.
-void kv_quantize_row(KvType t, const float* src, uint8_t* dst, int64_t n);
-// dst = the values a row of type t holds; q4r: turned back to the original basis.
-void kv_dequantize_row(KvType t, const uint8_t* src, float* dst, int64_t n);
+// dst = the n values of src as type t (n a multiple of kv_block(t) and of head_dim); quantized types turn each
+// head first.
+void kv_quantize_row(KvType t, const float* src, uint8_t* dst, int64_t n, int head_dim);
+// dst = the values a row of type t holds, turned back to the original basis.
+void kv_dequantize_row(KvType t, const uint8_t* src, float* dst, int64_t n, int head_dim);
+// dst = the values as stored: quantized types still in the turned basis (what attention reads).
+void kv_dequantize_row_raw(KvType t, const uint8_t* src, float* dst, int64_t n);
 
-// The q4r rotation, in place, block by block (n a multiple of 32): kv_rotate is R, kv_unrotate is R^T = R^-1.
-void kv_rotate(float* x, int64_t n);
-void kv_unrotate(float* x, int64_t n);
+// The rotation of the quantized types, in place, head by head (n a multiple of head_dim, head_dim of 32): kv_rotate is R,
+// kv_unrotate is R^T = R^-1. Blocks of kv_rotation_size(head_dim).
+int kv_rotation_size(int head_dim);
+void kv_rotate(float* x, int64_t n, int head_dim);
+void kv_unrotate(float* x, int64_t n, int head_dim);
 
 }  // namespace cachet

@@ -187,8 +187,8 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
     for (int t = 0; t < T; ++t) {
       KvSequence* s = batch.seqs[batch.seq_index[t]];
       const KvTypes kt = s->types();
-      kv_store(kt.k, k_.data() + t * kvd, s->k_row(static_cast<int>(l), batch.positions[t]), kvd);
-      kv_store(kt.v, v_.data() + t * kvd, s->v_row(static_cast<int>(l), batch.positions[t]), kvd);
+      kv_store(kt.k, k_.data() + t * kvd, s->k_row(static_cast<int>(l), batch.positions[t]), kvd, hd);
+      kv_store(kt.v, v_.data() + t * kvd, s->v_row(static_cast<int>(l), batch.positions[t]), kvd, hd);
     }
     AttentionArgs aa{q_.data(), attn_.data(), T, batch.positions.data(), batch.seq_index.data(), batch.seqs.data(),
                      static_cast<int>(l), static_cast<int>(H), static_cast<int>(KH), static_cast<int>(hd),

@@ -51,9 +51,9 @@ void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_di
   }
 }
 
-void kv_store(KvType t, const float* src, uint8_t* dst, int64_t n) {
+void kv_store(KvType t, const float* src, uint8_t* dst, int64_t n, int head_dim) {
   if (t == KvType::kF32 || t == KvType::kF16) return kernels().kv_store(kv_layout(t), src, dst, static_cast<int>(n));
-  kv_quantize_row(t, src, dst, n);
+  kv_quantize_row(t, src, dst, n, head_dim);
 }
 
 void silu_mul(float* g, const float* u, int64_t n) { kernels().silu_mul(g, u, n); }
@@ -281,8 +281,6 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
   // f32 or f16 for both: the kernel reads the rows in place. Otherwise each tile's rows of a head are widened
   // to f32 first (the layout's values: q4r stays in its rotated basis, attention() turns q and the output).
   const bool direct = types.k == types.v && (types.k == KvType::kF32 || types.k == KvType::kF16);
-  const KvType k_raw = types.k == KvType::kQ4R ? KvType::kQ4_0 : types.k;
-  const KvType v_raw = types.v == KvType::kQ4R ? KvType::kQ4_0 : types.v;
   if (!direct && t_tile.size() < static_cast<size_t>(2 * kAttnTile * a.head_dim))
     t_tile.resize(2 * kAttnTile * a.head_dim);
   float* kbuf = direct ? nullptr : t_tile.data();
@@ -317,8 +315,8 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
         continue;
       }
       for (int i = 0; i < nt; ++i) {
-        kv_dequantize_row(k_raw, kt + i * sp.k_stride, kbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
-        kv_dequantize_row(v_raw, vt + i * sp.v_stride, vbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
+        kv_dequantize_row_raw(types.k, kt + i * sp.k_stride, kbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
+        kv_dequantize_row_raw(types.v, vt + i * sp.v_stride, vbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
       }
       k.attn_tile(DType::kF32, kbuf, vbuf, static_cast<size_t>(a.head_dim) * 4, nt, q(h), group, a.head_dim, scale,
                   a.softcap, s.m, s.l, s.acc);
@@ -372,11 +370,11 @@ void attention(ThreadPool& pool, const AttentionArgs& args) {
   if (kv_rotated(types.k)) {
     if (t_rotated.size() < static_cast<size_t>(q_floats)) t_rotated.resize(q_floats);
     std::copy(a.q, a.q + q_floats, t_rotated.data());
-    kv_rotate(t_rotated.data(), q_floats);
+    kv_rotate(t_rotated.data(), q_floats, a.head_dim);
     a.q = t_rotated.data();
   }
   attention_rows(pool, a);
-  if (kv_rotated(types.v)) kv_unrotate(a.out, q_floats);
+  if (kv_rotated(types.v)) kv_unrotate(a.out, q_floats, a.head_dim);
 }
 
 namespace {

@@ -26,7 +26,7 @@ void rope_table(const int32_t* positions, int n_tokens, const RopeFreqs& f, floa
 
 // One K or V row of n values into the cache as type t: f32 / f16 through the kernel table, the others through
 // kv_quantize_row (portable, the same bits on every CPU).
-void kv_store(KvType t, const float* src, uint8_t* dst, int64_t n);
+void kv_store(KvType t, const float* src, uint8_t* dst, int64_t n, int head_dim);
 
 // g[i] = silu(g[i]) * u[i]; g, u: [n]
 void silu_mul(float* g, const float* u, int64_t n);
