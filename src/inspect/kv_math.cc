@@ -10,11 +10,13 @@ std::string kv_math(const KvShape& s, int64_t context, int64_t batch, int64_t bl
                     int64_t weight_bytes, KvMath* out) {
   if (s.n_layer <= 0 || s.n_head_kv <= 0 || s.head_dim <= 0) return "layers, KV heads and head dim must be positive";
   if (context <= 0 || batch <= 0 || block_size <= 0) return "context, batch and block size must be positive";
-  auto row = row_bytes(s.dtype, s.head_dim);
-  if (!row) return std::string("a head of ") + std::to_string(s.head_dim) + " values is not a whole number of " +
-                   dtype_name(s.dtype) + " blocks";
-  // K and V: per layer, per KV head, one row of head_dim values each.
-  const uint64_t per_token = 2ull * s.n_layer * s.n_head_kv * *row;
+  for (KvType t : {s.k, s.v})
+    if (s.head_dim % kv_block(t) != 0)
+      return std::string("a head of ") + std::to_string(s.head_dim) + " values is not a whole number of " +
+             kv_type_name(t) + " blocks";
+  // K and V: per layer, per KV head, one row of head_dim values each, in their own types.
+  const uint64_t per_token =
+      static_cast<uint64_t>(s.n_layer) * s.n_head_kv * (kv_row_bytes(s.k, s.head_dim) + kv_row_bytes(s.v, s.head_dim));
   auto mul = [](uint64_t a, uint64_t b) { return checked_mul(a, b).value_or(UINT64_MAX); };
   out->bytes_per_token = static_cast<int64_t>(per_token);
   out->bytes_per_sequence = static_cast<int64_t>(mul(per_token, context));

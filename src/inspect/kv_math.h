@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "base/dtype.h"
+#include "kv/kv_type.h"
 
 namespace cachet {
 
@@ -13,7 +13,7 @@ struct KvShape {
   int64_t n_layer = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
-  DType dtype = DType::kF16;  // F32, F16, BF16, Q8_0, Q4_0 (blocks of 32 along each head's vector)
+  KvType k = KvType::kF16, v = KvType::kF16;  // kv/kv_type.h (blocks of 32 along each head's vector)
 };
 
 struct KvMath {

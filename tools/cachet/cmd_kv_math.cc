@@ -10,7 +10,8 @@ namespace cachet::cli {
 
 void add_kv_math_command(CLI::App& app, int* exit_code) {
   struct Args {
-    std::string model, dtype = "f16";
+    std::string model, dtype;
+    KvFlags kv;
     int64_t layers = 0, kv_heads = 0, head_dim = 0, d_model = 0, context = 4096, batch = 1, block = 16;
     double budget_gib = 0, weights_gib = -1;
     bool json = false;
@@ -22,7 +23,9 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
   c->add_option("--kv-heads", a->kv_heads, "key/value heads");
   c->add_option("--head-dim", a->head_dim, "dimension of one head");
   c->add_option("--d-model", a->d_model, "model width (with no --kv-heads: full multi-head attention)");
-  c->add_option("--dtype", a->dtype, "KV element type")->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
+  c->add_option("--dtype", a->dtype, "KV element type of K and V (as --kv-type)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4r"}));
+  add_kv_flags(c, &a->kv);
   c->add_option("--context", a->context, "tokens per sequence");
   c->add_option("--batch", a->batch, "sequences");
   c->add_option("--block-size", a->block, "paged KV block size in tokens");
@@ -53,7 +56,10 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
       s.n_head_kv = a->d_model / s.head_dim;
     }
     if (a->weights_gib >= 0) weight_bytes = static_cast<int64_t>(a->weights_gib * (1ll << 30));
-    s.dtype = *dtype_from_name(a->dtype);
+    KvFlags kv = a->kv;
+    if (kv.both.empty()) kv.both = a->dtype;
+    s.k = kv.types().k;
+    s.v = kv.types().v;
     KvMath r;
     std::string err = kv_math(s, a->context, a->batch, a->block, static_cast<int64_t>(a->budget_gib * (1ll << 30)),
                               weight_bytes, &r);
@@ -63,7 +69,9 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
     }
     if (a->json) {
       nlohmann::json j = {{"layers", s.n_layer}, {"kv_heads", s.n_head_kv}, {"head_dim", s.head_dim},
-                          {"dtype", dtype_name(s.dtype)}, {"context", a->context}, {"batch", a->batch},
+                          {"dtype", s.k == s.v ? kv_type_name(s.k) : std::string(kv_type_name(s.k)) + "/" + kv_type_name(s.v)},
+                          {"kv_type_k", kv_type_name(s.k)}, {"kv_type_v", kv_type_name(s.v)},
+                          {"context", a->context}, {"batch", a->batch},
                           {"block_size", a->block}, {"bytes_per_token", r.bytes_per_token},
                           {"bytes_per_sequence", r.bytes_per_sequence}, {"bytes_per_batch", r.bytes_per_batch},
                           {"paged_bytes_per_sequence", r.paged_bytes_per_sequence},
@@ -72,7 +80,8 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("KV cache: %lld layers x %lld KV heads x %lld head dim, %s\n", static_cast<long long>(s.n_layer),
-                  static_cast<long long>(s.n_head_kv), static_cast<long long>(s.head_dim), dtype_name(s.dtype));
+                  static_cast<long long>(s.n_head_kv), static_cast<long long>(s.head_dim),
+                  s.k == s.v ? kv_type_name(s.k) : (std::string("K ") + kv_type_name(s.k) + ", V " + kv_type_name(s.v)).c_str());
       std::printf("  per token:     %s  (2 x layers x KV heads x head dim x element size)\n",
                   format_bytes(r.bytes_per_token).c_str());
       std::printf("  per sequence:  %s  at %lld tokens\n", format_bytes(r.bytes_per_sequence).c_str(),
