@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens for pp and before tg");
   app.add_option("-n,--n-gen", n_gen, "generated tokens for tg");
   app.add_option("-r,--reps", reps, "repetitions (median reported)");
-  app.add_option("--kv-type", kv)->check(CLI::IsMember({"f16", "f32"}));
+  app.add_option("--kv-type", kv, "KV element type of K and V")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4r"}));
   app.add_flag("--no-cache", no_cache, "also time the no-cache recompute and report the speed-up");
   app.add_flag("--bandwidth", bandwidth, "measure memory read bandwidth");
   CLI11_PARSE(app, argc, argv);
@@ -129,7 +130,7 @@ int main(int argc, char** argv) {
   GenerateOptions o;
   o.sampling.max_tokens = n_gen;
   o.stop_at_eos = false;
-  o.kv_type = kv == "f32" ? DType::kF32 : DType::kF16;
+  o.kv_type = KvTypes(*kv_type_from_name(kv));
   GenerateOptions warm = o;
   warm.sampling.max_tokens = 8;
   if (!generate(model, prompt, warm).is_ok()) return 1;  // warm-up: page in weights
@@ -152,7 +153,8 @@ int main(int argc, char** argv) {
                       {"n_gen", n_gen},
                       {"weight_bytes", weight_bytes},
                       {"weight_bytes_read_per_token", read_per_token},
-                      {"kv_bytes_per_token", c.kv_bytes_per_token(o.kv_type == DType::kF32 ? 4 : 2)},
+                      {"kv_bytes_per_token", c.n_layer * static_cast<int64_t>(o.kv_type.row_bytes(c.kv_dim()))},
+                      {"kv_type", kv_type_name(o.kv_type.k)},
                       {"pp_tok_s", median(pp)},
                       {"tg_tok_s", median(tg)},
                       {"pp_runs", pp},

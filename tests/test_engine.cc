@@ -356,5 +356,84 @@ TEST(Engine, PrefixCacheNeverChangesTokensOrLogits) {
   }
 }
 
+// Every KV type keeps the engine's bitwise guarantees: a request's logits are the same bits whatever shares
+// its batch, with the prefix cache on or off, and greedy speculation (prompt lookup, every step drafting) gives
+// the tokens plain decoding gives. (Quantization is per row at store time, the same bits wherever it runs.)
+TEST(Engine, EveryKvTypeKeepsTheBitwiseGuarantees) {
+  SyntheticSpec spec;
+  spec.type = DType::kQ4_0;
+  spec.embd_type = DType::kQ8_0;
+  spec.n_embd = 128;  // head size 32: the block types fit
+  spec.n_head = 4;
+  spec.n_head_kv = 2;
+  spec.n_layer = 2;
+  const std::string path = testing::temp_path("engine_kv_types.gguf");
+  ASSERT_TRUE(write_synthetic_model(spec, path).is_ok());
+  auto loaded = load_model(path, {2});
+  ASSERT_TRUE(loaded.is_ok());
+  Model& m = **loaded;
+  // Prompts that share prefixes, so the prefix cache has something to reuse.
+  auto js = jobs(m, 24);
+  for (size_t i = 1; i < js.size(); i += 2) {
+    std::vector<int32_t> p = js[i - 1].prompt;
+    p.insert(p.end(), js[i].prompt.begin(), js[i].prompt.end());
+    js[i].prompt = p;
+  }
+  for (KvTypes kv : {KvTypes(KvType::kQ8_0), KvTypes(KvType::kQ4_0), KvTypes(KvType::kQ4R), KvTypes(KvType::kBF16),
+                     KvTypes(KvType::kQ8_0, KvType::kQ4R)}) {
+    const std::string name = std::string(kv_type_name(kv.k)) + "/" + kv_type_name(kv.v);
+    auto serve = [&](bool prefix_cache, SpecMode mode, const std::vector<Job>& which,
+                     std::map<RequestId, std::vector<std::vector<float>>>* logits) {
+      EngineConfig cfg;
+      cfg.kv_type = kv;
+      cfg.n_blocks = 256;
+      cfg.prefill_chunk = 24;
+      cfg.prefix_cache = prefix_cache;
+      cfg.spec = mode;
+      cfg.spec_adaptive = false;  // every step drafts
+      cfg.draft_max = 4;
+      if (logits) cfg.on_logits = [logits](RequestId id, const float* l, int64_t n) { (*logits)[id].emplace_back(l, l + n); };
+      Engine e(m, cfg);
+      // Two waves: the second half's prompts extend the first half's, whose blocks are cached by then.
+      std::vector<Job> first, second;
+      for (size_t i = 0; i < which.size(); ++i) (i % 2 == 0 || which.size() == 1 ? first : second).push_back(which[i]);
+      std::vector<RequestId> first_ids, second_ids;
+      auto toks = run_engine(e, first, &first_ids);
+      for (auto& [id, t] : run_engine(e, second, &second_ids)) toks[id] = t;
+      std::vector<RequestId> ids;
+      for (size_t i = 0, a = 0, b = 0; i < which.size(); ++i)
+        ids.push_back(i % 2 == 0 || which.size() == 1 ? first_ids[a++] : second_ids[b++]);
+      EXPECT_EQ(e.check(), "") << name;
+      // Not vacuous: the cache is hit and lookup drafts (and some drafts are accepted).
+      if (prefix_cache && which.size() > 1) EXPECT_GT(e.counters().prefix_hit_tokens, 0) << name;
+      if (mode == SpecMode::kLookup) EXPECT_GT(e.counters().spec_accepted_tokens, 0) << name;
+      std::vector<std::vector<int32_t>> out;
+      for (RequestId id : ids) out.push_back(toks[id]);
+      return std::make_pair(out, ids);
+    };
+    std::map<RequestId, std::vector<std::vector<float>>> together, cached;
+    auto [batch_tokens, batch_ids] = serve(false, SpecMode::kOff, js, &together);
+    auto [cache_tokens, cache_ids] = serve(true, SpecMode::kOff, js, &cached);
+    auto [spec_tokens, spec_ids] = serve(true, SpecMode::kLookup, js, nullptr);
+    EXPECT_EQ(cache_tokens, batch_tokens) << name << ": the prefix cache changed tokens";
+    EXPECT_EQ(spec_tokens, batch_tokens) << name << ": speculation changed greedy tokens";
+    for (size_t i = 0; i < js.size(); ++i) {
+      std::map<RequestId, std::vector<std::vector<float>>> solo;
+      auto [solo_tokens, solo_ids] = serve(false, SpecMode::kOff, {js[i]}, &solo);
+      const auto& a = solo[solo_ids[0]];
+      const auto& b = together[batch_ids[i]];
+      const auto& c = cached[cache_ids[i]];
+      ASSERT_EQ(a.size(), b.size()) << name;
+      ASSERT_EQ(a.size(), c.size()) << name;
+      for (size_t st = 0; st < a.size(); ++st) {
+        ASSERT_EQ(0, std::memcmp(a[st].data(), b[st].data(), a[st].size() * sizeof(float)))
+            << name << " request " << i << " step " << st << ": batch changed the logits";
+        ASSERT_EQ(0, std::memcmp(a[st].data(), c[st].data(), a[st].size() * sizeof(float)))
+            << name << " request " << i << " step " << st << ": the prefix cache changed the logits";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cachet

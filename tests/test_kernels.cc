@@ -203,33 +203,53 @@ TEST(Kernels, KvKernelsMatchScalar) {
 
 TEST(Kernels, AttnTileMatchesScalar) {
   // Several tiles in a row per case, so the running max, the correction and the sums are all exercised;
-  // K rows padded and misaligned by one element.
+  // float rows padded and misaligned by one element; block rows (Q8_0, Q4_0: whole blocks) padded by a block.
+  const std::pair<DType, DType> pairs[] = {{DType::kF32, DType::kF32},   {DType::kF16, DType::kF16},
+                                           {DType::kBF16, DType::kBF16}, {DType::kQ8_0, DType::kQ8_0},
+                                           {DType::kQ4_0, DType::kQ4_0}, {DType::kQ8_0, DType::kQ4_0}};
   for (const Kernels* k : simd_tables()) {
-    for (DType t : {DType::kF32, DType::kF16}) {
-      const size_t elem = t == DType::kF32 ? 4 : 2;
-      for (int d : {1, 7, 8, 16, 17, 33, 64, 80, 128}) {
+    for (auto [tk, tv] : pairs) {
+      ASSERT_TRUE(attn_tile_reads(tk, tv));
+      const bool blocks = tk == DType::kQ8_0 || tk == DType::kQ4_0;
+      for (int d : {1, 7, 8, 16, 17, 32, 33, 64, 80, 128}) {
+        if (blocks && d % 32 != 0) continue;
         for (int group : {1, 3, 4}) {
           for (int n : {1, 5, 8, 15, 16}) {
            for (float cap : {0.0f, 1.5f}) {  // without and with soft-capping (cap below the scores' range)
-            const size_t stride = (d + 3) * elem;
+            auto row_bytes_of = [&](DType t) {
+              if (t == DType::kQ8_0) return static_cast<size_t>(d / 32 + 1) * 34;
+              if (t == DType::kQ4_0) return static_cast<size_t>(d / 32 + 1) * 18;
+              return static_cast<size_t>(d + 3) * (t == DType::kF32 ? 4 : 2);
+            };
+            const size_t ks = row_bytes_of(tk), vs = row_bytes_of(tv);
+            const size_t ke = blocks ? 0 : (tk == DType::kF32 ? 4 : 2), ve = blocks ? 0 : (tv == DType::kF32 ? 4 : 2);
             const int tiles = 3;
-            std::vector<uint8_t> kc(stride * n * tiles + 16), vc(stride * n * tiles + 16);
+            std::vector<uint8_t> kc(ks * n * tiles + 16), vc(vs * n * tiles + 16);
             auto kv = random_floats(static_cast<size_t>(d) * n * tiles * 2, 11 + d + n);
-            uint8_t* kb = kc.data() + elem;
-            uint8_t* vb = vc.data() + elem;
+            uint8_t* kb = kc.data() + ke;
+            uint8_t* vb = vc.data() + ve;
+            auto store = [&](DType t, const float* x, uint8_t* dst) {
+              if (t == DType::kQ8_0 || t == DType::kQ4_0) {
+                ASSERT_TRUE(quantize_row(t, x, dst, d).is_ok());
+              } else if (t == DType::kBF16) {
+                for (int j = 0; j < d; ++j) reinterpret_cast<uint16_t*>(dst)[j] = f32_to_bf16(x[j]);
+              } else {
+                ref::kKernels.kv_store(t, x, dst, d);
+              }
+            };
             for (int i = 0; i < n * tiles; ++i) {
-              ref::kKernels.kv_store(t, kv.data() + static_cast<size_t>(i) * d, kb + i * stride, d);
-              ref::kKernels.kv_store(t, kv.data() + static_cast<size_t>(n * tiles + i) * d, vb + i * stride, d);
+              store(tk, kv.data() + static_cast<size_t>(i) * d, kb + i * ks);
+              store(tv, kv.data() + static_cast<size_t>(n * tiles + i) * d, vb + i * vs);
             }
             auto q = random_floats(static_cast<size_t>(group) * d, 17 + group, -3.0f, 3.0f);
             const float inf = std::numeric_limits<float>::infinity();
             std::vector<float> rm(group, -inf), gm(group, -inf), rl(group, 0), gl(group, 0);
             std::vector<float> ra(static_cast<size_t>(group) * d, 0), ga(ra);
             for (int tile = 0; tile < tiles; ++tile) {
-              const size_t off = static_cast<size_t>(tile) * n * stride;
-              ref::kKernels.attn_tile(t, kb + off, vb + off, stride, n, q.data(), group, d, 0.3f, cap, rm.data(),
+              const size_t ko = static_cast<size_t>(tile) * n * ks, vo = static_cast<size_t>(tile) * n * vs;
+              ref::kKernels.attn_tile(tk, tv, kb + ko, ks, vb + vo, vs, n, q.data(), group, d, 0.3f, cap, rm.data(),
                                       rl.data(), ra.data());
-              k->attn_tile(t, kb + off, vb + off, stride, n, q.data(), group, d, 0.3f, cap, gm.data(), gl.data(),
+              k->attn_tile(tk, tv, kb + ko, ks, vb + vo, vs, n, q.data(), group, d, 0.3f, cap, gm.data(), gl.data(),
                            ga.data());
             }
             for (int g = 0; g < group; ++g) {
@@ -238,7 +258,8 @@ TEST(Kernels, AttnTileMatchesScalar) {
               for (int j = 0; j < d; ++j) {
                 const size_t x = static_cast<size_t>(g) * d + j;
                 ASSERT_NEAR(ga[x] / gl[g], ra[x] / rl[g], 2e-5f)
-                    << isa_name(k->isa) << " d=" << d << " n=" << n << " cap=" << cap;
+                    << isa_name(k->isa) << " " << dtype_name(tk) << "/" << dtype_name(tv) << " d=" << d << " n=" << n
+                    << " cap=" << cap;
               }
               if (cap != 0.0f) ASSERT_LE(rm[g], cap);  // the cap holds
             }
@@ -259,8 +280,10 @@ TEST(Kernels, AttnTileExpIsAccurate) {
     for (float s : {0.0f, -1e-3f, -0.5f, -1.0f, -10.0f, -50.0f, -87.0f, -87.5f, -100.0f, -1e30f}) {
       float kk[2] = {0.0f, s}, vv[2] = {0.0f, 0.0f};
       float m = -std::numeric_limits<float>::infinity(), l = 0, acc = 0;
-      k->attn_tile(DType::kF32, &kk[0], &vv[0], sizeof(float), 1, &q, 1, 1, 1.0f, 0.0f, &m, &l, &acc);
-      k->attn_tile(DType::kF32, &kk[1], &vv[1], sizeof(float), 1, &q, 1, 1, 1.0f, 0.0f, &m, &l, &acc);
+      k->attn_tile(DType::kF32, DType::kF32, &kk[0], sizeof(float), &vv[0], sizeof(float), 1, &q, 1, 1, 1.0f, 0.0f, &m,
+                   &l, &acc);
+      k->attn_tile(DType::kF32, DType::kF32, &kk[1], sizeof(float), &vv[1], sizeof(float), 1, &q, 1, 1, 1.0f, 0.0f, &m,
+                   &l, &acc);
       const float want = std::exp(s);
       const float got = l - 1.0f;
       if (want < 1e-37f) {

@@ -78,8 +78,11 @@ struct Kernels {
   //   m' = max(m, max_i s_i);  c = e^(m - m');  p_i = e^(s_i - m')
   //   acc = c * acc + sum_i p_i v_i;  l = c * l + sum_i p_i;  m = m'
   // Start each head with m = -inf, l = 0, acc = 0; the attention output is acc / l.
-  void (*attn_tile)(DType kv_type, const void* k, const void* v, size_t stride, int n, const float* q, int group,
-                    int d, float scale, float softcap, float* m, float* l, float* acc);
+  // K rows k_stride bytes apart in k_type, V rows v_stride apart in v_type; the pairs attn_tile_reads() names
+  // (block types: d a multiple of 32, a row a run of whole blocks).
+  void (*attn_tile)(DType k_type, DType v_type, const void* k, size_t k_stride, const void* v, size_t v_stride,
+                    int n, const float* q, int group, int d, float scale, float softcap, float* m, float* l,
+                    float* acc);
 
   // g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i], i < n.
   void (*silu_mul)(float* g, const float* u, int64_t n);
@@ -91,6 +94,14 @@ struct Kernels {
 // 2 sqrt(2/pi) and 2 sqrt(2/pi) 0.044715: the GELU constants of gelu_mul.
 constexpr float kGeluC1 = 1.5957691216057308f;
 constexpr float kGeluC2 = 0.0713548162726009f;
+
+// The (K, V) element types attn_tile reads in place: each float type with itself, Q8_0 and Q4_0 with themselves,
+// and Q8_0 keys with Q4_0 values.
+constexpr bool attn_tile_reads(DType k, DType v) {
+  return (k == v && (k == DType::kF32 || k == DType::kF16 || k == DType::kBF16 || k == DType::kQ8_0 ||
+                     k == DType::kQ4_0)) ||
+         (k == DType::kQ8_0 && v == DType::kQ4_0);
+}
 
 // Positions per attn_tile call, at most.
 constexpr int kAttnTileMax = 16;

@@ -278,9 +278,11 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
   }
   const KvTypes types = seq->types();
   const size_t k_head = kv_row_bytes(types.k, a.head_dim), v_head = kv_row_bytes(types.v, a.head_dim);
-  // f32 or f16 for both: the kernel reads the rows in place. Otherwise each tile's rows of a head are widened
-  // to f32 first (the layout's values: q4r stays in its rotated basis, attention() turns q and the output).
-  const bool direct = types.k == types.v && (types.k == KvType::kF32 || types.k == KvType::kF16);
+  // The kernel reads most type pairs in place (kernels.h attn_tile_reads); for the others (q4r's grids, mixed
+  // pairs) each tile's rows of a head are widened to f32 first, still in the turned basis of a quantized cache
+  // (attention() turns q and the output).
+  const bool direct = types.k != KvType::kQ4R && types.v != KvType::kQ4R &&
+                      attn_tile_reads(kv_layout(types.k), kv_layout(types.v));
   if (!direct && t_tile.size() < static_cast<size_t>(2 * kAttnTile * a.head_dim))
     t_tile.resize(2 * kAttnTile * a.head_dim);
   float* kbuf = direct ? nullptr : t_tile.data();
@@ -310,16 +312,17 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
       const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + h * v_head;
       const HeadState s = st(h);
       if (direct) {
-        k.attn_tile(kv_layout(types.k), kt, vt, sp.k_stride, nt, q(h), group, a.head_dim, scale, a.softcap, s.m,
-                    s.l, s.acc);
+        k.attn_tile(kv_layout(types.k), kv_layout(types.v), kt, sp.k_stride, vt, sp.v_stride, nt, q(h), group,
+                    a.head_dim, scale, a.softcap, s.m, s.l, s.acc);
         continue;
       }
       for (int i = 0; i < nt; ++i) {
         kv_dequantize_row_raw(types.k, kt + i * sp.k_stride, kbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
         kv_dequantize_row_raw(types.v, vt + i * sp.v_stride, vbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
       }
-      k.attn_tile(DType::kF32, kbuf, vbuf, static_cast<size_t>(a.head_dim) * 4, nt, q(h), group, a.head_dim, scale,
-                  a.softcap, s.m, s.l, s.acc);
+      const size_t row = static_cast<size_t>(a.head_dim) * 4;
+      k.attn_tile(DType::kF32, DType::kF32, kbuf, row, vbuf, row, nt, q(h), group, a.head_dim, scale, a.softcap, s.m,
+                  s.l, s.acc);
     }
     p += nt;
   }

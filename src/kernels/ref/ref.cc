@@ -163,7 +163,22 @@ void gemm_nt(int m, int n, int64_t k, const float* a, int64_t lda, const float* 
 }
 
 float kv_at(DType t, const void* row, int i) {
-  return t == DType::kF16 ? fp16_to_f32(static_cast<const uint16_t*>(row)[i]) : static_cast<const float*>(row)[i];
+  const auto* b = static_cast<const uint8_t*>(row);
+  switch (t) {
+    case DType::kF16: return fp16_to_f32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kQ8_0: {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(b)[i / 32];
+      return blk.qs[i % 32] * fp16_to_f32(blk.d);
+    }
+    case DType::kQ4_0: {
+      const auto& blk = reinterpret_cast<const BlockQ4_0*>(b)[i / 32];
+      const int j = i % 32;
+      const int code = j < 16 ? blk.qs[j] & 0x0f : blk.qs[j - 16] >> 4;
+      return (code - 8) * fp16_to_f32(blk.d);
+    }
+    default: return static_cast<const float*>(row)[i];
+  }
 }
 
 void kv_scores(DType t, const void* k, size_t stride, int n, const float* q, int d, float scale, float* scores) {
@@ -182,11 +197,11 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
   }
 }
 
-void attn_tile(DType t, const void* k, const void* v, size_t stride, int n, const float* q, int group, int d,
-               float scale, float softcap, float* m, float* l, float* acc) {
+void attn_tile(DType tk, DType tv, const void* k, size_t k_stride, const void* v, size_t v_stride, int n,
+               const float* q, int group, int d, float scale, float softcap, float* m, float* l, float* acc) {
   float p[kAttnTileMax];
   for (int g = 0; g < group; ++g) {
-    kv_scores(t, k, stride, n, q + static_cast<size_t>(g) * d, d, scale, p);
+    kv_scores(tk, k, k_stride, n, q + static_cast<size_t>(g) * d, d, scale, p);
     if (softcap != 0.0f)
       for (int i = 0; i < n; ++i) p[i] = 2.0f * softcap / (1.0f + std::exp(p[i] * (-2.0f / softcap))) - softcap;
     float m_new = m[g];
@@ -196,7 +211,7 @@ void attn_tile(DType t, const void* k, const void* v, size_t stride, int n, cons
     for (int i = 0; i < n; ++i) sum += p[i] = std::exp(p[i] - m_new);
     float* ag = acc + static_cast<size_t>(g) * d;
     for (int j = 0; j < d; ++j) ag[j] *= corr;
-    kv_accumulate(t, v, stride, n, p, d, ag);
+    kv_accumulate(tv, v, v_stride, n, p, d, ag);
     l[g] = l[g] * corr + sum;
     m[g] = m_new;
   }
