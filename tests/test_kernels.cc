@@ -10,6 +10,7 @@
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "kernels/quantize.h"
+#include "kv/kv_type.h"
 #include "tests/test_util.h"
 
 namespace cachet {
@@ -206,11 +207,12 @@ TEST(Kernels, AttnTileMatchesScalar) {
   // float rows padded and misaligned by one element; block rows (Q8_0, Q4_0: whole blocks) padded by a block.
   const std::pair<DType, DType> pairs[] = {{DType::kF32, DType::kF32},   {DType::kF16, DType::kF16},
                                            {DType::kBF16, DType::kBF16}, {DType::kQ8_0, DType::kQ8_0},
-                                           {DType::kQ4_0, DType::kQ4_0}, {DType::kQ8_0, DType::kQ4_0}};
+                                           {DType::kQ4_0, DType::kQ4_0}, {DType::kQ8_0, DType::kQ4_0},
+                                           {DType::kIQ4_NL, DType::kIQ4_NL}, {DType::kQ8_0, DType::kIQ4_NL}};
   for (const Kernels* k : simd_tables()) {
     for (auto [tk, tv] : pairs) {
       ASSERT_TRUE(attn_tile_reads(tk, tv));
-      const bool blocks = tk == DType::kQ8_0 || tk == DType::kQ4_0;
+      const bool blocks = tk == DType::kQ8_0 || tk == DType::kQ4_0 || tk == DType::kIQ4_NL;
       for (int d : {1, 7, 8, 16, 17, 32, 33, 64, 80, 128}) {
         if (blocks && d % 32 != 0) continue;
         for (int group : {1, 3, 4}) {
@@ -218,7 +220,7 @@ TEST(Kernels, AttnTileMatchesScalar) {
            for (float cap : {0.0f, 1.5f}) {  // without and with soft-capping (cap below the scores' range)
             auto row_bytes_of = [&](DType t) {
               if (t == DType::kQ8_0) return static_cast<size_t>(d / 32 + 1) * 34;
-              if (t == DType::kQ4_0) return static_cast<size_t>(d / 32 + 1) * 18;
+              if (t == DType::kQ4_0 || t == DType::kIQ4_NL) return static_cast<size_t>(d / 32 + 1) * 18;
               return static_cast<size_t>(d + 3) * (t == DType::kF32 ? 4 : 2);
             };
             const size_t ks = row_bytes_of(tk), vs = row_bytes_of(tv);
@@ -229,7 +231,9 @@ TEST(Kernels, AttnTileMatchesScalar) {
             uint8_t* kb = kc.data() + ke;
             uint8_t* vb = vc.data() + ve;
             auto store = [&](DType t, const float* x, uint8_t* dst) {
-              if (t == DType::kQ8_0 || t == DType::kQ4_0) {
+              if (t == DType::kIQ4_NL) {
+                kv_quantize_row(KvType::kQ4R, x, dst, d, d);  // IQ4_NL blocks (of the turned values)
+              } else if (t == DType::kQ8_0 || t == DType::kQ4_0) {
                 ASSERT_TRUE(quantize_row(t, x, dst, d).is_ok());
               } else if (t == DType::kBF16) {
                 for (int j = 0; j < d; ++j) reinterpret_cast<uint16_t*>(dst)[j] = f32_to_bf16(x[j]);

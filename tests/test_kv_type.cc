@@ -43,7 +43,7 @@ TEST(KvType, NamesSizesAndLayouts) {
   EXPECT_EQ(kv_row_bytes(KvType::kQ8_0, 192), 6u * 34);
   EXPECT_EQ(kv_row_bytes(KvType::kQ4_0, 192), 6u * 18);
   EXPECT_EQ(kv_row_bytes(KvType::kQ4R, 192), 6u * 18);
-  EXPECT_EQ(kv_layout(KvType::kQ4R), DType::kQ4_0);
+  EXPECT_EQ(kv_layout(KvType::kQ4R), DType::kIQ4_NL);
 }
 
 // q8_0 and q4_0 are ggml's blocks of the rotated values, byte for byte: the same bytes as the weight quantizer
@@ -121,7 +121,7 @@ TEST(KvType, RotationIsOrthonormalAndUndone) {
 
 // Keys of small models have a few channels far larger than the rest; ggml's q4_0 spends each block's range on
 // them. The rotation spreads them over the head (our q4_0 is rotated, as llama.cpp's quantized caches are), and
-// q4r's fitted scale and grid do better again than q4_0's max / -8, on such rows and on plain Gaussian ones.
+// on near-Gaussian rows (what real heads look like once turned) q4r's grid and fitted scale do better again.
 TEST(KvType, RotationAndQ4rBeatPlainQ4_0) {
   const int n = 64 * 256;
   auto x = normal(n, 6);
@@ -139,7 +139,8 @@ TEST(KvType, RotationAndQ4rBeatPlainQ4_0) {
   plain /= n;
   const double rotated = mse(KvType::kQ4_0, x), r = mse(KvType::kQ4R, x);
   EXPECT_LT(rotated, 0.6 * plain) << "plain " << plain << " rotated " << rotated;
-  EXPECT_LT(r, 0.95 * rotated) << "q4_0 " << rotated << " q4r " << r;
+  // Two huge channels leave a turned block bimodal, not Gaussian: q4r's grid is about as good as uniform there.
+  EXPECT_LT(r, 1.1 * rotated) << "q4_0 " << rotated << " q4r " << r;
   const auto g = normal(n, 7);
   EXPECT_LT(mse(KvType::kQ4R, g), 0.9 * mse(KvType::kQ4_0, g));
   EXPECT_LT(mse(KvType::kQ8_0, x), 0.02 * rotated);

@@ -95,12 +95,12 @@ struct Kernels {
 constexpr float kGeluC1 = 1.5957691216057308f;
 constexpr float kGeluC2 = 0.0713548162726009f;
 
-// The (K, V) element types attn_tile reads in place: each float type with itself, Q8_0 and Q4_0 with themselves,
-// and Q8_0 keys with Q4_0 values.
+// The (K, V) element types attn_tile reads in place: each float type with itself, Q8_0, Q4_0 and IQ4_NL with
+// themselves, and Q8_0 keys with Q4_0 or IQ4_NL values.
 constexpr bool attn_tile_reads(DType k, DType v) {
   return (k == v && (k == DType::kF32 || k == DType::kF16 || k == DType::kBF16 || k == DType::kQ8_0 ||
-                     k == DType::kQ4_0)) ||
-         (k == DType::kQ8_0 && v == DType::kQ4_0);
+                     k == DType::kQ4_0 || k == DType::kIQ4_NL)) ||
+         (k == DType::kQ8_0 && (v == DType::kQ4_0 || v == DType::kIQ4_NL));
 }
 
 // Positions per attn_tile call, at most.

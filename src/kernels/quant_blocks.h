@@ -19,6 +19,11 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// IQ4_NL's 16 levels (ggml's kvalues_iq4nl): an IQ4_NL block is a Q4_0 block whose code c means d * grid[c].
+// The KV cache's q4r type is this layout (kv/kv_type.h).
+alignas(16) inline constexpr int8_t kIq4nlGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                     1,    13,   25,  38,  53,  69,  89,  113};
+
 struct BlockQ4_1 {
   uint16_t d;            // fp16 scale
   uint16_t m;            // fp16 minimum

@@ -1,6 +1,7 @@
 #include "kv/kv_type.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -25,7 +26,7 @@ constexpr Info kInfo[] = {
     {KvType::kF32, "f32", 1, 4, DType::kF32},          {KvType::kF16, "f16", 1, 2, DType::kF16},
     {KvType::kBF16, "bf16", 1, 2, DType::kBF16},       {KvType::kQ8_0, "q8_0", kQK, sizeof(BlockQ8_0), DType::kQ8_0},
     {KvType::kQ4_0, "q4_0", kQK, sizeof(BlockQ4_0), DType::kQ4_0},
-    {KvType::kQ4R, "q4r", kQK, sizeof(BlockQ4_0), DType::kQ4_0},
+    {KvType::kQ4R, "q4r", kQK, sizeof(BlockQ4_0), DType::kIQ4_NL},
 };
 
 const Info& info(KvType t) { return kInfo[static_cast<int>(t)]; }
@@ -70,40 +71,33 @@ void flip_signs(float* x, int r) {
     if (sg.neg[j]) x[j] = -x[j];
 }
 
-// q4r's two grids, chosen per block by the sign of its f16 scale (no extra bits): d > 0, the Lloyd-Max levels of
-// a unit Gaussian (what most rotated blocks look like) scaled so the outermost is 127; d < 0, Q4_0's uniform
-// levels q - 8 at |d| (better for a block where one large outlier dominates even after the rotation).
-// Value = |d| * grid[code].
-constexpr int8_t kQ4rLevels[16] = {-127, -96, -75, -58, -44, -31, -18, -6, 6, 18, 31, 44, 58, 75, 96, 127};
-constexpr int8_t kQ4rUniform[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+// q4r's grid: IQ4_NL's 16 non-linear levels (denser near zero, as a rotated block's near-Gaussian values are),
+// value = d * kIq4nl[code]; the grid is asymmetric, so the scale's sign chooses which end has the extra reach.
+// A q4r block is an IQ4_NL block byte for byte: the kernels read it under that type.
+constexpr const int8_t* kIq4nl = kIq4nlGrid;
 
-// The positive half's midpoints of the Gaussian grid: |v| in level units is nearest level 8 + (how many of these
-// it exceeds).
-constexpr float kQ4rMid[7] = {12.0f, 24.5f, 37.5f, 51.0f, 66.5f, 85.5f, 111.5f};
-
-// codes[j] and the squared error of x at scale d > 0 on one grid.
-double q4r_assign(const float* x, float d, bool gaussian, uint8_t* codes) {
+// codes[j] and the squared error of x at scale d (either sign): the nearest level by counting midpoints.
+double q4r_assign(const float* x, float d, uint8_t* codes) {
+  static const auto mids = [] {
+    std::array<float, 15> m{};
+    for (int i = 0; i < 15; ++i) m[i] = 0.5f * (kIq4nl[i] + kIq4nl[i + 1]);
+    return m;
+  }();
   const float id = 1.0f / d;
-  const int8_t* grid = gaussian ? kQ4rLevels : kQ4rUniform;
   double err = 0;
   for (int j = 0; j < kQK; ++j) {
-    int code;
-    if (gaussian) {
-      const float v = std::fabs(x[j]) * id;
-      int k = 0;
-      for (float m : kQ4rMid) k += v > m;  // branch-free: 0..7
-      code = x[j] < 0.0f ? 7 - k : 8 + k;
-    } else {
-      code = std::max(0, std::min(15, static_cast<int>(std::lround(x[j] * id)) + 8));
-    }
+    const float v = x[j] * id;
+    int code = 0;
+    for (float m : mids) code += v > m;  // branch-free: 0..15
     codes[j] = static_cast<uint8_t>(code);
-    const float e = x[j] - d * grid[code];
+    const float e = x[j] - d * kIq4nl[code];
     err += static_cast<double>(e) * e;
   }
   return err;
 }
 
-// The grid and scale of least squared error: a few scales per grid, then a least-squares refit of the best.
+// The scale of least squared error: candidates around amax / 127 and amax / 113 of both signs (the grid's two
+// ends), then a least-squares refit of the best one's codes.
 void quantize_q4r(const float* x, BlockQ4_0* b) {
   float amax = 0.0f;
   for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -114,29 +108,28 @@ void quantize_q4r(const float* x, BlockQ4_0* b) {
   }
   uint8_t q[kQK], best_q[kQK];
   float best_d = 0.0f;
-  bool best_g = true;
   double best = 1e300;
-  auto consider = [&](float d, bool g) {
-    if (!(d > 0.0f)) return;
-    const double e = q4r_assign(x, d, g, q);
+  auto consider = [&](float d) {
+    if (d == 0.0f || !std::isfinite(d)) return;
+    const double e = q4r_assign(x, d, q);
     if (e < best) {
       best = e;
       best_d = d;
-      best_g = g;
       std::memcpy(best_q, q, sizeof q);
     }
   };
-  for (float f : {1.0f, 0.95f, 0.9f, 0.85f, 0.8f, 0.75f}) consider(amax / 127.0f * f, true);
-  for (float f : {1.0f, 0.9f, 0.8f}) consider(amax / 7.0f * f, false);
-  consider(amax / 8.0f, false);
-  const int8_t* grid = best_g ? kQ4rLevels : kQ4rUniform;
+  for (float f : {1.0f, 0.93f, 0.86f})
+    for (float sign : {1.0f, -1.0f}) {
+      consider(sign * amax / 127.0f * f);
+      consider(sign * amax / 113.0f * f);
+    }
   double num = 0, den = 0;
   for (int j = 0; j < kQK; ++j) {
-    num += static_cast<double>(x[j]) * grid[best_q[j]];
-    den += static_cast<double>(grid[best_q[j]]) * grid[best_q[j]];
+    num += static_cast<double>(x[j]) * kIq4nl[best_q[j]];
+    den += static_cast<double>(kIq4nl[best_q[j]]) * kIq4nl[best_q[j]];
   }
-  if (den > 0) consider(static_cast<float>(num / den), best_g);
-  b->d = f32_to_fp16(best_g ? best_d : -best_d);
+  if (den > 0) consider(static_cast<float>(num / den));
+  b->d = f32_to_fp16(best_d);
   for (int j = 0; j < kQK / 2; ++j) b->qs[j] = static_cast<uint8_t>(best_q[j] | (best_q[j + kQK / 2] << 4));
 }
 
@@ -277,13 +270,11 @@ void kv_dequantize_row_raw(KvType t, const uint8_t* src, float* dst, int64_t n) 
     case KvType::kQ4R:
       for (int64_t b = 0; b < n / kQK; ++b) {
         const auto& blk = reinterpret_cast<const BlockQ4_0*>(src)[b];
-        const float sd = fp16_to_f32(blk.d);
-        // q4_0: levels q - 8 at d (either sign); q4r: the grid the scale's sign names, at |d|.
-        const int8_t* grid = t == KvType::kQ4R && sd > 0.0f ? kQ4rLevels : kQ4rUniform;
-        const float d = t == KvType::kQ4R ? std::fabs(sd) : sd;
+        const float d = fp16_to_f32(blk.d);
         for (int j = 0; j < kQK / 2; ++j) {
-          dst[b * kQK + j] = grid[blk.qs[j] & 0x0f] * d;
-          dst[b * kQK + j + kQK / 2] = grid[blk.qs[j] >> 4] * d;
+          const int lo = blk.qs[j] & 0x0f, hi = blk.qs[j] >> 4;
+          dst[b * kQK + j] = (t == KvType::kQ4R ? kIq4nl[lo] : lo - 8) * d;
+          dst[b * kQK + j + kQK / 2] = (t == KvType::kQ4R ? kIq4nl[hi] : hi - 8) * d;
         }
       }
       return;

@@ -2,9 +2,9 @@
 //   f32, f16, bf16     one value per element
 //   q8_0               ggml's Q8_0 blocks: per 32 elements an f16 scale and 32 int8 (8.5 bits/element)
 //   q4_0               ggml's Q4_0 blocks: per 32 elements an f16 scale and 32 4-bit codes (4.5 bits/element)
-//   q4r                ours, 4.5 bits/element in Q4_0's block layout: per block, the scale and one of two 16-level
-//                      grids (a unit Gaussian's Lloyd-Max levels, or Q4_0's uniform levels; the scale's sign says
-//                      which) of least squared error, where q4_0 takes max / -8 on its uniform grid
+//   q4r                ours, 4.5 bits/element: IQ4_NL blocks (an f16 scale and 32 codes on 16 non-linear levels,
+//                      denser near zero) with the scale of least squared error (either sign: the grid is
+//                      asymmetric), where q4_0 takes max / -8 on its uniform grid
 // The quantized types hold each head turned by a fixed orthonormal rotation (random signs, then a Walsh-Hadamard
 // transform over the largest power of two dividing the head size, at most 256), as llama.cpp does for its
 // quantized caches: a few outlier channels (keys have them; a block's range is spent on them) spread over the
@@ -37,7 +37,7 @@ int kv_block(KvType t);
 size_t kv_block_bytes(KvType t);
 // Bytes of a row of n elements (n a multiple of kv_block(t)).
 size_t kv_row_bytes(KvType t, int64_t n);
-// The block layout (q4r: Q4_0's bytes, its own levels).
+// The block layout the kernels read (q4r: IQ4_NL).
 DType kv_layout(KvType t);
 bool kv_rotated(KvType t);
 

@@ -278,11 +278,10 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
   }
   const KvTypes types = seq->types();
   const size_t k_head = kv_row_bytes(types.k, a.head_dim), v_head = kv_row_bytes(types.v, a.head_dim);
-  // The kernel reads most type pairs in place (kernels.h attn_tile_reads); for the others (q4r's grids, mixed
-  // pairs) each tile's rows of a head are widened to f32 first, still in the turned basis of a quantized cache
+  // The kernel reads most type pairs in place (kernels.h attn_tile_reads); for the others (mixed pairs) each
+  // tile's rows of a head are widened to f32 first, still in the turned basis of a quantized cache
   // (attention() turns q and the output).
-  const bool direct = types.k != KvType::kQ4R && types.v != KvType::kQ4R &&
-                      attn_tile_reads(kv_layout(types.k), kv_layout(types.v));
+  const bool direct = attn_tile_reads(kv_layout(types.k), kv_layout(types.v));
   if (!direct && t_tile.size() < static_cast<size_t>(2 * kAttnTile * a.head_dim))
     t_tile.resize(2 * kAttnTile * a.head_dim);
   float* kbuf = direct ? nullptr : t_tile.data();

@@ -70,3 +70,16 @@ def test_unfit_head_size_is_refused(cachet_bin, shared_dir):
     r = subprocess.run([cachet_bin, "run", "-m", str(shared_dir / "models" / "stories260K.bin"), "--prompt-ids", "1",
                         "-n", "4", "--kv-type-k", "q4r"], capture_output=True, text=True)
     assert r.returncode != 0 and "multiple of 32" in r.stderr
+
+
+def test_passkey_is_found_with_every_cache_type(cachet_bin, default_model):
+    """cachet passkey: a key hidden at 20% and 80% of a ~1k-token filler is repeated back, with the f16, q8_0 and
+    q4r caches (the default model reads 1k tokens easily: a miss here is a broken cache or prompt, not the model)."""
+    for kv in ("f16", "q8_0", "q4r"):
+        out = subprocess.run([cachet_bin, "passkey", "-m", default_model, "-c", "1024", "--depth", "0.2", "0.8",
+                              "--trials", "2", "--kv-type", kv, "--json"], check=True, capture_output=True, text=True)
+        j = json.loads(out.stdout)
+        assert j["kv_type_k"] == kv
+        for r in j["results"]:
+            assert 900 <= r["prompt_tokens"] <= 1024, r
+            assert r["found"] == r["trials"], (kv, r)

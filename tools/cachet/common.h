@@ -107,5 +107,6 @@ void add_batch_command(CLI::App& app, int* exit_code);
 void add_serve_command(CLI::App& app, int* exit_code);
 void add_quantize_commands(CLI::App& app, int* exit_code);
 void add_perplexity_command(CLI::App& app, int* exit_code);
+void add_passkey_command(CLI::App& app, int* exit_code);
 
 }  // namespace cachet::cli

@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   cachet::cli::add_serve_command(app, &exit_code);
   cachet::cli::add_quantize_commands(app, &exit_code);
   cachet::cli::add_perplexity_command(app, &exit_code);
+  cachet::cli::add_passkey_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

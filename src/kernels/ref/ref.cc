@@ -171,11 +171,12 @@ float kv_at(DType t, const void* row, int i) {
       const auto& blk = reinterpret_cast<const BlockQ8_0*>(b)[i / 32];
       return blk.qs[i % 32] * fp16_to_f32(blk.d);
     }
-    case DType::kQ4_0: {
+    case DType::kQ4_0:
+    case DType::kIQ4_NL: {
       const auto& blk = reinterpret_cast<const BlockQ4_0*>(b)[i / 32];
       const int j = i % 32;
       const int code = j < 16 ? blk.qs[j] & 0x0f : blk.qs[j - 16] >> 4;
-      return (code - 8) * fp16_to_f32(blk.d);
+      return (t == DType::kQ4_0 ? code - 8 : kIq4nlGrid[code]) * fp16_to_f32(blk.d);
     }
     default: return static_cast<const float*>(row)[i];
   }
