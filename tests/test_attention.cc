@@ -37,6 +37,34 @@ void fill_random(ContiguousKvCache* cache, int kv_dim, std::mt19937* rng, int he
   }
 }
 
+// The largest difference between `out` (H heads of D) and naive attention in double of q over positions 0..n-1,
+// K and V of KV head h at position j given by k(j, h) / v(j, h) (D floats each).
+template <typename KAt, typename VAt>
+double worst_vs_naive(const std::vector<float>& q, const std::vector<float>& out, int n, int H, int KH, int D, KAt k,
+                      VAt v) {
+  double worst = 0;
+  for (int h = 0; h < H; ++h) {
+    const int kvh = h / (H / KH);
+    std::vector<double> s(n);
+    double mx = -1e300;
+    for (int j = 0; j < n; ++j) {
+      const float* kr = k(j, kvh);
+      double d = 0;
+      for (int i = 0; i < D; ++i) d += static_cast<double>(q[h * D + i]) * kr[i];
+      s[j] = d / std::sqrt(static_cast<double>(D));
+      mx = std::max(mx, s[j]);
+    }
+    double sum = 0;
+    for (double& x : s) sum += x = std::exp(x - mx);
+    for (int i = 0; i < D; ++i) {
+      double o = 0;
+      for (int j = 0; j < n; ++j) o += s[j] * v(j, kvh)[i];
+      worst = std::max(worst, std::fabs(o / sum - out[h * D + i]));
+    }
+  }
+  return worst;
+}
+
 TEST(Attention, FlashEqualsNaive) {
   const int max_ctx = 4096, H = 8, KH = 2, D = 64;
   ContiguousKvCache cache(one_layer(H, KH, D), max_ctx, DType::kF32);
@@ -56,26 +84,9 @@ TEST(Attention, FlashEqualsNaive) {
     const int32_t pos = n - 1, seq = 0;
     KvSequence* seqs[] = {&cache};
     attention(pool, {q.data(), out.data(), 1, &pos, &seq, seqs, 0, H, KH, D});
-    double worst = 0;
-    for (int h = 0; h < H; ++h) {
-      const int kvh = h / (H / KH);
-      std::vector<double> s(n);
-      double mx = -1e300;
-      for (int j = 0; j < n; ++j) {
-        const float* k = reinterpret_cast<const float*>(cache.k_row(0, j)) + kvh * D;
-        double d = 0;
-        for (int i = 0; i < D; ++i) d += static_cast<double>(q[h * D + i]) * k[i];
-        s[j] = d / std::sqrt(static_cast<double>(D));
-        mx = std::max(mx, s[j]);
-      }
-      double sum = 0;
-      for (double& x : s) sum += x = std::exp(x - mx);
-      for (int i = 0; i < D; ++i) {
-        double o = 0;
-        for (int j = 0; j < n; ++j) o += s[j] * reinterpret_cast<const float*>(cache.v_row(0, j))[kvh * D + i];
-        worst = std::max(worst, std::fabs(o / sum - out[h * D + i]));
-      }
-    }
+    const double worst = worst_vs_naive(
+        q, out, n, H, KH, D, [&](int j, int h) { return reinterpret_cast<const float*>(cache.k_row(0, j)) + h * D; },
+        [&](int j, int h) { return reinterpret_cast<const float*>(cache.v_row(0, j)) + h * D; });
     ASSERT_LE(worst, 1e-5) << "context " << n;
   }
 }
@@ -130,25 +141,9 @@ TEST(Attention, EveryKvTypeEqualsNaiveOverItsValues) {
         const int32_t pos = n - 1, seq = 0;
         KvSequence* seqs[] = {&cache};
         attention(pool, {q.data(), out.data(), 1, &pos, &seq, seqs, 0, H, KH, D});
-        double worst = 0;
-        for (int h = 0; h < H; ++h) {
-          const int kvh = h / (H / KH);
-          std::vector<double> s(n);
-          double mx = -1e300;
-          for (int j = 0; j < n; ++j) {
-            double d = 0;
-            for (int i = 0; i < D; ++i) d += static_cast<double>(q[h * D + i]) * kf[(static_cast<size_t>(j) * KH + kvh) * D + i];
-            s[j] = d / std::sqrt(static_cast<double>(D));
-            mx = std::max(mx, s[j]);
-          }
-          double sum = 0;
-          for (double& x : s) sum += x = std::exp(x - mx);
-          for (int i = 0; i < D; ++i) {
-            double o = 0;
-            for (int j = 0; j < n; ++j) o += s[j] * vf[(static_cast<size_t>(j) * KH + kvh) * D + i];
-            worst = std::max(worst, std::fabs(o / sum - out[h * D + i]));
-          }
-        }
+        const double worst = worst_vs_naive(
+            q, out, n, H, KH, D, [&](int j, int h) { return kf.data() + (static_cast<size_t>(j) * KH + h) * D; },
+            [&](int j, int h) { return vf.data() + (static_cast<size_t>(j) * KH + h) * D; });
         ASSERT_LE(worst, 2e-5) << kv_type_name(kt) << "/" << kv_type_name(vt) << " context " << n;
       }
     }

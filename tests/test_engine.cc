@@ -17,14 +17,16 @@
 namespace cachet {
 namespace {
 
-std::unique_ptr<Model> small_model() {
+// n_embd 64: head size 16; 128: 32, which the block KV types need.
+std::unique_ptr<Model> small_model(int64_t n_embd = 64) {
   SyntheticSpec s;
   s.type = DType::kQ4_0;
   s.embd_type = DType::kQ8_0;
+  s.n_embd = n_embd;
   s.n_head = 4;
   s.n_head_kv = 2;
   s.n_layer = 2;
-  const std::string path = testing::temp_path("engine.gguf");
+  const std::string path = testing::temp_path("engine_" + std::to_string(n_embd) + ".gguf");
   EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
   auto m = load_model(path, {2});
   EXPECT_TRUE(m.is_ok());
@@ -360,18 +362,8 @@ TEST(Engine, PrefixCacheNeverChangesTokensOrLogits) {
 // its batch, with the prefix cache on or off, and greedy speculation (prompt lookup, every step drafting) gives
 // the tokens plain decoding gives. (Quantization is per row at store time, the same bits wherever it runs.)
 TEST(Engine, EveryKvTypeKeepsTheBitwiseGuarantees) {
-  SyntheticSpec spec;
-  spec.type = DType::kQ4_0;
-  spec.embd_type = DType::kQ8_0;
-  spec.n_embd = 128;  // head size 32: the block types fit
-  spec.n_head = 4;
-  spec.n_head_kv = 2;
-  spec.n_layer = 2;
-  const std::string path = testing::temp_path("engine_kv_types.gguf");
-  ASSERT_TRUE(write_synthetic_model(spec, path).is_ok());
-  auto loaded = load_model(path, {2});
-  ASSERT_TRUE(loaded.is_ok());
-  Model& m = **loaded;
+  auto loaded = small_model(128);  // head size 32: the block types fit
+  Model& m = *loaded;
   // Prompts that share prefixes, so the prefix cache has something to reuse.
   auto js = jobs(m, 24);
   for (size_t i = 1; i < js.size(); i += 2) {
