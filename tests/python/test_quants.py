@@ -161,3 +161,31 @@ def test_perplexity_matches_numpy(cachet_bin, default_model, tmp_path, shared_di
             n += 1
     assert ours["scored_tokens"] == n
     assert abs(ours["ppl"] - np.exp(nll / n)) <= 1e-3 * np.exp(nll / n), (ours["ppl"], np.exp(nll / n))
+
+
+def test_perplexity_skip_and_score_last_score_the_stated_tokens(cachet_bin, default_model):
+    """--skip S --score-last W with ctx C scores the predictions of tokens S+C-W .. S+C-1 of the text: a chunk of
+    C tokens starting at S, its last W predictions (context extension compares contexts on the same tokens)."""
+    import pathlib
+    text = pathlib.Path(__file__).resolve().parents[2] / "data" / "kjv_genesis_1-12.txt"
+    ids = [int(i) for i in subprocess.run([cachet_bin, "tokenize", "-m", default_model, "-f", str(text)], check=True,
+                                          capture_output=True, text=True).stdout.split()]
+    S, C, W = 100, 96, 40
+    out = subprocess.run([cachet_bin, "perplexity", "-m", default_model, "-f", str(text), "--ctx", str(C),
+                          "--chunks", "1", "--skip", str(S), "--score-last", str(W), "--kv-type", "f32", "--precise",
+                          "--json"], check=True, capture_output=True, text=True).stdout
+    ours = json.loads(out)
+    m = Model.load(default_model)
+    m.quantize_activations = False
+    chunk = ids[S:S + C]  # this model adds no BOS (a model that does gets it first in every chunk)
+    logits = m.logits(chunk)
+    nll = 0.0
+    for i in range(C - 1 - W, C - 1):
+        row = logits[i]
+        mx = row.max()
+        nll += np.log(np.exp(row - mx).sum()) + mx - row[chunk[i + 1]]
+    assert ours["scored_tokens"] == W
+    assert abs(ours["ppl"] - np.exp(nll / W)) <= 1e-3 * np.exp(nll / W), (ours["ppl"], np.exp(nll / W))
+    bad = subprocess.run([cachet_bin, "perplexity", "-m", default_model, "-f", str(text), "--ctx", str(C),
+                          "--score-last", str(C)], capture_output=True, text=True)
+    assert bad.returncode != 0 and "score-last" in bad.stderr

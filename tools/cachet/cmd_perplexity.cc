@@ -25,6 +25,8 @@ struct PplArgs {
   std::string model, file, kl_save, kl_base;
   KvFlags kv;
   int ctx = 512, chunks = 0, threads = 0;
+  int64_t skip = 0;   // text tokens before the first chunk
+  int score_last = 0;  // predictions scored per chunk, its last ones (0: the second half)
   bool precise = false, json = false;
   RopeOverrides rope;
 };
@@ -43,14 +45,22 @@ int perplexity(const PplArgs& a) {
   if (a.ctx > model.config().n_ctx_train)  // measuring what happens past it is what context extension is about
     std::fprintf(stderr, "note: --ctx %d is past the model's context %lld (RoPE scaling: %s)\n", a.ctx,
                  static_cast<long long>(model.config().n_ctx_train), model.config().rope_scaling.c_str());
-  const std::vector<int32_t> tokens = tok.encode(ss.str(), /*add_special=*/true, /*parse_special=*/false);
+  std::vector<int32_t> tokens = tok.encode(ss.str(), /*add_special=*/true, /*parse_special=*/false);
+  if (a.skip < 0 || a.skip >= static_cast<int64_t>(tokens.size()))
+    return fail(invalid_argument("--skip " + std::to_string(a.skip) + " is outside the text's " +
+                                 std::to_string(tokens.size()) + " tokens"));
+  tokens.erase(tokens.begin(), tokens.begin() + a.skip);
+  if (a.score_last < 0 || a.score_last > a.ctx - 1)
+    return fail(invalid_argument("--score-last must be in 1.." + std::to_string(a.ctx - 1)));
   int n_chunks = static_cast<int>(tokens.size() / a.ctx);
   if (a.chunks > 0) n_chunks = std::min(n_chunks, a.chunks);
   if (n_chunks == 0)
     return fail(invalid_argument("the text has " + std::to_string(tokens.size()) + " tokens, fewer than --ctx " +
                                  std::to_string(a.ctx)));
   const int64_t V = model.config().n_vocab;
-  const int first = a.ctx / 2;
+  // Scored: the predictions from position `first` on (the second half, or the last --score-last of them). With
+  // --skip, chunks of different lengths can end at the same text and score the same tokens (context extension).
+  const int first = a.score_last > 0 ? a.ctx - 1 - a.score_last : a.ctx / 2;
   if (Status s = kv_types_fit(model.config(), a.kv.types()); !s.is_ok()) return fail(s);
   ContiguousKvCache cache(model.config(), a.ctx, a.kv.types());
   std::vector<float> logits(static_cast<size_t>(a.ctx) * V);
@@ -146,8 +156,10 @@ int perplexity(const PplArgs& a) {
     if (!kl.is_null()) j["kld"] = kl;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("perplexity: %.4f over %lld tokens (%d chunks of %d, second halves scored), %.1f tokens/s\n", ppl,
-                static_cast<long long>(scored), n_chunks, a.ctx, n_chunks * a.ctx / secs);
+    std::printf("perplexity: %.4f over %lld tokens (%d chunks of %d, %s scored), %.1f tokens/s\n", ppl,
+                static_cast<long long>(scored), n_chunks, a.ctx,
+                a.score_last > 0 ? ("the last " + std::to_string(a.score_last)).c_str() : "second halves",
+                n_chunks * a.ctx / secs);
     if (!kl.is_null())
       std::printf("KL divergence from %s: mean %.6f +/- %.6f, median %.6f, 99%% %.6f; same top token %.2f%%\n",
                   a.kl_base.c_str(), kl["mean"].get<double>(), kl["stderr"].get<double>(),
@@ -165,6 +177,8 @@ void add_perplexity_command(CLI::App& app, int* exit_code) {
   c->add_option("-f,--file", a->file, "text file (data/kjv_genesis_1-12.txt is shipped for this)")->required();
   c->add_option("-c,--ctx", a->ctx, "tokens per chunk; the second half of each is scored");
   c->add_option("--chunks", a->chunks, "score at most this many chunks (0: all)");
+  c->add_option("--skip", a->skip, "text tokens to skip before the first chunk");
+  c->add_option("--score-last", a->score_last, "score the last N predictions of each chunk (default: its second half)");
   add_kv_flags(c, &a->kv);
   c->add_option("--kl-save", a->kl_save, "save this run's log-probabilities (the base for --kl-base)");
   c->add_option("--kl-base", a->kl_base, "report the KL divergence from a run saved with --kl-save");
