@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/jinja_limits.h"
 #include "chat/jinja_value.h"
 
 namespace cachet::jinja {
@@ -21,6 +22,7 @@ struct Expr {
   std::vector<std::string> kw_names;               // keyword argument names, aligned to the tail of `items`
   std::unique_ptr<Expr> a, b, c;                   // operands: object/callee/lhs, index/rhs, slice step/else
   bool negated = false;                            // kTest: "is not"
+  int depth = 1;                                   // of this node's tree (the parser bounds it)
 };
 
 struct Node {
@@ -31,7 +33,8 @@ struct Node {
   std::unique_ptr<Expr> expr;                        // kOutput, kFor iterable, kSet value
   std::vector<std::unique_ptr<Expr>> conds;          // kIf: one per branch (else has none)
   std::vector<std::vector<std::unique_ptr<Node>>> branches;  // kIf branches (+ else), kFor body (+ else)
-  std::vector<std::string> targets;                  // kFor loop variables; kSet: name or {ns, attr}
+  std::vector<std::string> targets;                  // kFor loop variables; kSet: names, or {ns, attr}
+  bool attr_target = false;                          // kSet / kSetBlock: targets are {ns, attr} (set ns.attr = ...)
   std::unique_ptr<Expr> filter;                      // kFor: "for x in xs if cond"
   std::string name;                                  // kMacro name
   std::vector<std::string> params;                   // kMacro

@@ -1,5 +1,6 @@
 // The builtins templates call: filters, tests, string / dict / list methods and the global functions.
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <ctime>
 
@@ -25,15 +26,40 @@ std::string strip_chars(const std::string& s, const std::string& chars, bool lef
   return s.substr(b, e - b);
 }
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to, int64_t count = -1) {
+// Builds the result in one pass (replacing in place is quadratic), checked against the render's budget.
+Result<std::string> replace_all(const std::string& s, const std::string& from, const std::string& to,
+                                int64_t count = -1) {
   if (from.empty()) return s;
-  size_t pos = 0;
-  while (count != 0 && (pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
+  std::string out;
+  size_t pos = 0, hit;
+  while (count != 0 && (hit = s.find(from, pos)) != std::string::npos) {
+    CACHET_RETURN_IF_ERROR(reserve_bytes(out.size() + (hit - pos) + to.size()));
+    out.append(s, pos, hit - pos);
+    out += to;
+    pos = hit + from.size();
     if (count > 0) --count;
   }
-  return s;
+  CACHET_RETURN_IF_ERROR(reserve_bytes(out.size() + s.size() - pos));
+  out.append(s, pos, std::string::npos);
+  return out;
+}
+
+// sep.join(parts), checked against the render's budget before it is built.
+Result<std::string> join_checked(const std::vector<std::string>& parts, const std::string& sep) {
+  size_t n = 0;
+  for (const auto& p : parts) n += p.size();
+  if (!parts.empty()) {
+    if (!sep.empty() && parts.size() - 1 > Limits::kMaxValueBytes / sep.size()) CACHET_RETURN_IF_ERROR(reserve_bytes(SIZE_MAX));
+    n += sep.size() * (parts.size() - 1);
+  }
+  CACHET_RETURN_IF_ERROR(reserve_bytes(n));
+  std::string r;
+  r.reserve(n);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) r += sep;
+    r += parts[i];
+  }
+  return r;
 }
 
 std::string title_case(const std::string& s) {
@@ -117,16 +143,21 @@ Result<Value> apply_filter(const std::string& f, const Value& v, Args& a, int li
   if (f == "join") {
     const std::string sep = a.get(0, "d", Value("")).to_string();
     Value attr = a.get(1, "attribute");
-    std::string r;
+    std::vector<std::string> parts;
     if (v.is_list())
-      for (size_t i = 0; i < v.list().size(); ++i) {
-        CACHET_ASSIGN_OR_RETURN(Value x, attr_of(v.list()[i], attr));
-        r += (i ? sep : "") + x.to_string();
+      for (const Value& item : v.list()) {
+        CACHET_ASSIGN_OR_RETURN(Value x, attr_of(item, attr));
+        parts.push_back(x.to_string());
+        CACHET_RETURN_IF_ERROR(reserve_bytes(parts.back().size()));
       }
-    return Value(r);
+    CACHET_ASSIGN_OR_RETURN(std::string r, join_checked(parts, sep));
+    return Value(std::move(r));
   }
-  if (f == "replace") return Value(replace_all(v.to_string(), a.get(0, "old").to_string(), a.get(1, "new").to_string(),
-                                               a.get(2, "count", Value(-1)).as_int()));
+  if (f == "replace") {
+    CACHET_ASSIGN_OR_RETURN(std::string r, replace_all(v.to_string(), a.get(0, "old").to_string(),
+                                                       a.get(1, "new").to_string(), a.get(2, "count", Value(-1)).as_int()));
+    return Value(std::move(r));
+  }
   if (f == "string") return Value(v.to_string());
   if (f == "int") {
     if (v.is_string()) return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
@@ -230,8 +261,13 @@ Result<Value> apply_filter(const std::string& f, const Value& v, Args& a, int li
   if (f == "indent") {
     const int64_t w = a.get(0, "width", Value(int64_t{4})).as_int();
     const bool first = a.get(1, "first", Value(false)).truthy();
-    const std::string pad(static_cast<size_t>(std::max<int64_t>(0, w)), ' ');
-    std::string s = v.to_string(), out;
+    const std::string s = v.to_string();
+    const size_t lines = static_cast<size_t>(std::count(s.begin(), s.end(), '\n')) + 1;
+    const uint64_t width = static_cast<uint64_t>(std::max<int64_t>(0, w));
+    if (width > Limits::kMaxValueBytes / lines) CACHET_RETURN_IF_ERROR(reserve_bytes(SIZE_MAX));
+    CACHET_RETURN_IF_ERROR(reserve_bytes(s.size() + width * lines));
+    const std::string pad(width, ' ');
+    std::string out;
     for (size_t i = 0; i < s.size(); ++i) {
       out += s[i];
       if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') out += pad;
@@ -337,8 +373,11 @@ Result<Value> call_method(const Value& obj, const std::string& m, Args& a, int l
       }
       return Value(false);
     }
-    if (m == "replace") return Value(replace_all(s, a.get(0, "old").to_string(), a.get(1, "new").to_string(),
-                                                 a.get(2, "count", Value(-1)).as_int()));
+    if (m == "replace") {
+      CACHET_ASSIGN_OR_RETURN(std::string r, replace_all(s, a.get(0, "old").to_string(), a.get(1, "new").to_string(),
+                                                         a.get(2, "count", Value(-1)).as_int()));
+      return Value(std::move(r));
+    }
     if (m == "split" || m == "rsplit") {
       Value sep = a.get(0, "sep");
       int64_t maxsplit = a.get(1, "maxsplit", Value(-1)).as_int();
@@ -380,10 +419,14 @@ Result<Value> call_method(const Value& obj, const std::string& m, Args& a, int l
     }
     if (m == "join") {
       Value items = a.get(0, "iterable");
-      std::string r;
+      std::vector<std::string> parts;
       if (items.is_list())
-        for (size_t i = 0; i < items.list().size(); ++i) r += (i ? s : "") + items.list()[i].to_string();
-      return Value(r);
+        for (const Value& item : items.list()) {
+          parts.push_back(item.to_string());
+          CACHET_RETURN_IF_ERROR(reserve_bytes(parts.back().size()));
+        }
+      CACHET_ASSIGN_OR_RETURN(std::string r, join_checked(parts, s));
+      return Value(std::move(r));
     }
     if (m == "isdigit" || m == "isalpha" || m == "isspace") {
       if (s.empty()) return Value(false);
@@ -408,7 +451,14 @@ Result<Value> call_method(const Value& obj, const std::string& m, Args& a, int l
     }
   } else if (obj.is_list()) {
     if (m == "append") {
-      obj.list().push_back(a.get(0, "item"));
+      Value item = a.get(0, "item");
+      if (item.reaches(obj)) {
+        if (RenderBudget* b = RenderBudget::current()) CACHET_RETURN_IF_ERROR(b->check());  // over budget
+        return render_error(line, "cannot append a list to one it is inside (a cycle)");
+      }
+      CACHET_RETURN_IF_ERROR(reserve_bytes(sizeof(Value)));
+      charge_built(sizeof(Value));
+      obj.list().push_back(std::move(item));
       return Value::none();
     }
     if (m == "index") {

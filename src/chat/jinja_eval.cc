@@ -9,6 +9,7 @@
 #include "chat/jinja.h"
 #include "chat/jinja_ast.h"
 #include "chat/jinja_builtins.h"
+#include "chat/jinja_limits.h"
 
 namespace cachet::jinja {
 
@@ -48,7 +49,7 @@ Value slice_of(const Value& v, const Value& start, const Value& stop, const Valu
 
 class Renderer {
  public:
-  explicit Renderer(const Dict& ctx) {
+  Renderer(const Dict& ctx, RenderBudget& budget) : budget_(budget) {
     scopes_.emplace_back();
     install_globals(scopes_.back());
     for (const auto& [k, v] : ctx.items) scopes_.back().set(k, v);
@@ -73,13 +74,38 @@ class Renderer {
     return Status::ok();
   }
 
+  // Every statement and expression: one step of the budget, one level of nesting.
+  struct Enter {
+    RenderBudget& b;
+    explicit Enter(RenderBudget& budget) : b(budget) { ++b.depth; }
+    ~Enter() { --b.depth; }
+  };
+  Status enter_check(int line) {
+    CACHET_RETURN_IF_ERROR(budget_.step());
+    if (budget_.depth > Limits::kMaxRenderDepth)
+      return render_limit(line, "nested deeper than " + std::to_string(Limits::kMaxRenderDepth) + " levels");
+    return Status::ok();
+  }
+  static Status render_limit(int line, const std::string& what) {
+    return resource_exhausted("chat template line " + std::to_string(line) + ": " + what);
+  }
+  Status append(std::string* out, const std::string& s, int line) {
+    if (out->size() + s.size() > Limits::kMaxOutputBytes)
+      return render_limit(line, "output longer than " + std::to_string(Limits::kMaxOutputBytes >> 20) + " MiB");
+    *out += s;
+    return Status::ok();
+  }
+
   Status exec(const Node& n, std::string* out) {
+    Enter enter(budget_);
+    CACHET_RETURN_IF_ERROR(enter_check(n.line));
     switch (n.kind) {
-      case Node::Kind::kText: *out += n.text; return Status::ok();
+      case Node::Kind::kText: return append(out, n.text, n.line);
       case Node::Kind::kOutput: {
         CACHET_ASSIGN_OR_RETURN(Value v, eval(*n.expr));
-        *out += v.to_string();
-        return Status::ok();
+        std::string text = v.to_string();
+        CACHET_RETURN_IF_ERROR(budget_.check());  // printing stops early when over budget
+        return append(out, text, n.line);
       }
       case Node::Kind::kIf:
         for (size_t i = 0; i < n.branches.size(); ++i) {
@@ -96,7 +122,7 @@ class Renderer {
         return assign(n, v);
       }
       case Node::Kind::kSetBlock: {
-        std::string captured;
+        std::string captured;  // bounded as output is
         CACHET_RETURN_IF_ERROR(exec_body(n.branches[0], &captured));
         return assign(n, Value(captured));
       }
@@ -109,10 +135,14 @@ class Renderer {
   }
 
   Status assign(const Node& n, const Value& v) {
-    if (n.targets.size() == 2 && n.kind == Node::Kind::kSet && !v.is_list()) {
+    if (n.attr_target) {
       // set ns.attr = value
       Value ns = lookup(n.targets[0]);
       if (!ns.is_dict()) return render_error(n.line, "cannot set an attribute of '" + n.targets[0] + "' (not a namespace)");
+      if (v.reaches(ns)) {
+        CACHET_RETURN_IF_ERROR(budget_.check());  // reaches() gives up (true) when over budget
+        return render_error(n.line, "cannot set '" + n.targets[0] + "." + n.targets[1] + "' to a value holding '" + n.targets[0] + "' (a cycle)");
+      }
       ns.dict().set(n.targets[1], v);
       return Status::ok();
     }
@@ -200,6 +230,10 @@ class Renderer {
       defaults.push_back(v.is_ok() ? *v : Value());
     }
     scopes_.back().set(n.name, Value(Function([this, node, defaults](Args& a) -> Result<Value> {
+      if (budget_.call_depth >= Limits::kMaxCallDepth)
+        return render_limit(node->line, "macro '" + node->name + "' called " + std::to_string(Limits::kMaxCallDepth) +
+                                            " levels deep");
+      ++budget_.call_depth;
       scopes_.emplace_back();
       const size_t n_params = node->params.size(), first_default = n_params - defaults.size();
       for (size_t i = 0; i < n_params; ++i) {
@@ -209,6 +243,7 @@ class Renderer {
       std::string out;
       Status st = exec_body(node->branches[0], &out);
       scopes_.pop_back();
+      --budget_.call_depth;
       flow_ = Flow::kNormal;
       if (!st.is_ok()) return st;
       return Value(out);
@@ -227,6 +262,8 @@ class Renderer {
   }
 
   Result<Value> eval(const Expr& e) {
+    Enter enter(budget_);
+    CACHET_RETURN_IF_ERROR(enter_check(e.line));
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.literal;
       case Expr::Kind::kName: return lookup(e.name);
@@ -353,7 +390,11 @@ class Renderer {
       else if (!r.is_undefined() && !r.is_none()) return render_error(e.line, std::string("'in' needs a string, list or dict, not a ") + r.type_name());
       return Value(op == "in" ? hit : !hit);
     }
-    if (op == "~") return Value(l.to_string() + r.to_string());
+    if (op == "~") {
+      std::string ls = l.to_string(), rs = r.to_string();
+      CACHET_RETURN_IF_ERROR(reserve_bytes(ls.size() + rs.size()));
+      return Value(ls + rs);
+    }
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       int c;
       if (l.is_number() && r.is_number()) c = l.as_float() < r.as_float() ? -1 : l.as_float() > r.as_float() ? 1 : 0;
@@ -362,8 +403,12 @@ class Renderer {
       return Value(op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0);
     }
     if (op == "+") {
-      if (l.is_string() && r.is_string()) return Value(l.str() + r.str());
+      if (l.is_string() && r.is_string()) {
+        CACHET_RETURN_IF_ERROR(reserve_bytes(l.str().size() + r.str().size()));
+        return Value(l.str() + r.str());
+      }
       if (l.is_list() && r.is_list()) {
+        CACHET_RETURN_IF_ERROR(reserve_bytes((l.list().size() + r.list().size()) * sizeof(Value)));
         List out = l.list();
         out.insert(out.end(), r.list().begin(), r.list().end());
         return Value(out);
@@ -371,8 +416,14 @@ class Renderer {
     }
     if (op == "*" && ((l.is_string() && r.kind() == Value::Kind::kInt) || (r.is_string() && l.kind() == Value::Kind::kInt))) {
       const std::string& s = l.is_string() ? l.str() : r.str();
+      const int64_t n = std::max<int64_t>(0, l.is_string() ? r.as_int() : l.as_int());
+      if (!s.empty() && static_cast<uint64_t>(n) > Limits::kMaxValueBytes / s.size())
+        return render_limit(e.line, "string repeated " + std::to_string(n) + " times (over " +
+                                        std::to_string(Limits::kMaxValueBytes >> 20) + " MiB)");
+      CACHET_RETURN_IF_ERROR(reserve_bytes(s.size() * n));
       std::string out;
-      for (int64_t i = 0, n = l.is_string() ? r.as_int() : l.as_int(); i < n; ++i) out += s;
+      out.reserve(s.size() * n);
+      for (int64_t i = 0; i < n; ++i) out += s;
       return Value(out);
     }
     if (!(l.is_number() || l.kind() == Value::Kind::kBool) || !(r.is_number() || r.kind() == Value::Kind::kBool))
@@ -406,6 +457,7 @@ class Renderer {
     return render_error(e.line, "unsupported operator " + op);
   }
 
+  RenderBudget& budget_;
   std::vector<Dict> scopes_;
   Flow flow_ = Flow::kNormal;
 };
@@ -413,9 +465,11 @@ class Renderer {
 }  // namespace
 
 Result<std::string> render_body(const Body& body, const Dict& context) {
-  Renderer r(context);
+  RenderBudget budget;
+  Renderer r(context, budget);
   std::string out;
   CACHET_RETURN_IF_ERROR(r.render(body, &out));
+  CACHET_RETURN_IF_ERROR(budget.check());  // work past the budget at the very end (a last comparison)
   return out;
 }
 

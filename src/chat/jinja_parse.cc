@@ -208,6 +208,8 @@ class Parser {
  private:
   // Parses nodes until a statement whose keyword is in `stop` (left unconsumed) or the end.
   Status parse_nodes(Body* body, const std::vector<std::string>& stop) {
+    Nesting nest(this);
+    if (nest.too_deep()) return nesting_error();
     while (i_ < pieces_.size()) {
       Piece& p = pieces_[i_];
       if (p.kind == Piece::Kind::kText) {
@@ -338,8 +340,11 @@ class Parser {
     auto n = std::make_unique<Node>();
     if (peek().kind != Token::Kind::kName) return syntax_error(line_, "expected a name after set");
     n->targets.push_back(next().text);
-    if (accept(".")) n->targets.push_back(next().text);
-    while (accept(",")) n->targets.push_back(next().text);  // set a, b = ... (tuple unpack)
+    if (accept(".")) {
+      n->targets.push_back(next().text);
+      n->attr_target = true;
+    }
+    while (!n->attr_target && accept(",")) n->targets.push_back(next().text);  // set a, b = ... (tuple unpack)
     if (accept("=")) {
       n->kind = Node::Kind::kSet;
       CACHET_ASSIGN_OR_RETURN(n->expr, expression());
@@ -387,7 +392,11 @@ class Parser {
     return e;
   }
 
-  Result<ExprP> expression() { return ternary(true); }
+  Result<ExprP> expression() {
+    Nesting nest(this);
+    if (nest.too_deep()) return nesting_error();
+    return ternary(true);
+  }
 
   Result<ExprP> ternary(bool allow_cond) {
     CACHET_ASSIGN_OR_RETURN(ExprP e, or_expr());
@@ -399,7 +408,7 @@ class Parser {
       if (accept_name("else")) {
         CACHET_ASSIGN_OR_RETURN(c->c, ternary(true));
       }
-      e = std::move(c);
+      CACHET_ASSIGN_OR_RETURN(e, done(std::move(c)));
     }
     return e;
   }
@@ -416,7 +425,7 @@ class Parser {
       b->name = op;
       b->a = std::move(e);
       CACHET_ASSIGN_OR_RETURN(b->b, (this->*sub)());
-      e = std::move(b);
+      CACHET_ASSIGN_OR_RETURN(e, done(std::move(b)));
     }
   }
 
@@ -424,11 +433,13 @@ class Parser {
   Result<ExprP> and_expr() { return binary_chain(&Parser::not_expr, {"and"}, true); }
   Result<ExprP> not_expr() {
     if (peek_name("not")) {
+      Nesting nest(this);
+      if (nest.too_deep()) return nesting_error();
       next();
       auto u = make(Expr::Kind::kUnary);
       u->name = "not";
       CACHET_ASSIGN_OR_RETURN(u->a, not_expr());
-      return u;
+      return done(std::move(u));
     }
     return compare();
   }
@@ -449,7 +460,7 @@ class Parser {
       b->name = op;
       b->a = std::move(e);
       CACHET_ASSIGN_OR_RETURN(b->b, math1());
-      e = std::move(b);
+      CACHET_ASSIGN_OR_RETURN(e, done(std::move(b)));
     }
   }
   Result<ExprP> math1() { return binary_chain(&Parser::concat, {"+", "-"}, false); }
@@ -458,10 +469,12 @@ class Parser {
   Result<ExprP> power() { return binary_chain(&Parser::unary, {"**"}, false); }
   Result<ExprP> unary() {
     if (peek_op("-") || peek_op("+")) {
+      Nesting nest(this);
+      if (nest.too_deep()) return nesting_error();
       auto u = make(Expr::Kind::kUnary);
       u->name = next().text;
       CACHET_ASSIGN_OR_RETURN(u->a, unary());
-      return u;
+      return done(std::move(u));
     }
     CACHET_ASSIGN_OR_RETURN(ExprP e, primary());
     CACHET_ASSIGN_OR_RETURN(e, postfix(std::move(e)));
@@ -514,7 +527,7 @@ class Parser {
               l->items.push_back(std::move(x));
               if (!accept(",")) break;
             }
-            e = std::move(l);
+            CACHET_ASSIGN_OR_RETURN(e, done(std::move(l)));
           }
           if (!accept(")")) return syntax_error(line_, "expected ')'");
           return e;
@@ -526,7 +539,7 @@ class Parser {
             l->items.push_back(std::move(x));
             if (!accept(",") && !peek_op("]")) return syntax_error(line_, "expected ',' or ']' in a list");
           }
-          return l;
+          return done(std::move(l));
         }
         if (t.text == "{") {
           auto d = make(Expr::Kind::kDict);
@@ -538,7 +551,7 @@ class Parser {
             d->items.push_back(std::move(v));
             if (!accept(",") && !peek_op("}")) return syntax_error(line_, "expected ',' or '}' in a dict");
           }
-          return d;
+          return done(std::move(d));
         }
         return syntax_error(line_, "unexpected '" + t.text + "'");
       case Token::Kind::kEnd:
@@ -569,7 +582,7 @@ class Parser {
         auto a = make(Expr::Kind::kAttr);
         a->name = next().text;
         a->a = std::move(e);
-        e = std::move(a);
+        CACHET_ASSIGN_OR_RETURN(e, done(std::move(a)));
       } else if (accept("[")) {
         ExprP start, stop, step;
         bool slice = false;
@@ -595,12 +608,12 @@ class Parser {
         } else {
           x->b = std::move(start);
         }
-        e = std::move(x);
+        CACHET_ASSIGN_OR_RETURN(e, done(std::move(x)));
       } else if (accept("(")) {
         auto c = make(Expr::Kind::kCall);
         c->a = std::move(e);
         CACHET_RETURN_IF_ERROR(call_args(c.get()));
-        e = std::move(c);
+        CACHET_ASSIGN_OR_RETURN(e, done(std::move(c)));
       } else {
         return e;
       }
@@ -614,7 +627,7 @@ class Parser {
         f->name = next().text;
         f->a = std::move(e);
         if (accept("(")) CACHET_RETURN_IF_ERROR(call_args(f.get()));
-        e = std::move(f);
+        CACHET_ASSIGN_OR_RETURN(e, done(std::move(f)));
       } else if (peek_name("is")) {
         next();
         auto t = make(Expr::Kind::kTest);
@@ -629,7 +642,7 @@ class Parser {
           CACHET_ASSIGN_OR_RETURN(auto arg, primary());  // "is divisibleby 3", "is sameas none"
           t->items.push_back(std::move(arg));
         }
-        e = std::move(t);
+        CACHET_ASSIGN_OR_RETURN(e, done(std::move(t)));
       } else {
         return e;
       }
@@ -663,6 +676,32 @@ class Parser {
     return Status::ok();
   }
 
+  // Nesting of the recursive descent (blocks, parentheses, unary operators): past the limit, an error
+  // before the stack runs out.
+  struct Nesting {
+    Parser* p;
+    explicit Nesting(Parser* parser) : p(parser) { ++p->nesting_; }
+    ~Nesting() { --p->nesting_; }
+    bool too_deep() const { return p->nesting_ > Limits::kMaxParseNesting; }
+  };
+  Status nesting_error() const {
+    return syntax_error(line_, "nested deeper than " + std::to_string(Limits::kMaxParseNesting) + " levels");
+  }
+  // Finishes a node: its depth from its children's, an error past the limit (operator and filter chains are
+  // built by loops, not recursion, so this is where their depth is bounded).
+  Result<ExprP> done(ExprP e) {
+    int d = 0;
+    for (const Expr* c : {e->a.get(), e->b.get(), e->c.get()})
+      if (c) d = std::max(d, c->depth);
+    for (const auto& c : e->items)
+      if (c) d = std::max(d, c->depth);
+    e->depth = d + 1;
+    if (e->depth > Limits::kMaxExprDepth)
+      return syntax_error(line_, "expression nested deeper than " + std::to_string(Limits::kMaxExprDepth) + " levels");
+    return e;
+  }
+
+  int nesting_ = 0;
   std::vector<Piece> pieces_;
   size_t i_ = 0;
   const std::vector<Token>* toks_ = nullptr;

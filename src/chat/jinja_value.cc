@@ -1,12 +1,91 @@
 #include "chat/jinja_value.h"
 
+#include <algorithm>
 #include <cctype>
+#include <type_traits>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
 
 namespace cachet::jinja {
+
+namespace {
+
+// Freeing a list or dict frees its items; a nested one would recurse once per level. Instead the outermost
+// free takes the items of every container freed under it onto one stack and lets them go one by one.
+thread_local std::vector<Value>* t_freeing = nullptr;
+
+template <typename C>
+void free_container(C* c) {
+  auto take = [c](std::vector<Value>& to) {
+    if constexpr (std::is_same_v<C, List>) {
+      for (Value& v : *c) to.push_back(std::move(v));
+    } else {
+      for (auto& kv : c->items) to.push_back(std::move(kv.second));
+    }
+  };
+  if (t_freeing) {
+    take(*t_freeing);
+    delete c;
+    return;
+  }
+  std::vector<Value> pending;
+  t_freeing = &pending;
+  take(pending);
+  delete c;
+  while (!pending.empty()) {
+    Value v = std::move(pending.back());
+    pending.pop_back();
+  }  // v's last reference to a container goes here, which pushes that container's items
+  t_freeing = nullptr;
+}
+
+// Nesting of repr / to_json / equals on this thread.
+thread_local int t_nesting = 0;
+struct Nest {
+  bool deep;
+  Nest() : deep(++t_nesting > Limits::kMaxValueNesting) {
+    if (deep) fail_render(resource_exhausted("chat template value nested deeper than " +
+                                             std::to_string(Limits::kMaxValueNesting)));
+  }
+  ~Nest() { --t_nesting; }
+};
+
+}  // namespace
+
+Value::Value(std::string s) : kind_(Kind::kString) {
+  charge_built(s.size());
+  s_ = std::make_shared<std::string>(std::move(s));
+}
+Value::Value(List l) : kind_(Kind::kList) {
+  charge_built(l.size() * sizeof(Value));
+  l_ = std::shared_ptr<List>(new List(std::move(l)), free_container<List>);
+}
+Value::Value(Dict d) : kind_(Kind::kDict) {
+  charge_built(d.items.size() * (sizeof(Value) + 32));
+  d_ = std::shared_ptr<Dict>(new Dict(std::move(d)), free_container<Dict>);
+}
+
+bool Value::reaches(const Value& c) const {
+  const void* target = c.is_list() ? static_cast<const void*>(c.l_.get()) : static_cast<const void*>(c.d_.get());
+  if (!c.is_list() && !c.is_dict()) return false;
+  std::vector<const Value*> stack{this};
+  std::vector<const void*> seen;
+  while (!stack.empty()) {
+    const Value* v = stack.back();
+    stack.pop_back();
+    const void* p = v->is_list() ? static_cast<const void*>(v->l_.get()) : v->is_dict() ? static_cast<const void*>(v->d_.get()) : nullptr;
+    if (!p) continue;
+    if (p == target) return true;
+    if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
+    seen.push_back(p);
+    if (charge_work(static_cast<int64_t>(seen.size()))) return true;  // over budget: refuse the mutation
+    if (v->is_list()) for (const Value& x : *v->l_) stack.push_back(&x);
+    else for (const auto& kv : v->d_->items) stack.push_back(&kv.second);
+  }
+  return false;
+}
 
 const Value* Dict::find(const std::string& k) const {
   for (const auto& [key, v] : items)
@@ -130,6 +209,14 @@ void json_string(const std::string& s, std::string& out) {
   }
   out += '"';
 }
+// Printing a value that shares its parts (a list holding another twice, 60 levels deep) can make text far
+// beyond any budget from little memory: the printers stop at the value cap and fail the render.
+bool too_big(const std::string& s) {
+  if (s.size() <= Limits::kMaxValueBytes) return charge_work();
+  fail_render(resource_exhausted("chat template prints a value of more than " +
+                                 std::to_string(Limits::kMaxValueBytes >> 20) + " MiB"));
+  return true;
+}
 }  // namespace
 
 std::string Value::to_string() const {
@@ -149,13 +236,17 @@ std::string Value::repr() const {
     case Kind::kFloat: return format_float(f_);
     case Kind::kString: return py_quote(*s_);
     case Kind::kList: {
+      Nest nest;
+      if (nest.deep) return "[...]";
       std::string s = "[";
-      for (size_t i = 0; i < l_->size(); ++i) s += (i ? ", " : "") + (*l_)[i].repr();
+      for (size_t i = 0; i < l_->size() && !too_big(s); ++i) s += (i ? ", " : "") + (*l_)[i].repr();
       return s + "]";
     }
     case Kind::kDict: {
+      Nest nest;
+      if (nest.deep) return "{...}";
       std::string s = "{";
-      for (size_t i = 0; i < d_->items.size(); ++i)
+      for (size_t i = 0; i < d_->items.size() && !too_big(s); ++i)
         s += (i ? ", " : "") + py_quote(d_->items[i].first) + ": " + d_->items[i].second.repr();
       return s + "}";
     }
@@ -177,20 +268,25 @@ std::string Value::to_json(int indent, int depth) const {
     case Kind::kInt: return std::to_string(i_);
     case Kind::kFloat: return std::isfinite(f_) ? format_float(f_) : (std::isnan(f_) ? "NaN" : (f_ > 0 ? "Infinity" : "-Infinity"));
     case Kind::kString: json_string(*s_, out); return out;
-    case Kind::kList:
+    case Kind::kList: {
       if (l_->empty()) return "[]";
+      Nest nest;
+      if (nest.deep) return "[]";
       out += '[';
-      for (size_t i = 0; i < l_->size(); ++i) {
+      for (size_t i = 0; i < l_->size() && !too_big(out); ++i) {
         if (i) out += indent < 0 ? ", " : ",";
         newline(depth + 1);
         out += (*l_)[i].to_json(indent, depth + 1);
       }
       newline(depth);
       return out + ']';
-    case Kind::kDict:
+    }
+    case Kind::kDict: {
       if (d_->items.empty()) return "{}";
+      Nest nest;
+      if (nest.deep) return "{}";
       out += '{';
-      for (size_t i = 0; i < d_->items.size(); ++i) {
+      for (size_t i = 0; i < d_->items.size() && !too_big(out); ++i) {
         if (i) out += indent < 0 ? ", " : ",";
         newline(depth + 1);
         json_string(d_->items[i].first, out);
@@ -198,6 +294,7 @@ std::string Value::to_json(int indent, int depth) const {
       }
       newline(depth);
       return out + '}';
+    }
     case Kind::kFunction: return "null";
   }
   return "null";
@@ -210,22 +307,29 @@ bool Value::equals(const Value& o) const {
   }
   if ((kind_ == Kind::kBool && o.is_number()) || (is_number() && o.kind_ == Kind::kBool)) return as_float() == o.as_float();
   if (kind_ != o.kind_) return false;
+  if (charge_work()) return false;  // over budget: the render fails at its next step
   switch (kind_) {
     case Kind::kUndefined: case Kind::kNone: return true;
     case Kind::kBool: return i_ == o.i_;
     case Kind::kString: return *s_ == *o.s_;
-    case Kind::kList:
+    case Kind::kList: {
       if (l_->size() != o.l_->size()) return false;
+      Nest nest;
+      if (nest.deep) return false;
       for (size_t i = 0; i < l_->size(); ++i)
         if (!(*l_)[i].equals((*o.l_)[i])) return false;
       return true;
-    case Kind::kDict:
+    }
+    case Kind::kDict: {
       if (d_->items.size() != o.d_->items.size()) return false;
+      Nest nest;
+      if (nest.deep) return false;
       for (const auto& [k, v] : d_->items) {
         const Value* ov = o.d_->find(k);
         if (!ov || !v.equals(*ov)) return false;
       }
       return true;
+    }
     case Kind::kFunction: return fn_ == o.fn_;
     default: return false;
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cachet/status.h"
+#include "chat/jinja_limits.h"
 
 namespace cachet::jinja {
 
@@ -36,10 +37,12 @@ class Value {
   Value(int v) : kind_(Kind::kInt), i_(v) {}                                      // NOLINT
   Value(int64_t v) : kind_(Kind::kInt), i_(v) {}                                  // NOLINT
   Value(double v) : kind_(Kind::kFloat), f_(v) {}                                 // NOLINT
-  Value(std::string s) : kind_(Kind::kString), s_(std::make_shared<std::string>(std::move(s))) {}  // NOLINT
+  // Strings, lists and dicts built during a render are charged to its budget (jinja_limits.h). Lists and
+  // dicts are freed without recursion (a template can nest them deeper than the stack allows).
+  Value(std::string s);                                                            // NOLINT
   Value(const char* s) : Value(std::string(s)) {}                                 // NOLINT
-  Value(List l) : kind_(Kind::kList), l_(std::make_shared<List>(std::move(l))) {}  // NOLINT
-  Value(Dict d) : kind_(Kind::kDict), d_(std::make_shared<Dict>(std::move(d))) {}  // NOLINT
+  Value(List l);                                                                   // NOLINT
+  Value(Dict d);                                                                   // NOLINT
   Value(Function fn) : kind_(Kind::kFunction), fn_(std::make_shared<Function>(std::move(fn))) {}  // NOLINT
 
   Kind kind() const { return kind_; }
@@ -68,6 +71,9 @@ class Value {
   std::string to_json(int indent = -1, int depth = 0) const;
   bool equals(const Value& o) const;
   const char* type_name() const;
+  // True when `c` (a list or dict) is this value or is reachable from it: what a mutation must not create,
+  // a cycle (it would never be freed, and printing it would not end).
+  bool reaches(const Value& c) const;
 
  private:
   Kind kind_ = Kind::kUndefined;

@@ -59,7 +59,36 @@ std::optional<ApiError> read_bool(const json& b, const char* key, bool* out) {
   return std::nullopt;
 }
 
+std::optional<ApiError> read_id(const json& b, const char* key, std::string* out) {
+  if (!b.contains(key) || b[key].is_null()) return std::nullopt;
+  if (!b[key].is_string()) return bad(key, std::string("'") + key + "' must be a string");
+  const std::string& v = b[key].get_ref<const std::string&>();
+  if (v.size() > kMaxIdBytes)
+    return bad(key, std::string("'") + key + "' is longer than " + std::to_string(kMaxIdBytes) + " bytes");
+  *out = v;
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::variant<json, ApiError> parse_body(const std::string& body) {
+  // The parser calls back at every value with its depth: past the limit, stop before building anything deeper.
+  bool too_deep = false;
+  json::parser_callback_t cb = [&too_deep](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
+  try {
+    json j = json::parse(body, cb);
+    if (too_deep)
+      return bad("", "invalid JSON body: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return j;
+  } catch (const json::exception& e) {
+    if (too_deep)
+      return bad("", "invalid JSON body: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return bad("", std::string("invalid JSON body: ") + e.what());
+  }
+}
 
 std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b, Endpoint endpoint,
                                                                    int64_t n_vocab) {
@@ -70,23 +99,30 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
       "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
       // ours
       "top_k", "min_p", "repetition_penalty", "ignore_eos", "cache_salt", "speculative"};
+  // vLLM's: a template for this request (refused unless the server trusts request templates).
+  static const std::set<std::string> kChatExtra = {"chat_template"};
   static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
   for (const auto& [k, v] : b.items())
-    if (!kCommon.count(k) && !(chat ? kChat : kCompletions).count(k))
+    if (!kCommon.count(k) && !(chat ? kChat : kCompletions).count(k) && !(chat && kChatExtra.count(k)))
       return bad(k, "Unrecognized request argument supplied: " + k);
 
   GenerationRequest r;
   r.endpoint = endpoint;
   // `model` may be omitted (one model is served); when given it must be a string naming it.
-  if (b.contains("model")) {
-    if (!b["model"].is_string()) return bad("model", "'model' must be a string");
-    r.model = b["model"].get<std::string>();
-  }
+  if (auto e = read_id(b, "model", &r.model)) return *e;
+  std::string user;
+  if (auto e = read_id(b, "user", &user)) return *e;
   if (b.contains("cache_salt")) {
     if (!b["cache_salt"].is_string() || b["cache_salt"].get<std::string>().empty())
       return bad("cache_salt", "'cache_salt' must be a non-empty string");
-    r.cache_salt = b["cache_salt"].get<std::string>();
+    if (auto e = read_id(b, "cache_salt", &r.cache_salt)) return *e;
+  }
+  if (chat && b.contains("chat_template") && !b["chat_template"].is_null()) {
+    if (!b["chat_template"].is_string()) return bad("chat_template", "'chat_template' must be a string");
+    if (b["chat_template"].get_ref<const std::string&>().size() > kMaxTemplateBytes)
+      return bad("chat_template", "'chat_template' is longer than " + std::to_string(kMaxTemplateBytes) + " bytes");
+    r.chat_template = b["chat_template"].get<std::string>();
   }
   if (b.contains("speculative")) {
     const json& v = b["speculative"];
@@ -203,8 +239,11 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
     } else {
       return bad("stop", "'stop' must be a string or an array of up to 4 strings");
     }
-    for (const auto& x : r.stop)
+    for (const auto& x : r.stop) {
       if (x.empty()) return bad("stop", "stop sequences must not be empty");
+      if (x.size() > kMaxStopBytes)
+        return bad("stop", "stop sequences must be at most " + std::to_string(kMaxStopBytes) + " bytes");
+    }
   }
   if (b.contains("logit_bias") && !b["logit_bias"].is_null()) {
     const json& lb = b["logit_bias"];

@@ -40,7 +40,17 @@ struct GenerationRequest {
   int logprobs = -1;                    // -1: none; else the number of alternatives (0..20)
   std::string cache_salt;               // vLLM's field: prefixes are shared only between equal salts (and API keys)
   std::optional<SpecMode> speculative;  // ours: "off", "lookup" or "draft" (default: the server's flags)
+  std::optional<std::string> chat_template;  // vLLM's field: this request's template (serve --trust-request-chat-template)
 };
+
+// Bounds on what a request may carry besides its prompt (docs/server.md, "Limits").
+constexpr int kMaxJsonDepth = 64;           // nesting of the request body
+constexpr size_t kMaxStopBytes = 4096;      // one stop sequence
+constexpr size_t kMaxIdBytes = 1024;        // model, user, cache_salt
+constexpr size_t kMaxTemplateBytes = 1 << 20;  // a request's chat_template
+
+// Parses a request body, refusing bodies nested deeper than kMaxJsonDepth (before building them).
+std::variant<nlohmann::json, ApiError> parse_body(const std::string& body);
 
 // Parses a request body (already valid JSON) for the endpoint; n_vocab bounds logit_bias keys.
 std::variant<GenerationRequest, ApiError> parse_generation_request(const nlohmann::json& body, Endpoint endpoint,

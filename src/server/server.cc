@@ -58,6 +58,8 @@ struct App {
   std::unique_ptr<EngineService> service;
   std::string model_id, chat_template;
   int n_ctx = 0;
+  size_t max_token_bytes = 1;  // the longest token text of the vocabulary
+  bool trust_request_template = false;
   std::vector<int32_t> eog;
   Metrics metrics;
   std::atomic<int> in_flight{0};  // generation requests between acceptance and their last byte
@@ -322,32 +324,45 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
   }
   if (sanitize_utf8(req.body) != req.body)
     return send_error(res, {400, "invalid JSON body: the request is not valid UTF-8", "invalid_request_error", "", ""});
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::exception& e) {
-    return send_error(res, {400, std::string("invalid JSON body: ") + e.what(), "invalid_request_error", "", ""});
-  }
+  auto body_or = parse_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body_or)) return send_error(res, *e);
+  const json& body = std::get<json>(body_or);
   auto parsed = parse_generation_request(body, ep, app.tok->n_vocab());
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   GenerationRequest r = std::move(std::get<GenerationRequest>(parsed));
   if (!r.model.empty() && r.model != app.model_id)
     return send_error(res, {404, "The model '" + r.model + "' does not exist; this server serves '" + app.model_id + "'",
                             "invalid_request_error", "model", "model_not_found"});
+  if (r.chat_template && !app.trust_request_template)
+    return send_error(res, {400, "'chat_template' in a request needs the server's --trust-request-chat-template",
+                            "invalid_request_error", "chat_template", ""});
+  // A prompt of more bytes than n_ctx of the vocabulary's longest tokens cannot fit: refused before the
+  // tokenizer spends time on it.
+  auto cannot_fit = [&](const std::string& text) -> std::optional<ApiError> {
+    if (text.size() <= static_cast<size_t>(app.n_ctx) * app.max_token_bytes) return std::nullopt;
+    return ApiError{400,
+                    "This model's maximum context length is " + std::to_string(app.n_ctx) + " tokens, and the prompt's " +
+                        std::to_string(text.size()) + " bytes cannot fit in it (no token is longer than " +
+                        std::to_string(app.max_token_bytes) + " bytes).",
+                    "invalid_request_error", ep == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded"};
+  };
   std::vector<int32_t> prompt;
   if (ep == Endpoint::kChat) {
-    if (app.chat_template.empty())
+    const std::string& chat_template = r.chat_template ? *r.chat_template : app.chat_template;
+    if (chat_template.empty())
       return send_error(res, {400, "this model has no chat template; use /v1/completions", "invalid_request_error",
                               "messages", ""});
     ChatTemplateInputs ti;
     ti.messages = r.messages;
     if (app.tok->bos()) ti.bos_token = app.tok->token_text(*app.tok->bos());
     if (app.tok->eos()) ti.eos_token = app.tok->token_text(*app.tok->eos());
-    auto text = render_chat_template(app.chat_template, ti);
+    auto text = render_chat_template(chat_template, ti);
     if (!text.is_ok()) return send_error(res, {400, "chat template: " + text.status().message(), "invalid_request_error",
                                                "messages", ""});
+    if (auto e = cannot_fit(*text)) return send_error(res, *e);
     prompt = app.tok->encode(*text, false, true);
   } else {
+    if (auto e = cannot_fit(r.prompt_text)) return send_error(res, *e);
     prompt = r.prompt_ids.empty() ? app.tok->encode(r.prompt_text, true, true) : r.prompt_ids;
   }
   const int n_prompt = static_cast<int>(prompt.size());
@@ -586,8 +601,11 @@ int serve(const ServerOptions& opts) {
   app.tok = std::move(*tok);
   if (g->find("tokenizer.chat_template"))
     if (auto t = g->get_string("tokenizer.chat_template"); t.is_ok()) app.chat_template = *t;
-  for (int32_t id = 0; id < app.tok->n_vocab(); ++id)
+  for (int32_t id = 0; id < app.tok->n_vocab(); ++id) {
     if (app.tok->is_end_of_generation(id)) app.eog.push_back(id);
+    app.max_token_bytes = std::max(app.max_token_bytes, app.tok->token_text(id).size());
+  }
+  app.trust_request_template = opts.trust_request_chat_template;
   app.model_id = opts.model_alias;
   if (app.model_id.empty()) {
     std::string base = opts.model_path.substr(opts.model_path.find_last_of('/') + 1);

@@ -27,6 +27,8 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--parallel", o->max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
   c->add_option("--max-queue", o->max_waiting, "queued requests before answering 429")->check(CLI::PositiveNumber);
   c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above)");
+  c->add_flag("--trust-request-chat-template", o->trust_request_chat_template,
+              "accept a 'chat_template' in chat requests (vLLM's field; rendered within the template limits)");
   c->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
   c->add_option("--draft-model", o->draft_model_path,
                 "speculative decoding with this draft model (same vocabulary, e.g. a low-bit quantization of -m)");

@@ -1,0 +1,131 @@
+"""Hostile input against `cachet serve`: request bodies built to hurt the parser, and chat templates built to
+hurt the Jinja interpreter (vLLM's per-request `chat_template`, accepted with --trust-request-chat-template).
+Each gets a 400 with a message, quickly, and the server serves the next request normally."""
+import json
+import time
+
+import pytest
+
+from test_server import Server
+
+REAL = [{"role": "user", "content": "What is the capital of France?"}]
+
+HOSTILE_TEMPLATES = {
+    "recursive macro": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "100k nested parentheses": "{{ " + "(" * 100000 + "1" + ")" * 100000 + " }}",
+    "40k nested ifs": "{% if true %}" * 40000 + "x" + "{% endif %}" * 40000,  # under the 1 MiB request cap
+    "1e10-step loop": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "string doubled 60 times": "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}"
+                               "{% endfor %}{{ ns.s }}",
+    "'x' * 10**9": "{{ 'x' * 10**9 }}",
+    "list appended to itself": "{% set l = [] %}{% set _ = l.append(l) %}{{ l }}",
+    "deep filters": "{{ 'a'" + "|upper" * 100000 + " }}",
+    "huge range": "{% for i in range(10**12) %}{% endfor %}",
+    "self-include": "{% include 'chat.jinja' %}",
+}
+
+
+@pytest.fixture(scope="module")
+def server(cachet_bin, default_model):
+    s = Server(cachet_bin, default_model, "--trust-request-chat-template", "--max-body", str(32 << 20), "-c", "2048")
+    yield s
+    s.stop()
+
+
+def chat(server, **extra):
+    body = {"messages": REAL, "max_tokens": 4, "temperature": 0, **extra}
+    status, payload, _ = server.request("POST", "/v1/chat/completions", body)
+    return status, json.loads(payload)
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TEMPLATES))
+def test_hostile_template_gets_400_and_the_next_request_is_served(server, name):
+    t0 = time.time()
+    status, body = chat(server, chat_template=HOSTILE_TEMPLATES[name])
+    elapsed = time.time() - t0
+    assert status == 400, body
+    assert body["error"]["message"].startswith("chat template"), body
+    assert elapsed < 2.0, f"{name}: {elapsed:.2f} s"
+    status, body = chat(server)  # the model's own template
+    assert status == 200, body
+    assert body["choices"][0]["message"]["content"]
+    assert server.proc.poll() is None
+
+
+def test_request_templates_are_refused_unless_trusted(cachet_bin, default_model):
+    s = Server(cachet_bin, default_model)
+    try:
+        status, body = chat(s, chat_template="{{ messages[0].content }}")
+        assert status == 400 and "--trust-request-chat-template" in body["error"]["message"], body
+    finally:
+        s.stop()
+
+
+def nested(depth):
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("field", ["stop", "logit_bias", "messages", "metadata_unknown", "stream_options"])
+def test_body_nested_100k_deep_is_refused(server, field):
+    raw = '{"messages": [{"role": "user", "content": "hi"}], "%s": %s}' % (field, nested(100000))
+    status, payload, _ = server.request("POST", "/v1/chat/completions", raw=raw.encode())
+    body = json.loads(payload)
+    assert status == 400, body
+    assert "nested deeper than 64" in body["error"]["message"], body
+
+
+def test_ten_megabyte_strings_are_refused_with_a_message(server):
+    big = "a" * (10 << 20)
+    cases = [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": big}]}, "context length"),
+        ("/v1/completions", {"prompt": big}, "context length"),
+        ("/v1/chat/completions", {"messages": REAL, "stop": big}, "stop sequences"),
+        ("/v1/chat/completions", {"messages": REAL, "user": big}, "'user'"),
+        ("/v1/chat/completions", {"messages": REAL, "model": big}, "'model'"),
+        ("/v1/chat/completions", {"messages": REAL, "cache_salt": big}, "'cache_salt'"),
+        ("/v1/chat/completions", {"messages": REAL, "chat_template": big}, "'chat_template'"),
+    ]
+    for path, body, needle in cases:
+        t0 = time.time()
+        status, payload, _ = server.request("POST", path, body)
+        msg = json.loads(payload)["error"]["message"]
+        assert status == 400, (path, list(body), msg)
+        assert needle in msg, (list(body), msg)
+        assert time.time() - t0 < 5.0, list(body)
+
+
+NUMERIC_FIELDS = {  # field -> values out of its range (or of any range)
+    "max_tokens": [0, -1, 2 ** 31, 1e300, 2 ** 70, 1.5],
+    "max_completion_tokens": [0, -5, 2 ** 64, 1e19],
+    "temperature": [-0.1, 2.01, 1e300, -1e300],
+    "top_p": [0, -1, 1.5, 1e300],
+    "presence_penalty": [-2.5, 3, 1e308],
+    "frequency_penalty": [-2.5, 3, -1e308],
+    "min_p": [-0.5, 1.5],
+    "repetition_penalty": [0, -1, 101, 1e300],
+    "top_k": [-1, 2 ** 31, 2 ** 70, 0.5],
+    "n": [0, -1, 17, 2 ** 63, 1e10],
+    "top_logprobs": [-1, 21, 2 ** 40],
+    "seed": [1.5, 2 ** 70, 1e300],
+}
+
+
+@pytest.mark.parametrize("field", list(NUMERIC_FIELDS))
+def test_numbers_out_of_range_in_every_numeric_field(server, field):
+    for v in NUMERIC_FIELDS[field]:
+        body = {"messages": REAL, "max_tokens": 2, field: v}
+        if field == "top_logprobs":
+            body["logprobs"] = True
+        if field == "max_completion_tokens":
+            body.pop("max_tokens")
+        status, payload, _ = server.request("POST", "/v1/chat/completions", body)
+        err = json.loads(payload)["error"]
+        assert status == 400, (field, v, err)
+        assert err["param"] == field and err["message"], (field, v, err)
+    # logit_bias values and the completions' integer logprobs, the same way
+    for lb in ({"1": 101}, {"1": -1e300}, {"99999999": 1}, {"-1": 1}, {"1e3": 1}):
+        status, payload, _ = server.request("POST", "/v1/chat/completions", {"messages": REAL, "logit_bias": lb})
+        assert status == 400 and json.loads(payload)["error"]["param"] == "logit_bias", lb
+    for lp in (-1, 21, 2 ** 40):
+        status, payload, _ = server.request("POST", "/v1/completions", {"prompt": "hi", "logprobs": lp})
+        assert status == 400 and json.loads(payload)["error"]["param"] == "logprobs", lp
