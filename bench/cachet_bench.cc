@@ -1,11 +1,14 @@
 // cachet_bench: prefill (pp) and decode (tg) tokens/s for a model file at a thread count, as medians of
 // several runs, plus the cached vs no-cache speed-up and the machine's memory read bandwidth (the decode
 // roofline's denominator). Prints one JSON object per measurement (bench/compare_llamacpp.py reads them).
+#include <immintrin.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -74,13 +77,57 @@ double measure_bandwidth_gbs(int threads, int reps) {
   return median(gbs);
 }
 
+// f32 FMA peak: 10 independent chains (more than FMA latency x ports on every x86 core here), the widest vector
+// the CPU has, each thread on its own; the prefill roofline's denominator. Compiled for the ISA by target
+// attributes and called only after the cpuid check.
+template <typename Vec, Vec (*Fma)(Vec, Vec, Vec), Vec (*Set1)(float)>
+double fma_chains(int64_t iters) {
+  Vec a[10];
+  for (int i = 0; i < 10; ++i) a[i] = Set1(0.1f * static_cast<float>(i + 1));
+  const Vec b = Set1(0.9999f), c = Set1(1e-4f);
+  for (int64_t k = 0; k < iters; ++k)
+    for (int i = 0; i < 10; ++i) a[i] = Fma(a[i], b, c);
+  float out[64];
+  std::memcpy(out, &a[9], sizeof(Vec));
+  return out[0];
+}
+__attribute__((target("avx512f"))) __m512 fma512(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+__attribute__((target("avx512f"))) __m512 set512(float x) { return _mm512_set1_ps(x); }
+__attribute__((target("avx512f"))) double fma_loop_avx512(int64_t iters) {
+  return fma_chains<__m512, fma512, set512>(iters);
+}
+__attribute__((target("avx2,fma"))) __m256 fma256(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+__attribute__((target("avx2,fma"))) __m256 set256(float x) { return _mm256_set1_ps(x); }
+__attribute__((target("avx2,fma"))) double fma_loop_avx2(int64_t iters) {
+  return fma_chains<__m256, fma256, set256>(iters);
+}
+
+double measure_peak_gflops(int threads, int reps) {
+  const CpuFeatures& f = cpu_features();
+  const bool z = f.avx512f && kernels().isa != Isa::kAvx2 && kernels().isa != Isa::kAvxVnni &&
+                 kernels().isa != Isa::kScalar;
+  if (!z && !(f.avx2 && f.fma)) return 0.0;
+  const int lanes = z ? 16 : 8;
+  const int64_t iters = 50'000'000;
+  ThreadPool pool(threads);
+  std::vector<double> gf;
+  double sink = 0.0;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    pool.parallel_for(threads, [&](int, int64_t, int64_t) { sink += z ? fma_loop_avx512(iters) : fma_loop_avx2(iters); });
+    gf.push_back(static_cast<double>(threads) * iters * 10 * lanes * 2 / seconds_since(t0) / 1e9);
+  }
+  if (sink == 12345.0) std::printf(" ");
+  return median(gf);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"cachet_bench: prefill/decode throughput of a model"};
   std::string model_path;
   int threads = 2, n_prompt = 128, n_gen = 256, reps = 5;
-  bool no_cache = false, bandwidth = false;
+  bool no_cache = false, bandwidth = false, peak = false;
   std::string kv = "f16";
   app.add_option("-m,--model", model_path, "model file");
   app.add_option("-t,--threads", threads);
@@ -91,10 +138,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4r"}));
   app.add_flag("--no-cache", no_cache, "also time the no-cache recompute and report the speed-up");
   app.add_flag("--bandwidth", bandwidth, "measure memory read bandwidth");
+  app.add_flag("--peak-flops", peak, "measure the f32 FMA peak of the kernel table's vector width");
   CLI11_PARSE(app, argc, argv);
 
   if (bandwidth) {
     nlohmann::json j = {{"what", "bandwidth"}, {"threads", threads}, {"read_gbs", measure_bandwidth_gbs(threads, reps)}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  if (peak) {
+    nlohmann::json j = {{"what", "peak"}, {"threads", threads}, {"isa", isa_name(kernels().isa)},
+                        {"gflops", measure_peak_gflops(threads, reps)}};
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }
@@ -127,6 +181,18 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Multiply-adds of a prompt token: every matrix but the output head (only the last prompt token needs logits),
+  // experts as routed, plus attention over the n_prompt / 2 earlier positions on average (QK and PV).
+  double prefill_macs = 0.0;
+  for (const auto& t : model.tensors()) {
+    if (t.name == "token_embd.weight" || t.name == "output.weight" || t.ne[1] <= 1) continue;
+    double n = static_cast<double>(t.ne[0]) * t.ne[1] * std::max<int64_t>(1, t.ne[2]);
+    if (t.name.find("_exps.") != std::string::npos && c.n_expert > 0) n *= static_cast<double>(c.n_expert_used) / c.n_expert;
+    if (t.name.find("ffn_gate_inp") != std::string::npos) n = static_cast<double>(t.ne[0]) * t.ne[1];
+    prefill_macs += n;
+  }
+  prefill_macs += 2.0 * c.n_layer * c.q_dim() * (n_prompt / 2.0);
+
   GenerateOptions o;
   o.sampling.max_tokens = n_gen;
   o.stop_at_eos = false;
@@ -155,6 +221,7 @@ int main(int argc, char** argv) {
                       {"weight_bytes_read_per_token", read_per_token},
                       {"kv_bytes_per_token", c.n_layer * static_cast<int64_t>(o.kv_type.row_bytes(c.kv_dim()))},
                       {"kv_type", kv_type_name(o.kv_type.k)},
+                      {"prefill_flops_per_token", 2.0 * prefill_macs},
                       {"pp_tok_s", median(pp)},
                       {"tg_tok_s", median(tg)},
                       {"pp_runs", pp},

@@ -54,18 +54,23 @@ def main():
     # The machine is shared: its read bandwidth moves by 30% over minutes. So it is measured right before
     # every repetition and each run's roofline uses its own measurement.
     bws = {t: [] for t in threads}
+    # Prefill roofline: FLOPs per prompt token (cachet_bench counts them from the file) over the f32 FMA peak
+    # of the kernel table's vector width, measured once per thread count.
+    peaks = {t: run_json([a.bench, "--peak-flops", "-t", str(t), "-r", "3"])["gflops"] for t in threads}
     rows = []
     for model in a.model:
         for t in threads:
             ours = {"pp": [], "tg": []}
             theirs = {"pp": [], "tg": []}
             roofs = []
+            flops = 0.0
             for _ in range(a.reps):
                 bw_now = run_json([a.bench, "--bandwidth", "-t", str(t), "-r", "1"])["read_gbs"]
                 bws[t].append(bw_now)
                 j = run_json([a.bench, "-m", model, "-t", str(t), "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)])
                 ours["pp"].append(j["pp_tok_s"])
                 ours["tg"].append(j["tg_tok_s"])
+                flops = j.get("prefill_flops_per_token", 0.0)
                 # Decode roofline: every weight byte read once per token (the embedding lookup reads one row;
                 # a tied head reads the whole matrix) plus the KV cache, over the measured read bandwidth.
                 per_tok = (j.get("weight_bytes_read_per_token", j["weight_bytes"]) +
@@ -79,18 +84,21 @@ def main():
             med = {k: statistics.median(v) for k, v in ours.items()}
             lmed = {k: statistics.median(v) for k, v in theirs.items()}
             rows.append((os.path.basename(model), t, med["pp"], lmed["pp"], med["pp"] / lmed["pp"], med["tg"],
-                         lmed["tg"], med["tg"] / lmed["tg"], statistics.median(roofs)))
+                         lmed["tg"], med["tg"] / lmed["tg"], statistics.median(roofs),
+                         med["pp"] * flops / (peaks[t] * 1e9) if peaks[t] else float("nan"),
+                         lmed["pp"] * flops / (peaks[t] * 1e9) if peaks[t] else float("nan")))
             print(json.dumps({"model": model, "threads": t, "cachet": ours, "llama.cpp": theirs}), file=sys.stderr)
     print(f"pp = prefill of {a.n_prompt} tokens, tg = decode of {a.n_gen} tokens after it; medians of {a.reps} "
           f"alternating runs; read bandwidth measured before each run, "
           f"{', '.join(f'{t}T {min(bws[t]):.1f}-{max(bws[t]):.1f} GB/s' for t in threads)}; roofline = median of "
-          f"each run's decode tok/s x bytes per token / that run's bandwidth\n")
+          f"each run's decode tok/s x bytes per token / that run's bandwidth; pp / peak = prefill tok/s x FLOPs "
+          f"per prompt token / the f32 FMA peak ({', '.join(f'{t}T {peaks[t]:.0f} GFLOP/s' for t in threads)})\n")
     print("| model | threads | cachet pp tok/s | llama.cpp pp tok/s | pp ratio | cachet tg tok/s | "
-          "llama.cpp tg tok/s | tg ratio | tg / roofline |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "llama.cpp tg tok/s | tg ratio | tg / roofline | pp / peak (cachet, llama.cpp) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.2f}x | {r[5]:.1f} | {r[6]:.1f} | {r[7]:.2f}x | "
-              f"{r[8]:.0%} |")
+              f"{r[8]:.0%} | {r[9]:.0%}, {r[10]:.0%} |")
 
 
 if __name__ == "__main__":

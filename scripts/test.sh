@@ -11,9 +11,14 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=cla
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== loaders under ASan + UBSan =="
+echo "== loaders and parsers under ASan + UBSan =="
+# The sanitized build also carries libFuzzer's coverage instrumentation (CACHET_FUZZ), so the fuzz targets
+# come from the same objects.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DCACHET_SANITIZE=ON -DCACHET_BUILD_BENCH=OFF -DCACHET_PYTHON=/nonexistent >/dev/null
+  -DCACHET_FUZZ=ON -DCACHET_BUILD_BENCH=OFF -DCACHET_PYTHON=/nonexistent >/dev/null
 cmake --build build-asan --target cachet_tests cachet
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -R 'Gguf|Llama2c|Kernels|Model|Architectures|Moe|Radix|Scheduler'
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -R 'Gguf|Llama2c|Kernels|Model|Architectures|Moe|Radix|Scheduler|Jinja'
+
+echo "== fuzz targets, ${CACHET_FUZZ_SECONDS:-20} s each =="
+bash scripts/fuzz.sh "${CACHET_FUZZ_SECONDS:-20}"

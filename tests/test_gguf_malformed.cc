@@ -229,6 +229,9 @@ TEST(GgufMalformed, HyperParametersAreChecked) {
       {rewrite(good, "heads.gguf", set_u32("llama.attention.head_count", 3)), "does not divide n_embd"},
       {rewrite(good, "zero_layers.gguf", set_u32("llama.block_count", 0)), "must be positive"},
       {rewrite(good, "more_layers.gguf", set_u32("llama.block_count", 2)), "missing tensor attn_norm of layer 1"},
+      // fuzz_gguf's first finding: a block count far above the tensors present looped (and allocated) per layer
+      // until memory ran out.
+      {rewrite(good, "huge_layers.gguf", set_u32("llama.block_count", 1u << 30)), "but the file has only"},
       {rewrite(good, "ff.gguf", set_u32("llama.feed_forward_length", 100)), "expected [64, 100]"},
       {rewrite(good, "bos.gguf", set_u32("tokenizer.ggml.bos_token_id", 300)), "outside the vocabulary"},
       {rewrite(good, "vocab.gguf", set_u32("llama.vocab_size", 299)), "does not match token_embd"},

@@ -244,6 +244,11 @@ Result<std::unique_ptr<Model>> load_decoder_from_gguf(std::unique_ptr<GgufFile> 
   CACHET_ASSIGN_OR_RETURN(std::string arch, f->get_string("general.architecture"));
   ArchReader r(*f, arch);
   CACHET_ASSIGN_OR_RETURN(ModelConfig cfg, r.base_config());
+  // Every layer has tensors of its own: more layers than the file has tensors is a lie, refused before
+  // anything is sized or looped by it (found by fuzz_gguf).
+  if (cfg.n_layer > static_cast<int64_t>(f->tensors().size()))
+    return invalid_argument(arch + ".block_count is " + std::to_string(cfg.n_layer) + " but the file has only " +
+                            std::to_string(f->tensors().size()) + " tensors");
   DecoderTensors allowed;
   CACHET_RETURN_IF_ERROR(customize(r, &cfg, &allowed));
   CACHET_RETURN_IF_ERROR(cfg.validate());
