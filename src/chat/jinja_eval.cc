@@ -181,36 +181,47 @@ class Renderer {
       if (n.branches.size() > 1) return exec_body(n.branches[1], out);
       return Status::ok();
     }
+    // One `loop` object for the whole loop, updated in place each iteration (as jinja2's LoopContext is), and
+    // one scope whose variables are cleared between iterations: no allocation per iteration but the body's own.
     const int64_t len = static_cast<int64_t>(items.size());
+    auto index = std::make_shared<int64_t>(0);
+    Dict loop;
+    for (const char* k : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "previtem", "nextitem"})
+      loop.set(k, Value());
+    loop.set("cycle", Value(Function([index](Args& a) -> Result<Value> {
+               if (a.positional.empty()) return Value();
+               return a.positional[*index % static_cast<int64_t>(a.positional.size())];
+             })));
+    const Value loop_v(std::move(loop));
+    auto& f = loop_v.dict().items;
+    scopes_.emplace_back();
+    Status st = Status::ok();
     for (int64_t i = 0; i < len; ++i) {
-      scopes_.emplace_back();
-      Dict loop;
-      loop.set("index", Value(i + 1));
-      loop.set("index0", Value(i));
-      loop.set("revindex", Value(len - i));
-      loop.set("revindex0", Value(len - i - 1));
-      loop.set("first", Value(i == 0));
-      loop.set("last", Value(i == len - 1));
-      loop.set("length", Value(len));
-      loop.set("previtem", i > 0 ? items[i - 1] : Value());
-      loop.set("nextitem", i + 1 < len ? items[i + 1] : Value());
-      const int64_t idx = i;
-      loop.set("cycle", Value(Function([idx](Args& a) -> Result<Value> {
-                 if (a.positional.empty()) return Value();
-                 return a.positional[idx % static_cast<int64_t>(a.positional.size())];
-               })));
-      scopes_.back().set("loop", Value(loop));
+      st = budget_.step();  // an iteration is a step even when the body is empty
+      if (!st.is_ok()) break;
+      *index = i;
+      f[0].second = Value(i + 1);
+      f[1].second = Value(i);
+      f[2].second = Value(len - i);
+      f[3].second = Value(len - i - 1);
+      f[4].second = Value(i == 0);
+      f[5].second = Value(i == len - 1);
+      f[6].second = Value(len);
+      f[7].second = i > 0 ? items[i - 1] : Value();
+      f[8].second = i + 1 < len ? items[i + 1] : Value();
+      scopes_.back().items.clear();
+      scopes_.back().set("loop", loop_v);
       bind_targets(n, items[i]);
-      Status st = exec_body(n.branches[0], out);
-      scopes_.pop_back();
-      CACHET_RETURN_IF_ERROR(st);
+      st = exec_body(n.branches[0], out);
+      if (!st.is_ok()) break;
       if (flow_ == Flow::kBreak) {
         flow_ = Flow::kNormal;
         break;
       }
       flow_ = Flow::kNormal;
     }
-    return Status::ok();
+    scopes_.pop_back();
+    return st;
   }
 
   void bind_targets(const Node& n, const Value& item) {

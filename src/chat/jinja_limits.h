@@ -17,7 +17,7 @@ struct Limits {
   static constexpr int kMaxExprDepth = 256;          // depth of one expression's tree (operator/filter chains)
   static constexpr int kMaxRenderDepth = 1024;       // statements + expressions being evaluated, nested
   static constexpr int kMaxCallDepth = 64;           // macro calls inside macro calls
-  static constexpr int64_t kMaxSteps = 2'000'000;    // statements + expressions evaluated per render
+  static constexpr int64_t kMaxSteps = 1'000'000;    // statements + expressions evaluated per render
   static constexpr size_t kMaxValueBytes = size_t{32} << 20;   // any one string (or list, 64 B per item) built
   static constexpr size_t kMaxTotalBytes = size_t{256} << 20;  // everything built by one render, summed
   static constexpr size_t kMaxOutputBytes = size_t{32} << 20;  // the rendered text
