@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -601,6 +602,11 @@ int serve(const ServerOptions& opts) {
   app.tok = std::move(*tok);
   if (g->find("tokenizer.chat_template"))
     if (auto t = g->get_string("tokenizer.chat_template"); t.is_ok()) app.chat_template = *t;
+  if (!opts.chat_template_file.empty()) {
+    std::ifstream in(opts.chat_template_file, std::ios::binary);
+    if (!in) return fail("cannot read the chat template file " + opts.chat_template_file);
+    app.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   for (int32_t id = 0; id < app.tok->n_vocab(); ++id) {
     if (app.tok->is_end_of_generation(id)) app.eog.push_back(id);
     app.max_token_bytes = std::max(app.max_token_bytes, app.tok->token_text(id).size());

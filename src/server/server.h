@@ -23,7 +23,8 @@ struct ServerOptions {
   int max_running = 64;               // sequences decoded together
   int max_waiting = 256;              // queued requests before 429
   size_t max_body_bytes = 1 << 20;    // larger bodies get 413
-  bool trust_request_chat_template = false;  // accept vLLM's per-request `chat_template` (rendered in the sandbox)
+  bool trust_request_chat_template = false;
+  std::string chat_template_file;     // a Jinja chat template replacing the model's (llama-server's --chat-template-file)  // accept vLLM's per-request `chat_template` (rendered in the sandbox)
   bool no_prefix_cache = false;       // prefix caching is on unless this is set
   std::string draft_model_path;       // speculative decoding with this draft model (same vocabulary)
   bool lookup = false;                // speculative decoding by prompt lookup (when no draft model is given)

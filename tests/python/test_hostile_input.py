@@ -129,3 +129,21 @@ def test_numbers_out_of_range_in_every_numeric_field(server, field):
     for lp in (-1, 21, 2 ** 40):
         status, payload, _ = server.request("POST", "/v1/completions", {"prompt": "hi", "logprobs": lp})
         assert status == 400 and json.loads(payload)["error"]["param"] == "logprobs", lp
+
+
+def test_hostile_template_file_given_to_serve(cachet_bin, default_model, tmp_path):
+    """A hostile template given at start (as one inside the GGUF would be): chat requests get 400 quickly and the
+    server keeps serving completions."""
+    bad = tmp_path / "bad.jinja"
+    bad.write_text(HOSTILE_TEMPLATES["recursive macro"])
+    s = Server(cachet_bin, default_model, "--chat-template-file", str(bad))
+    try:
+        for _ in range(3):
+            t0 = time.time()
+            status, body = chat(s)
+            assert status == 400 and "levels deep" in body["error"]["message"], body
+            assert time.time() - t0 < 2.0
+        status, payload, _ = s.request("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4})
+        assert status == 200, payload
+    finally:
+        s.stop()

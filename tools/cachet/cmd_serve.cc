@@ -27,6 +27,9 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--parallel", o->max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
   c->add_option("--max-queue", o->max_waiting, "queued requests before answering 429")->check(CLI::PositiveNumber);
   c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above)");
+  c->add_option("--chat-template-file", o->chat_template_file,
+                 "a Jinja chat template replacing the model's (rendered within the template limits)")
+      ->check(CLI::ExistingFile);
   c->add_flag("--trust-request-chat-template", o->trust_request_chat_template,
               "accept a 'chat_template' in chat requests (vLLM's field; rendered within the template limits)");
   c->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
