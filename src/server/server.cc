@@ -574,6 +574,9 @@ int serve(const ServerOptions& opts) {
   svr.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   svr.set_payload_max_length(opts.max_body_bytes);
   svr.set_keep_alive_max_count(1000);
+  // An idle keep-alive connection is closed after 30 s (httplib's default, 5 s, races clients that reuse a
+  // connection a moment late on a loaded machine: they meet a reset instead of a response).
+  svr.set_keep_alive_timeout(30);
   install_routes(app, svr);
   if (!svr.bind_to_port(opts.host.c_str(), opts.port)) {
     std::fprintf(stderr, "error: cannot listen on %s:%d\n", opts.host.c_str(), opts.port);
