@@ -105,6 +105,15 @@ TEST(JinjaLimits, HostileTemplatesEndQuicklyWithAnErrorAndBoundedMemory) {
   }
 }
 
+TEST(JinjaLimits, InfiniteAndNanFloatsUsedAsIntegersSaturate) {
+  // fuzz_jinja's finding: -inf as a slice bound was an undefined float -> int conversion.
+  auto t = Template::parse("{{ 'abc'[(-1e999):] }}|{{ 'abc'[:1e999] }}|{{ range(3)[(1e999 - 1e999):] }}");
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  auto r = t->render(Dict{});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->substr(0, 8), "abc|abc|");
+}
+
 TEST(JinjaLimits, RealisticTemplatesStayWithinTheLimits) {
   // A long conversation through a loop-heavy template: well inside every limit.
   const std::string src =

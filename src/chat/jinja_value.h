@@ -55,7 +55,14 @@ class Value {
   bool is_callable() const { return kind_ == Kind::kFunction; }
 
   bool as_bool() const { return i_ != 0; }
-  int64_t as_int() const { return kind_ == Kind::kFloat ? static_cast<int64_t>(f_) : i_; }
+  // A float as an integer truncates toward zero, saturating (NaN: 0), never undefined (found by fuzz_jinja).
+  int64_t as_int() const {
+    if (kind_ != Kind::kFloat) return i_;
+    if (!(f_ == f_)) return 0;
+    if (f_ >= 9.2233720368547758e18) return INT64_MAX;
+    if (f_ <= -9.2233720368547758e18) return INT64_MIN;
+    return static_cast<int64_t>(f_);
+  }
   double as_float() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(i_); }
   const std::string& str() const { return *s_; }
   List& list() const { return *l_; }
