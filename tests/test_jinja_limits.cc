@@ -78,8 +78,13 @@ std::vector<Hostile> hostile_templates() {
       {"replace blow-up", "{{ ('x' * 1000000).replace('x', 'x' * 1000) }}", "MiB"},
       {"join with a huge separator", "{{ range(100000)|join('x' * 1000000) }}", "MiB"},
       {"indent by 10**9", "{{ ('a\\n' * 1000)|indent(1000000000) }}", "MiB"},
-      {"output bomb", "{% for i in range(1000000) %}{{ 'x' * 1000 }}{% endfor %}", "output longer"},
-      {"set block bomb", "{% set b %}{% for i in range(1000000) %}{{ 'x' * 1000 }}{% endfor %}{% endset %}", "output longer"},
+      {"output bomb", "{% for i in range(1000) %}{% for j in range(1000) %}{{ 'x' * 1000 }}{% endfor %}{% endfor %}",
+       "output longer"},
+      {"set block bomb",
+       "{% set b %}{% for i in range(1000) %}{% for j in range(1000) %}{{ 'x' * 1000 }}{% endfor %}{% endfor %}{% endset %}",
+       "output longer"},
+      {"range past the sandbox's limit", "{% for i in range(100001) %}{% endfor %}", "the limit is 100000"},
+      {"range with a huge negative step", "{{ range(9223372036854775807, -9223372036854775807, -1)|length }}", "range"},
   };
 }
 
@@ -103,6 +108,19 @@ TEST(JinjaLimits, HostileTemplatesEndQuicklyWithAnErrorAndBoundedMemory) {
     EXPECT_LT(secs, kMaxSeconds);
     EXPECT_LT(peak_rss_kib() - rss0, kMaxRssGrowthKib) << "peak resident memory grew by " << (peak_rss_kib() - rss0) << " KiB";
   }
+}
+
+// A loop reads its list in place (no copy); a body that appends to that list sees the length the loop began
+// with, and the list keeps what was appended (the storage may move under the loop: read by index, not pointer).
+TEST(JinjaLimits, LoopOverAListItsBodyAppendsTo) {
+  auto t = Template::parse(
+      "{% set l = [1, 2, 3] %}{% for x in l %}{% for k in range(100) %}{% set _ = l.append(x * 10) %}{% endfor %}"
+      "{{ x }},{% endfor %}{{ l|length }}|{{ range(10, 0, -3)|join(' ') }}|{{ range(0)|length }}");
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  Dict ctx;
+  auto r = t->render(ctx);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(*r, "1,2,3,303|10 7 4 1|0");
 }
 
 TEST(JinjaLimits, InfiniteAndNanFloatsUsedAsIntegersSaturate) {

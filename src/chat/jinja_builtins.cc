@@ -497,12 +497,18 @@ void install_globals(Dict& g) {
           if (a.positional.size() >= 2) start = a.positional[0].as_int(), stop = a.positional[1].as_int();
           if (a.positional.size() >= 3) step = a.positional[2].as_int();
           if (step == 0) return invalid_argument("range() step must not be zero");
+          // The length first (in 128-bit arithmetic: the bounds are any int64), refused past the limit before
+          // anything is built, as jinja2's sandbox does (MAX_RANGE); then one exact allocation.
+          const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+          const __int128 mag = step > 0 ? __int128{step} : -__int128{step};
+          const __int128 count = span <= 0 ? 0 : (span + mag - 1) / mag;
+          if (count > Limits::kMaxRange)
+            return resource_exhausted("range() of " + std::to_string(static_cast<long double>(count)) +
+                                      " items: the limit is " + std::to_string(Limits::kMaxRange));
           List out;
-          for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-            out.push_back(Value(i));
-            if (out.size() > 1000000) return invalid_argument("range() too long");
-          }
-          return Value(out);
+          out.reserve(static_cast<size_t>(count));
+          for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) out.push_back(Value(start + k * step));
+          return Value(std::move(out));
         })));
   g.set("strftime_now", Value(Function([](Args& a) -> Result<Value> {
           std::time_t now = std::time(nullptr);

@@ -158,16 +158,19 @@ class Renderer {
 
   Status exec_for(const Node& n, std::string* out) {
     CACHET_ASSIGN_OR_RETURN(Value seq, eval(*n.expr));
-    List items;
-    if (seq.is_list()) items = seq.list();
-    else if (seq.is_dict()) for (const auto& [k, v] : seq.dict().items) items.push_back(Value(k));
-    else if (seq.is_string()) for (char c : seq.str()) items.push_back(Value(std::string(1, c)));
-    else if (seq.is_undefined() || seq.is_none()) items = {};
-    else return render_error(n.line, std::string("cannot iterate over a ") + seq.type_name());
+    // A list is iterated where it is, not copied (`seq` keeps it alive). The body can only grow it (`append` is
+    // the one mutating method), so items are read by index through the list object, never through a pointer
+    // into its storage, over the length it had when the loop began.
+    List built;
+    if (seq.is_dict()) for (const auto& [k, v] : seq.dict().items) built.push_back(Value(k));
+    else if (seq.is_string()) for (char c : seq.str()) built.push_back(Value(std::string(1, c)));
+    else if (!seq.is_list() && !seq.is_undefined() && !seq.is_none())
+      return render_error(n.line, std::string("cannot iterate over a ") + seq.type_name());
+    const List* items_p = seq.is_list() ? &seq.list() : &built;
     // The "if" filter of the loop applies before loop.index and friends are counted.
     if (n.filter) {
       List kept;
-      for (const auto& it : items) {
+      for (const auto& it : *items_p) {
         scopes_.emplace_back();
         bind_targets(n, it);
         auto c = eval(*n.filter);
@@ -175,8 +178,10 @@ class Renderer {
         if (!c.is_ok()) return c.status();
         if (c->truthy()) kept.push_back(it);
       }
-      items.swap(kept);
+      built.swap(kept);
+      items_p = &built;
     }
+    const List& items = *items_p;
     if (items.empty()) {
       if (n.branches.size() > 1) return exec_body(n.branches[1], out);
       return Status::ok();

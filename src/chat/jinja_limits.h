@@ -22,6 +22,7 @@ struct Limits {
   static constexpr size_t kMaxTotalBytes = size_t{256} << 20;  // everything built by one render, summed
   static constexpr size_t kMaxOutputBytes = size_t{32} << 20;  // the rendered text
   static constexpr int kMaxValueNesting = 256;       // lists / dicts inside each other, when printed or compared
+  static constexpr int64_t kMaxRange = 100'000;      // items of one range() (jinja2's sandbox: MAX_RANGE)
 };
 
 // One render's account. While a render runs, its budget is the thread's current one: values built anywhere
