@@ -123,6 +123,24 @@ TEST(JinjaLimits, LoopOverAListItsBodyAppendsTo) {
   EXPECT_EQ(*r, "1,2,3,303|10 7 4 1|0");
 }
 
+// Integers are int64: a result past it becomes a float instead of wrapping (fuzz_jinja: a signed overflow in
+// `111119111111*111111110`), and slicing with a huge step ends instead of overflowing its index.
+TEST(JinjaLimits, IntegerOverflowBecomesAFloat) {
+  const char* src =
+      "{{ 111119111111 * 111111110 > 10**19 }}|{{ 9223372036854775807 + 1 > 9.2e18 }}|"
+      "{{ (-9223372036854775807 - 1) - 1 < 0 }}|{{ -(-9223372036854775807 - 1) > 0 }}|"
+      "{{ (-9223372036854775807 - 1) // -1 > 0 }}|{{ (-9223372036854775807 - 1)|abs > 0 }}|{{ 2 ** 70 > 10**21 }}|"
+      "{{ [9223372036854775807, 9223372036854775807]|sum > 0 }}|{{ (-9223372036854775807 - 1) is divisibleby(-1) }}|"
+      "{{ 'abcdef'[1::9223372036854775807] }}|{{ [1, 2, 3][2::-9223372036854775807]|join(',') }}|"
+      "{{ 'abc'[-9223372036854775807::-9223372036854775807] }}|{{ 6 * 7 }}|{{ 2 ** 10 }}";
+  auto t = Template::parse(src);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  Dict ctx;
+  auto r = t->render(ctx);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(*r, "True|True|True|True|True|True|True|True|True|b|3||42|1024");
+}
+
 TEST(JinjaLimits, InfiniteAndNanFloatsUsedAsIntegersSaturate) {
   // fuzz_jinja's finding: -inf as a slice bound was an undefined float -> int conversion.
   auto t = Template::parse("{{ 'abc'[(-1e999):] }}|{{ 'abc'[:1e999] }}|{{ range(3)[(1e999 - 1e999):] }}");

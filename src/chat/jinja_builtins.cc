@@ -164,7 +164,9 @@ Result<Value> apply_filter(const std::string& f, const Value& v, Args& a, int li
     return Value(v.as_int());
   }
   if (f == "float") return Value(v.is_string() ? std::strtod(v.str().c_str(), nullptr) : v.as_float());
-  if (f == "abs") return v.kind() == Value::Kind::kInt ? Value(static_cast<int64_t>(std::llabs(v.as_int()))) : Value(std::fabs(v.as_float()));
+  if (f == "abs")
+    return v.kind() == Value::Kind::kInt && v.as_int() != INT64_MIN ? Value(static_cast<int64_t>(std::llabs(v.as_int())))
+                                                                     : Value(std::fabs(v.as_float()));
   if (f == "list") {
     if (v.is_list()) return v;
     List out;
@@ -251,7 +253,7 @@ Result<Value> apply_filter(const std::string& f, const Value& v, Args& a, int li
         s += x.as_float();
         all_int &= x.kind() == Value::Kind::kInt;
       }
-    return all_int ? Value(static_cast<int64_t>(s)) : Value(s);
+    return all_int && std::fabs(s) < 9.2e18 ? Value(static_cast<int64_t>(s)) : Value(s);
   }
   if (f == "round") {
     const int64_t prec = a.get(0, "precision", Value(int64_t{0})).as_int();
@@ -320,7 +322,7 @@ Result<bool> apply_test(const std::string& t, const Value& v, Args& a, int line)
   if (t == "odd" || t == "even") return v.kind() == Value::Kind::kInt && ((v.as_int() % 2 != 0) == (t == "odd"));
   if (t == "divisibleby") {
     int64_t d = a.get(0, "num", Value(int64_t{1})).as_int();
-    return d != 0 && v.as_int() % d == 0;
+    return d != 0 && (d == -1 || v.as_int() % d == 0);  // INT64_MIN % -1 overflows
   }
   if (t == "eq" || t == "equalto" || t == "==" || t == "sameas") return v.equals(a.get(0, "other"));
   if (t == "ne" || t == "!=") return !v.equals(a.get(0, "other"));

@@ -37,13 +37,21 @@ Value slice_of(const Value& v, const Value& start, const Value& stop, const Valu
     return std::clamp<int64_t>(i, -1, n - 1);
   };
   const int64_t b = clamp(start, st > 0 ? 0 : n - 1), e = clamp(stop, st > 0 ? n : -1);
+  // A step past the bounds ends the walk (a huge step must not overflow the index).
+  auto next = [st](int64_t& i) { return !__builtin_add_overflow(i, st, &i); };
   if (v.is_string()) {
     std::string out;
-    for (int64_t i = b; st > 0 ? i < e : i > e; i += st) out += v.str()[i];
+    for (int64_t i = b; st > 0 ? i < e : i > e;) {
+      out += v.str()[i];
+      if (!next(i)) break;
+    }
     return Value(out);
   }
   List out;
-  for (int64_t i = b; st > 0 ? i < e : i > e; i += st) out.push_back(v.list()[i]);
+  for (int64_t i = b; st > 0 ? i < e : i > e;) {
+    out.push_back(v.list()[i]);
+    if (!next(i)) break;
+  }
   return Value(out);
 }
 
@@ -336,7 +344,8 @@ class Renderer {
         if (e.name == "not") return Value(!v.truthy());
         if (!v.is_number()) return render_error(e.line, std::string("bad operand for unary ") + e.name + ": " + v.type_name());
         if (e.name == "+") return v;
-        return v.kind() == Value::Kind::kInt ? Value(-v.as_int()) : Value(-v.as_float());
+        if (v.kind() == Value::Kind::kInt && v.as_int() != INT64_MIN) return Value(-v.as_int());
+        return Value(-v.as_float());  // a float, or the one integer whose negation leaves int64
       }
       case Expr::Kind::kBinary: return eval_binary(e);
       case Expr::Kind::kCond: {
@@ -451,7 +460,7 @@ class Renderer {
     }
     if (op == "//" || op == "%") {
       if (r.as_float() == 0.0) return render_error(e.line, "division by zero");
-      if (ints) {
+      if (ints && !(l.as_int() == INT64_MIN && r.as_int() == -1)) {
         int64_t a = l.as_int(), b = r.as_int();
         int64_t q = a / b;
         if ((a % b != 0) && ((a < 0) != (b < 0))) --q;  // floor division
@@ -460,12 +469,18 @@ class Renderer {
       double q = std::floor(l.as_float() / r.as_float());
       return op == "//" ? Value(q) : Value(l.as_float() - q * r.as_float());
     }
-    if (op == "**") return ints && r.as_int() >= 0 ? Value(static_cast<int64_t>(std::llround(std::pow(l.as_float(), r.as_float()))))
-                                                  : Value(std::pow(l.as_float(), r.as_float()));
+    // Integers are int64 (Python's are unbounded): a result that leaves int64 becomes a float, never wraps
+    // (fuzz_jinja found `111119111111*111111110`, a signed overflow).
+    if (op == "**") {
+      const double p = std::pow(l.as_float(), r.as_float());
+      if (ints && r.as_int() >= 0 && std::fabs(p) < 9.2e18) return Value(static_cast<int64_t>(std::llround(p)));
+      return Value(p);
+    }
     if (ints) {
-      if (op == "+") return Value(l.as_int() + r.as_int());
-      if (op == "-") return Value(l.as_int() - r.as_int());
-      if (op == "*") return Value(l.as_int() * r.as_int());
+      int64_t out = 0;
+      if (op == "+" && !__builtin_add_overflow(l.as_int(), r.as_int(), &out)) return Value(out);
+      if (op == "-" && !__builtin_sub_overflow(l.as_int(), r.as_int(), &out)) return Value(out);
+      if (op == "*" && !__builtin_mul_overflow(l.as_int(), r.as_int(), &out)) return Value(out);
     }
     if (op == "+") return Value(l.as_float() + r.as_float());
     if (op == "-") return Value(l.as_float() - r.as_float());
