@@ -83,13 +83,20 @@ double measure_bandwidth_gbs(int threads, int reps) {
 template <typename Vec, Vec (*Fma)(Vec, Vec, Vec), Vec (*Set1)(float)>
 double fma_chains(int64_t iters) {
   Vec a[10];
-  for (int i = 0; i < 10; ++i) a[i] = Set1(0.1f * static_cast<float>(i + 1));
-  const Vec b = Set1(0.9999f), c = Set1(1e-4f);
+  // Operands read through volatile: with constants clang folds the whole loop (a "peak" of 10^8 GFLOP/s).
+  static volatile float kB = 0.9999f, kC = 1e-4f, kA = 0.1f;
+  for (int i = 0; i < 10; ++i) a[i] = Set1(kA * static_cast<float>(i + 1));
+  const Vec b = Set1(kB), c = Set1(kC);
   for (int64_t k = 0; k < iters; ++k)
     for (int i = 0; i < 10; ++i) a[i] = Fma(a[i], b, c);
+  // Every chain feeds the result (with only a[9] used, the other nine chains were dropped as dead code).
   float out[64];
-  std::memcpy(out, &a[9], sizeof(Vec));
-  return out[0];
+  double r = 0.0;
+  for (int i = 0; i < 10; ++i) {
+    std::memcpy(out, &a[i], sizeof(Vec));
+    r += out[0];
+  }
+  return r;
 }
 __attribute__((target("avx512f"))) __m512 fma512(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 __attribute__((target("avx512f"))) __m512 set512(float x) { return _mm512_set1_ps(x); }
