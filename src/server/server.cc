@@ -641,6 +641,7 @@ int serve(const ServerOptions& opts) {
     cfg.spec = SpecMode::kLookup;
   }
   cfg.draft_max = opts.draft_max;
+  cfg.spec_adaptive = !opts.draft_fixed;
   if (auto e = Engine::create(*app.model, cfg); !e.is_ok()) return fail(e.status().message());
   app.service = std::make_unique<EngineService>(*app.model, cfg, opts.max_waiting);
   app.state = State::kReady;

@@ -29,6 +29,7 @@ struct ServerOptions {
   std::string draft_model_path;       // speculative decoding with this draft model (same vocabulary)
   bool lookup = false;                // speculative decoding by prompt lookup (when no draft model is given)
   int draft_max = 8;                  // most draft tokens per request and step
+  bool draft_fixed = false;           // always draft_max tokens, cost model off (measuring, testing)
   RopeOverrides rope;                 // RoPE settings replacing the file's (target and draft)
   KvTypes kv_type;                    // K and V element types of the KV cache
 };

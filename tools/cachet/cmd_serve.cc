@@ -38,6 +38,8 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_flag("--lookup", o->lookup, "speculative decoding by prompt lookup: drafts copied from the text so far");
   c->add_option("--draft-max", o->draft_max, "most draft tokens per step (the engine picks fewer when they do not pay)")
       ->check(CLI::Range(1, 64));
+  c->add_flag("--draft-fixed", o->draft_fixed,
+              "always draft --draft-max tokens, even when the cost model says it does not pay (measuring, testing)");
   c->callback([o, kv, kv_memory, exit_code] {
     if (!o->draft_model_path.empty() && o->lookup) {
       *exit_code = fail(invalid_argument("give --draft-model or --lookup, not both"));
