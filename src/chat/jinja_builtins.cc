@@ -253,7 +253,7 @@ Result<Value> apply_filter(const std::string& f, const Value& v, Args& a, int li
         s += x.as_float();
         all_int &= x.kind() == Value::Kind::kInt;
       }
-    return all_int && std::fabs(s) < 9.2e18 ? Value(static_cast<int64_t>(s)) : Value(s);
+    return all_int && Value::fits_int64(s) ? Value(static_cast<int64_t>(s)) : Value(s);
   }
   if (f == "round") {
     const int64_t prec = a.get(0, "precision", Value(int64_t{0})).as_int();

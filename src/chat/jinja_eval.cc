@@ -473,7 +473,7 @@ class Renderer {
     // (fuzz_jinja found `111119111111*111111110`, a signed overflow).
     if (op == "**") {
       const double p = std::pow(l.as_float(), r.as_float());
-      if (ints && r.as_int() >= 0 && std::fabs(p) < 9.2e18) return Value(static_cast<int64_t>(std::llround(p)));
+      if (ints && r.as_int() >= 0 && Value::fits_int64(p)) return Value(static_cast<int64_t>(std::llround(p)));
       return Value(p);
     }
     if (ints) {

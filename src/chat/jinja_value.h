@@ -59,10 +59,11 @@ class Value {
   int64_t as_int() const {
     if (kind_ != Kind::kFloat) return i_;
     if (!(f_ == f_)) return 0;
-    if (f_ >= 9.2233720368547758e18) return INT64_MAX;
-    if (f_ <= -9.2233720368547758e18) return INT64_MIN;
-    return static_cast<int64_t>(f_);
+    if (fits_int64(f_)) return static_cast<int64_t>(f_);
+    return f_ > 0 ? INT64_MAX : INT64_MIN;
   }
+  // Whether a float converts to int64 without leaving its range (|x| < 2^63; NaN does not).
+  static bool fits_int64(double x) { return x > -9.2233720368547758e18 && x < 9.2233720368547758e18; }
   double as_float() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(i_); }
   const std::string& str() const { return *s_; }
   List& list() const { return *l_; }
