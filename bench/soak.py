@@ -115,12 +115,15 @@ def main():
     ap.add_argument("--clients", type=int, default=12)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", required=True, help="path prefix of the CSV, PNG and JSON")
+    ap.add_argument("--wrap", default="", help="a command put before the server's, e.g. 'heaptrack -o /tmp/ht'")
+    ap.add_argument("--serve-args", default="", help="extra arguments for cachet serve")
     a = ap.parse_args()
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     port = loadgen.free_port()
-    proc = subprocess.Popen([str(ROOT / "build/cachet"), "serve", "-m", a.model, "--port", str(port), "-t",
-                             str(a.threads), "--parallel", "16", "--trust-request-chat-template"],
+    proc = subprocess.Popen(a.wrap.split() + [str(ROOT / "build/cachet"), "serve", "-m", a.model, "--port", str(port),
+                             "-t", str(a.threads), "--parallel", "16", "--trust-request-chat-template"] +
+                            a.serve_args.split(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     loadgen.wait_ready(port, proc, "/health")
     stats = Stats()

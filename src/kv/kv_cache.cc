@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <atomic>
+
 #include "base/check.h"
 #include "model/config.h"
 
@@ -19,6 +21,16 @@ ContiguousKvCache::ContiguousKvCache(const ModelConfig& cfg, int capacity, KvTyp
     k_[l].zero();
     v_[l].zero();
   }
+}
+
+uint64_t next_kv_storage_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+std::optional<KvSequence::Mirror> ContiguousKvCache::mirror() const {
+  static const std::vector<int32_t> kOneBlock{0};
+  return Mirror{id_, 1, capacity_, &kOneBlock, nullptr};
 }
 
 KvSpan ContiguousKvCache::span(int layer, int index, int n_positions) const {

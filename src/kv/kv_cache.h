@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -38,9 +40,25 @@ struct KvSpan {
   int n = 0;
 };
 
+class KvBlockStorage;
+
+// A process-unique number for each K/V storage (a contiguous cache, a paged pool), never reused.
+uint64_t next_kv_storage_id();
+
 class KvSequence {
  public:
+  // How a process holding another shard of every layer (tensor parallelism, dist/) finds the same rows in its
+  // own cache: the storage's id and shape, and this sequence's blocks in position order (a contiguous cache
+  // is one block of its capacity). `paged` is the pool when there is one (its copies must be mirrored too).
+  struct Mirror {
+    uint64_t storage_id = 0;
+    int n_blocks = 0, block_size = 0;
+    const std::vector<int32_t>* blocks = nullptr;
+    KvBlockStorage* paged = nullptr;
+  };
   virtual ~KvSequence() = default;
+  // Empty for a view that cannot be mirrored (a test's or an inspection tool's own wrapper).
+  virtual std::optional<Mirror> mirror() const { return std::nullopt; }
   virtual KvTypes types() const = 0;
   // Largest position + 1 this sequence can hold.
   virtual int capacity() const = 0;
@@ -64,12 +82,14 @@ class ContiguousKvCache final : public KvSequence {
   uint8_t* v_row(int layer, int pos) override { return v_[layer].data() + pos * v_row_bytes_; }
   int span_len() const override { return capacity_; }
   KvSpan span(int layer, int index, int n_positions) const override;
+  std::optional<Mirror> mirror() const override;
 
   size_t total_bytes() const { return k_.size() * (k_row_bytes_ + v_row_bytes_) * capacity_; }
 
  private:
   KvTypes types_;
   int capacity_;
+  uint64_t id_ = next_kv_storage_id();
   size_t k_row_bytes_, v_row_bytes_;
   std::vector<AlignedBuffer<uint8_t>> k_;  // per layer: (capacity, kv_dim) in dtype_
   std::vector<AlignedBuffer<uint8_t>> v_;  // per layer: (capacity, kv_dim) in dtype_

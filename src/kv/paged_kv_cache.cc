@@ -9,7 +9,7 @@
 namespace cachet {
 
 KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, KvTypes types)
-    : types_(types), block_size_(block_size) {
+    : types_(types), block_size_(block_size), n_blocks_(n_blocks) {
   CACHET_CHECK(kv_types_fit(cfg, types).is_ok());
   k_row_bytes_ = kv_row_bytes(types.k, cfg.kv_dim());
   v_row_bytes_ = kv_row_bytes(types.v, cfg.kv_dim());
@@ -28,6 +28,7 @@ void KvBlockStorage::copy_block(BlockId src, BlockId dst, int n_tokens) {
     std::memcpy(k(static_cast<int>(l), dst, 0), k(static_cast<int>(l), src, 0), k_row_bytes_ * n_tokens);
     std::memcpy(v(static_cast<int>(l), dst, 0), v(static_cast<int>(l), src, 0), v_row_bytes_ * n_tokens);
   }
+  if (copy_observer_) copy_observer_(src, dst, n_tokens);
 }
 
 uint8_t* PagedKvSequence::k_row(int layer, int pos) {

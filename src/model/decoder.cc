@@ -17,10 +17,11 @@ class DecoderModel final : public Model {
  public:
   DecoderModel(ModelConfig cfg, DecoderWeights w, std::vector<TensorView> all, SpecialTokens special,
              std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf, std::shared_ptr<ThreadPool> pool,
-             std::vector<AlignedBuffer<float>> owned, std::vector<AlignedBuffer<uint8_t>> packed)
+             std::vector<AlignedBuffer<float>> owned, std::vector<AlignedBuffer<uint8_t>> packed,
+             std::shared_ptr<TpReducer> reducer, TpLayout tp)
       : cfg_(std::move(cfg)), w_(std::move(w)), all_(std::move(all)), special_(special),
         storage_(std::move(storage)), gguf_(std::move(gguf)), pool_(std::move(pool)), owned_(std::move(owned)),
-        packed_(std::move(packed)) {
+        packed_(std::move(packed)), reducer_(std::move(reducer)), tp_(std::move(tp)) {
     const float* factors = cfg_.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
     rope_ = rope_freqs(cfg_, false, factors);
     rope_swa_ = rope_freqs(cfg_, true, factors);
@@ -47,6 +48,8 @@ class DecoderModel final : public Model {
   std::shared_ptr<ThreadPool> pool_;
   std::vector<AlignedBuffer<float>> owned_;          // f32 copies of norm weights stored in other types
   std::vector<AlignedBuffer<uint8_t>> packed_;       // repacked matmul weights (kernels/packed.h)
+  std::shared_ptr<TpReducer> reducer_;               // tensor parallel: joins the shards' outputs
+  TpLayout tp_;                                      // every rank's share (model/tp_shard.h)
   RopeFreqs rope_, rope_swa_;                        // per-pair frequencies: global, sliding-window layers
 
   // Activations for the current batch (n_tokens rows each).
@@ -63,6 +66,13 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> cos_sin_;      // [n_tokens, rope_dim] global layers
   AlignedBuffer<float> cos_sin_swa_;  // [n_tokens, rope_dim] sliding-window layers (their own RoPE base)
   AlignedBuffer<float> router_;       // [n_tokens, n_expert]
+  // Tensor parallel, exact mode: every rank's attention output / FFN activations, and this rank's output rows.
+  AlignedBuffer<float> attn_full_;    // [n_tokens, q_dim of the whole model]
+  AlignedBuffer<float> act_full_;     // [n_tokens, n_ff of the whole model]
+  AlignedBuffer<float> part_;         // [n_tokens, this rank's output rows]
+
+  // proj_ = the output projection `w` of `in` (this rank's [T, n_in] share), joined over the ranks.
+  void project(const TensorView& w, float* in, const std::vector<int64_t>& in_widths, float* in_full, int T);
 };
 
 Status DecoderModel::check_batch(const ForwardBatch& b) const {
@@ -98,6 +108,25 @@ void DecoderModel::ensure_scratch(int n) {
   cos_sin_.resize(n * cfg_.rope_dim);
   cos_sin_swa_.resize(n * cfg_.rope_dim);
   router_.resize(n * std::max<int64_t>(cfg_.n_expert, 1));
+  if (tp_.exact) {
+    attn_full_.resize(n * tp_.q_full);
+    act_full_.resize(n * tp_.ff_full);
+    part_.resize(n * cfg_.n_embd);
+  }
+}
+
+void DecoderModel::project(const TensorView& w, float* in, const std::vector<int64_t>& in_widths, float* in_full,
+                           int T) {
+  if (!reducer_) {
+    matmul(*pool_, w, in, T, proj_.data());
+  } else if (!tp_.exact) {
+    matmul(*pool_, w, in, T, proj_.data());       // this rank's columns: a partial sum
+    reducer_->sum(proj_.data(), T * cfg_.n_embd);  // ... of every rank's, in rank order
+  } else {
+    reducer_->gather(in, T, in_widths, in_full);   // the whole input, bitwise as on one rank
+    matmul(*pool_, w, in_full, T, part_.data());   // this rank's output rows, whole dot products
+    reducer_->gather(part_.data(), T, tp_.d_widths, proj_.data());
+  }
 }
 
 namespace {
@@ -202,7 +231,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
                   (aa.window > 0 ? " over the last " + std::to_string(aa.window) + " positions"
                                  : std::string(" over positions 0..pos")) +
                   " (causal), " + std::to_string(H / KH) + " query heads per KV head; softmax; weights @ V"});
-    matmul(pool, L.wo, attn_.data(), T, proj_.data());
+    project(L.wo, attn_.data(), tp_.q_widths, attn_full_.data(), T);
     trace_mm(l, L.wo, H * hd, d, "attention output projection");
     if (L.post_attn_norm.data) {
       norm_rows(proj_.data(), L.post_attn_norm, proj_.data(), T, d);
@@ -221,6 +250,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
                                          static_cast<int>(c.n_expert_used), c.expert_norm,
                                          static_cast<float>(c.expert_weights_scale));
       moe_ffn(pool, {&L.gate_exps, &L.up_exps, &L.down_exps, gelu}, r, xn_.data(), d, ff, proj_.data());
+      if (reducer_) reducer_->sum(proj_.data(), T * d);  // this rank's FFN columns of every expert
       trace_mm(l, L.router, d, c.n_expert, "router logits");
       trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), wshape(L.gate_exps[0]), {T, d}, {T, d},
                 "softmax router, top " + std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
@@ -240,7 +270,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
           },
           64);
       trace(l, {gelu ? "gelu_mul" : "silu_mul", "", "", {}, {T, ff}, {T, ff}, gelu ? "gelu(gate) * up" : "silu(gate) * up"});
-      matmul(pool, L.w_down, gate_.data(), T, proj_.data());
+      project(L.w_down, gate_.data(), tp_.ff_widths, act_full_.data(), T);
       trace_mm(l, L.w_down, ff, d, "down");
     }
     if (L.post_ffn_norm.data) {
@@ -284,6 +314,9 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
   CACHET_RETURN_IF_ERROR(cfg.validate());
   std::vector<AlignedBuffer<float>> owned;
   CACHET_RETURN_IF_ERROR(validate_decoder_weights(cfg, &weights, &owned));
+  std::vector<AlignedBuffer<uint8_t>> cuts;  // this rank's column cuts (tensor parallel), until packed
+  TpLayout tp_layout;
+  CACHET_RETURN_IF_ERROR(shard_decoder_weights(opts.tp, &cfg, &weights, &cuts, &tp_layout));
   // Matmul weights of the block types are repacked once for the integer path.
   std::vector<AlignedBuffer<uint8_t>> packed;
   auto pack = [&](TensorView* t) {
@@ -305,9 +338,21 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
     }
   }
   pack(&weights.output);
+  // A cut that was packed is read from its packed copy from now on; only unpacked cuts stay.
+  auto unpacked_user = [&](const uint8_t* p) {
+    for (const auto& L : weights.layers) {
+      if ((L.wo.data == p && !L.wo.packed) || (L.w_down.data == p && !L.w_down.packed)) return true;
+      for (const TensorView& t : L.down_exps)
+        if (t.data == p && !t.packed) return true;
+    }
+    return false;
+  };
+  for (auto& c : cuts)
+    if (unpacked_user(c.data())) packed.push_back(std::move(c));
   return std::unique_ptr<Model>(new DecoderModel(std::move(cfg), std::move(weights), std::move(all_tensors), special,
                                                  std::move(storage), std::move(gguf), std::move(pool),
-                                                 std::move(owned), std::move(packed)));
+                                                 std::move(owned), std::move(packed),
+                                                 opts.tp.size > 1 ? opts.tp.reducer : nullptr, std::move(tp_layout)));
 }
 
 }  // namespace cachet

@@ -13,6 +13,7 @@
 #include "model/rope_scaling.h"
 #include "model/forward_batch.h"
 #include "model/tensor.h"
+#include "model/tp_shard.h"
 #include "model/trace.h"
 
 namespace cachet {
@@ -58,6 +59,8 @@ struct LoadOptions {
   std::shared_ptr<ThreadPool> pool;
   // RoPE settings that replace the file's (context extension from the command line).
   RopeOverrides rope;
+  // Tensor parallelism: load only this rank's shard and all-reduce through tp.reducer (model/tp_shard.h).
+  TpOptions tp;
 };
 
 // Opens a GGUF file or a llama2.c checkpoint (by its contents), validates everything, and builds the model.

@@ -60,6 +60,14 @@ Result<std::vector<int32_t>> prompt_tokens(const Tokenizer* tok, const std::stri
 Result<LoadedModel> load_with_prompt(const std::string& model_flag, int n_threads, const std::string& text,
                                      const std::string& ids, const std::string& fallback_ids);
 
+// --tp N (tools/cachet/tp_flags.cc): the option, the load options of this rank, and what load does after:
+// rank 0 gets its shard wrapped to lead the others; every other rank serves rank 0 and exits there.
+void add_tp_flag(CLI::App& app);
+int tp_size();
+Status tp_prepare(LoadOptions* o);
+Result<std::unique_ptr<Model>> tp_finish_load(std::unique_ptr<Model> shard);
+void tp_shutdown();  // at the end of main: stops the workers, MPI_Finalize
+
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.
 int fail(const Status& s);
 

@@ -60,7 +60,9 @@ Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads
   o.n_threads = n_threads;
   o.precise = precise;
   o.rope = rope;
-  return load_model(path, o);
+  CACHET_RETURN_IF_ERROR(tp_prepare(&o));
+  CACHET_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model(path, o));
+  return tp_finish_load(std::move(m));
 }
 
 LoadedModel::LoadedModel() = default;
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
   CLI::App app{"cachet: an LLM inference engine for CPUs"};
   app.require_subcommand(1);
   int exit_code = 0;
+  cachet::cli::add_tp_flag(app);  // first: the subcommands inherit its fall-through
   cachet::cli::add_run_command(app, &exit_code);
   cachet::cli::add_info_command(app, &exit_code);
   cachet::cli::add_synth_command(app, &exit_code);
@@ -123,7 +126,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    cachet::cli::tp_shutdown();
     return app.exit(e);
   }
+  cachet::cli::tp_shutdown();
   return exit_code;
 }

@@ -1,0 +1,311 @@
+#include "dist/mpi_tp.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <map>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "kv/paged_kv_cache.h"
+
+namespace cachet {
+
+namespace {
+
+MPI_Comm g_comm = MPI_COMM_NULL;
+
+// Every MPI call's result: a failed collective means a rank is gone or the job is broken. Nothing can be
+// recovered inside a forward pass, so the process reports and exits non-zero (a supervisor restarts the job;
+// mpirun takes the other ranks down). docs/tensor_parallel.md.
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "error: tensor parallel: %s failed on rank %d: %s (a rank has died or the job is broken)\n",
+               what, rank, msg);
+  std::fflush(stderr);
+  std::_Exit(3);
+}
+
+class AllgatherReducer final : public TpReducer {
+ public:
+  explicit AllgatherReducer(int size) : size_(size) {}
+  void sum(float* x, int64_t n) override {
+    if (n > INT32_MAX / size_) {
+      std::fprintf(stderr, "error: tensor parallel: an all-reduce of %lld floats is too large\n",
+                   static_cast<long long>(n));
+      std::_Exit(3);
+    }
+    buf_.resize(static_cast<size_t>(n) * size_);
+    check(MPI_Allgather(x, static_cast<int>(n), MPI_FLOAT, buf_.data(), static_cast<int>(n), MPI_FLOAT, g_comm),
+          "all-reduce (MPI_Allgather)");
+    // Rank order on every rank: the same bits everywhere, whatever the message size.
+    for (int64_t i = 0; i < n; ++i) {
+      float s = buf_[i];
+      for (int r = 1; r < size_; ++r) s += buf_[r * n + i];
+      x[i] = s;
+    }
+  }
+
+  void gather(const float* mine, int64_t T, const std::vector<int64_t>& widths, float* full) override {
+    std::vector<int> counts(size_), displs(size_);
+    int64_t total = 0, n_full = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (total + T * widths[r] > INT32_MAX) {
+        std::fprintf(stderr, "error: tensor parallel: an all-gather of %lld floats is too large\n",
+                     static_cast<long long>(total + T * widths[r]));
+        std::_Exit(3);
+      }
+      counts[r] = static_cast<int>(T * widths[r]);
+      displs[r] = static_cast<int>(total);
+      total += T * widths[r];
+      n_full += widths[r];
+    }
+    int rank = 0;
+    MPI_Comm_rank(g_comm, &rank);
+    // One token: rank-order concatenation is already the row. Else gather, then interleave the rows.
+    float* dst = T == 1 ? full : (buf_.resize(total), buf_.data());
+    check(MPI_Allgatherv(mine, counts[rank], MPI_FLOAT, dst, counts.data(), displs.data(), MPI_FLOAT, g_comm),
+          "all-gather (MPI_Allgatherv)");
+    if (T == 1) return;
+    for (int r = 0, col = 0; r < size_; col += static_cast<int>(widths[r]), ++r)
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(full + t * n_full + col, dst + displs[r] + t * widths[r], widths[r] * sizeof(float));
+  }
+
+ private:
+  int size_;
+  std::vector<float> buf_;
+};
+
+enum : int64_t { kOpForward = 1, kOpStop = 2 };
+
+// Rank 0's step message: header {op, length of the body}, then the body.
+// Body: T; n_seqs; n_copies; token ids [T]; positions [T]; sequence indices [T]; per sequence: storage id,
+// n_blocks, block_size, K type, V type, table length, table; per copy: storage id, src, dst, n_tokens.
+void send(const std::vector<int64_t>& body, int64_t op) {
+  int64_t head[2] = {op, static_cast<int64_t>(body.size())};
+  MPI_Request req;
+  check(MPI_Ibcast(head, 2, MPI_INT64_T, 0, g_comm, &req), "step header broadcast");
+  check(MPI_Wait(&req, MPI_STATUS_IGNORE), "step header broadcast");
+  if (!body.empty())
+    check(MPI_Bcast(const_cast<int64_t*>(body.data()), static_cast<int>(body.size()), MPI_INT64_T, 0, g_comm),
+          "step broadcast");
+}
+
+// A worker waits for the next step without holding a core: it spins for a moment (steps come back to back
+// under load), then polls every 200 us.
+int64_t receive(std::vector<int64_t>* body) {
+  int64_t head[2] = {0, 0};
+  MPI_Request req;
+  check(MPI_Ibcast(head, 2, MPI_INT64_T, 0, g_comm, &req), "step header broadcast");
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  for (int done = 0;;) {
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "step header broadcast");
+    if (done) break;
+    if (std::chrono::steady_clock::now() > spin_until) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  body->assign(head[1], 0);
+  if (head[1] > 0) check(MPI_Bcast(body->data(), static_cast<int>(head[1]), MPI_INT64_T, 0, g_comm), "step broadcast");
+  return head[0];
+}
+
+class TpLeaderModel final : public Model {
+ public:
+  TpLeaderModel(std::unique_ptr<Model> inner, MpiTp& tp)
+      : inner_(std::move(inner)), tp_(tp), copies_(std::make_shared<std::vector<int64_t>>()) {
+    set_shared_pool(inner_->shared_pool());
+  }
+  ~TpLeaderModel() override { tp_.stop_workers(); }
+
+  const ModelConfig& config() const override { return inner_->config(); }
+  const std::vector<TensorView>& tensors() const override { return inner_->tensors(); }
+  const SpecialTokens& special_tokens() const override { return inner_->special_tokens(); }
+  const GgufFile* gguf() const override { return inner_->gguf(); }
+  ThreadPool& pool() override { return inner_->pool(); }
+
+  Status forward(const ForwardBatch& b, float* logits) override {
+    const int64_t T = b.n_tokens();
+    std::vector<int64_t> body{T, static_cast<int64_t>(b.seqs.size()), 0};
+    body.insert(body.end(), b.token_ids.begin(), b.token_ids.end());
+    body.insert(body.end(), b.positions.begin(), b.positions.end());
+    body.insert(body.end(), b.seq_index.begin(), b.seq_index.end());
+    for (KvSequence* s : b.seqs) {
+      auto m = s->mirror();
+      if (!m) return unimplemented("tensor parallel: this KV cache view cannot be mirrored on the other ranks");
+      if (m->paged && observed_.insert(m->storage_id).second) {
+        auto copies = copies_;
+        const int64_t id = static_cast<int64_t>(m->storage_id);
+        m->paged->set_copy_observer([copies, id](BlockId src, BlockId dst, int n) {
+          copies->insert(copies->end(), {id, src, dst, n});
+        });
+      }
+      const KvTypes t = s->types();
+      body.insert(body.end(), {static_cast<int64_t>(m->storage_id), m->n_blocks, m->block_size,
+                               static_cast<int64_t>(t.k), static_cast<int64_t>(t.v),
+                               static_cast<int64_t>(m->blocks->size())});
+      body.insert(body.end(), m->blocks->begin(), m->blocks->end());
+    }
+    body[2] = static_cast<int64_t>(copies_->size() / 4);
+    body.insert(body.end(), copies_->begin(), copies_->end());
+    copies_->clear();
+    send(body, kOpForward);
+    return inner_->forward(b, logits);
+  }
+
+ private:
+  std::unique_ptr<Model> inner_;
+  MpiTp& tp_;
+  std::set<uint64_t> observed_;                   // paged pools whose copies are mirrored
+  std::shared_ptr<std::vector<int64_t>> copies_;  // {storage id, src, dst, n} since the last step
+};
+
+// A worker's view of one of rank 0's sequences: the same blocks of its own storage.
+class MirroredSequence final : public KvSequence {
+ public:
+  MirroredSequence(KvBlockStorage& s, std::vector<int32_t> table) : s_(s), table_(std::move(table)) {}
+  KvTypes types() const override { return s_.types(); }
+  int capacity() const override { return static_cast<int>(table_.size()) * s_.block_size(); }
+  uint8_t* k_row(int layer, int pos) override {
+    return s_.k(layer, table_[pos / s_.block_size()], pos % s_.block_size());
+  }
+  uint8_t* v_row(int layer, int pos) override {
+    return s_.v(layer, table_[pos / s_.block_size()], pos % s_.block_size());
+  }
+  int span_len() const override { return s_.block_size(); }
+  KvSpan span(int layer, int index, int n_positions) const override {
+    const int bs = s_.block_size(), pos0 = index * bs;
+    return {s_.k(layer, table_[index], 0), s_.v(layer, table_[index], 0), s_.k_row_bytes(), s_.v_row_bytes(), pos0,
+            std::min(bs, n_positions - pos0)};
+  }
+
+ private:
+  KvBlockStorage& s_;
+  std::vector<int32_t> table_;
+};
+
+[[noreturn]] void desync(const std::string& what) {
+  std::fprintf(stderr, "error: tensor parallel: worker out of step with rank 0: %s\n", what.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<MpiTp>> MpiTp::init(int size) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    if (provided < MPI_THREAD_SERIALIZED)
+      return unimplemented("tensor parallel: this MPI library does not allow calls from more than one thread");
+  }
+  std::shared_ptr<MpiTp> tp(new MpiTp());
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_comm);
+  MPI_Comm_set_errhandler(g_comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(g_comm, &tp->rank_);
+  MPI_Comm_size(g_comm, &tp->size_);
+  if (tp->size_ != size)
+    return invalid_argument("--tp " + std::to_string(size) + " but mpirun started " + std::to_string(tp->size_) +
+                            " process(es): run `mpirun -np " + std::to_string(size) + " cachet ... --tp " +
+                            std::to_string(size) + "`");
+  return tp;
+}
+
+MpiTp::~MpiTp() {
+  stop_workers();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::shared_ptr<TpReducer> MpiTp::reducer() { return std::make_shared<AllgatherReducer>(size_); }
+
+std::unique_ptr<Model> MpiTp::lead(std::unique_ptr<Model> shard) {
+  return std::make_unique<TpLeaderModel>(std::move(shard), *this);
+}
+
+void MpiTp::stop_workers() {
+  if (rank_ != 0 || stopped_ || size_ == 1) return;
+  stopped_ = true;
+  send({}, kOpStop);
+}
+
+int MpiTp::serve_as_worker(Model& m) {
+  struct Store {
+    std::unique_ptr<KvBlockStorage> s;
+    int64_t n_blocks = 0, block_size = 0;
+    uint64_t last_use = 0;
+  };
+  std::map<int64_t, Store> stores;
+  constexpr size_t kMaxStores = 8;  // rank 0's finished contiguous caches are dropped least recently used first
+  std::vector<int64_t> body;
+  for (uint64_t step = 1;; ++step) {
+    const int64_t op = receive(&body);
+    if (op == kOpStop) return 0;
+    if (op != kOpForward) desync("unknown step " + std::to_string(op));
+    size_t p = 0;
+    auto next = [&]() -> int64_t {
+      if (p >= body.size()) desync("short step message");
+      return body[p++];
+    };
+    const int64_t T = next(), n_seqs = next(), n_copies = next();
+    ForwardBatch b;
+    for (auto* v : {&b.token_ids, &b.positions, &b.seq_index})
+      for (int64_t i = 0; i < T; ++i) v->push_back(static_cast<int32_t>(next()));
+    b.want_logits.assign(T, 0);  // rank 0 computes the head
+    std::vector<std::unique_ptr<MirroredSequence>> seqs;
+    std::vector<int64_t> used;
+    for (int64_t i = 0; i < n_seqs; ++i) {
+      const int64_t id = next(), nb = next(), bs = next(), kt = next(), vt = next(), n_table = next();
+      Store& st = stores[id];
+      if (!st.s) {
+        st.s = std::make_unique<KvBlockStorage>(m.config(), static_cast<int>(nb), static_cast<int>(bs),
+                                                KvTypes(static_cast<KvType>(kt), static_cast<KvType>(vt)));
+        st.n_blocks = nb;
+        st.block_size = bs;
+      } else if (st.n_blocks != nb || st.block_size != bs) {
+        desync("storage " + std::to_string(id) + " changed shape");
+      }
+      st.last_use = step;
+      used.push_back(id);
+      std::vector<int32_t> table;
+      for (int64_t j = 0; j < n_table; ++j) {
+        const int64_t blk = next();
+        if (blk < 0 || blk >= nb) desync("block " + std::to_string(blk) + " outside its pool");
+        table.push_back(static_cast<int32_t>(blk));
+      }
+      seqs.push_back(std::make_unique<MirroredSequence>(*st.s, std::move(table)));
+      b.seqs.push_back(seqs.back().get());
+    }
+    for (int64_t i = 0; i < n_copies; ++i) {
+      const int64_t id = next(), src = next(), dst = next(), n = next();
+      auto it = stores.find(id);
+      if (it == stores.end()) desync("a block copy in storage " + std::to_string(id) + ", which was never used");
+      it->second.s->copy_block(static_cast<BlockId>(src), static_cast<BlockId>(dst), static_cast<int>(n));
+    }
+    // Rank 0 checks the same batch the same way: when it fails there, it fails here too, before any all-reduce.
+    (void)m.forward(b, nullptr);
+    while (stores.size() > kMaxStores) {
+      auto oldest = stores.end();
+      for (auto it = stores.begin(); it != stores.end(); ++it)
+        if (it->second.last_use != step && (oldest == stores.end() || it->second.last_use < oldest->second.last_use))
+          oldest = it;
+      if (oldest == stores.end()) break;
+      stores.erase(oldest);
+    }
+  }
+}
+
+}  // namespace cachet

@@ -1,0 +1,154 @@
+"""Tensor parallelism over MPI (`mpirun -np N cachet ... --tp N`, src/dist/mpi_tp.h): every rank holds a shard of
+every layer; the results are compared with one process. exact mode: logits bitwise equal to --tp 1; reduce mode
+(two all-reduces per layer): within 1e-4 of the largest logit on float weights. The MPI library is Debian's
+Open MPI, installed by scripts/setup.sh: its absence is a failure here, not a skip."""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+import loadgen  # noqa: E402
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+PROMPT_IDS = "1,7,42,99,3,250,17,8,64,5,300,2,11"
+
+
+def mpirun(n, args, check=True):
+    assert shutil.which("mpirun"), "mpirun not found: scripts/setup.sh installs openmpi-bin"
+    cmd = ["mpirun", "-np", str(n), "--bind-to", "none"] + args + ["--tp", str(n)]
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    if check:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def logits(cachet_bin, model, out, tp=1, mode="exact", extra=()):
+    args = [cachet_bin, "logits", "-m", str(model), "--prompt-ids", PROMPT_IDS, "-o", str(out), "-t", "1", *extra]
+    if tp == 1:
+        subprocess.run(args, check=True, capture_output=True)
+    else:
+        mpirun(tp, args + ["--tp-mode", mode])
+    return np.fromfile(out, dtype=np.float32)
+
+
+def synth(cachet_bin, path, arch, dtype, heads=8, kv=4, ff=768, head_dim=32, extra=()):
+    subprocess.run([cachet_bin, "synth", "-o", str(path), "--arch", arch, "--n-embd", "256", "--n-head", str(heads),
+                    "--n-head-kv", str(kv), "--head-dim", str(head_dim), "--n-ff", str(ff), "--n-layer", "2",
+                    "--n-vocab", "512", "--type", dtype, "--seed", "7", *extra], check=True, capture_output=True)
+    return path
+
+
+def shape_for(n):
+    """Heads that split into n ranks: 2 -> 4 KV heads of 2 queries; 3 -> 3 KV heads of 4 (q_dim 768, whole
+    256-blocks for the K-quants)."""
+    return dict(heads=8, kv=4, head_dim=32) if n == 2 else dict(heads=12, kv=3, head_dim=64)
+
+
+@pytest.mark.parametrize("arch,dtype", [("llama", "Q8_0"), ("qwen2", "F16"), ("gemma2", "Q4_K"), ("phi3", "F16")])
+@pytest.mark.parametrize("n", [2, 3])
+def test_exact_mode_is_bitwise_tp1(cachet_bin, tmp_path, arch, dtype, n):
+    m = synth(cachet_bin, tmp_path / f"{arch}.gguf", arch, dtype, **shape_for(n))
+    ref = logits(cachet_bin, m, tmp_path / "ref.bin")
+    got = logits(cachet_bin, m, tmp_path / "tp.bin", tp=n)
+    assert ref.shape == got.shape
+    assert np.array_equal(ref, got), f"max diff {np.abs(ref - got).max()}"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma2"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_reduce_mode_within_1e4(cachet_bin, tmp_path, arch, n):
+    m = synth(cachet_bin, tmp_path / f"{arch}.gguf", arch, "F16", **shape_for(n))
+    ref = logits(cachet_bin, m, tmp_path / "ref.bin")
+    got = logits(cachet_bin, m, tmp_path / "tp.bin", tp=n, mode="reduce")
+    err = np.abs(ref - got).max() / np.abs(ref).max()
+    assert err < 1e-4, err
+    assert not np.array_equal(ref, got)  # a real partial-sum path: the sums' order differs
+
+
+def test_moe_layers_split_by_expert_columns(cachet_bin, tmp_path):
+    m = synth(cachet_bin, tmp_path / "moe.gguf", "llama", "F32", ff=256, extra=("--experts", "4", "--experts-used", "2"))
+    ref = logits(cachet_bin, m, tmp_path / "ref.bin")
+    got = logits(cachet_bin, m, tmp_path / "tp.bin", tp=2)
+    assert np.abs(ref - got).max() / np.abs(ref).max() < 1e-4
+
+
+def test_too_many_ranks_is_a_clear_error(cachet_bin, tmp_path):
+    m = synth(cachet_bin, tmp_path / "m.gguf", "llama", "F16", heads=4, kv=2, head_dim=64)
+    r = mpirun(3, [cachet_bin, "logits", "-m", str(m), "--prompt-ids", "1,2", "-o", str(tmp_path / "x.bin")],
+               check=False)
+    assert r.returncode != 0
+    assert "--tp 3 but the model has 2 KV heads" in r.stderr
+
+
+def test_wrong_process_count_is_a_clear_error(cachet_bin, tmp_path):
+    m = synth(cachet_bin, tmp_path / "m.gguf", "llama", "F16")
+    r = subprocess.run(["mpirun", "-np", "2", cachet_bin, "logits", "-m", str(m), "--prompt-ids", "1,2", "-o",
+                        str(tmp_path / "x.bin"), "--tp", "3"], env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "mpirun started 2 process(es)" in r.stderr
+
+
+def run_json(cachet_bin, model, tp, prompt, n=64):
+    args = [cachet_bin, "run", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0", "--ignore-eos", "-t", "1",
+            "--format", "json"]
+    if tp == 1:
+        out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    else:
+        out = mpirun(tp, args).stdout
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_default_model_greedy_64_tokens(cachet_bin, default_model, n):
+    prompt = "The three primary colors are"
+    ref = run_json(cachet_bin, default_model, 1, prompt)
+    got = run_json(cachet_bin, default_model, n, prompt)
+    assert len(ref["token_ids"]) == 64
+    assert got["token_ids"] == ref["token_ids"]
+
+
+def serve(cachet_bin, model, tp):
+    port = loadgen.free_port()
+    args = [cachet_bin, "serve", "-m", model, "--port", str(port), "-t", "1", "--parallel", "8"]
+    if tp > 1:
+        args = ["mpirun", "-np", str(tp), "--bind-to", "none"] + args + ["--tp", str(tp)]
+    proc = subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    loadgen.wait_ready(port, proc, "/health")
+    return proc, port
+
+
+def post(port, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def test_server_batch_prefix_cache_and_forks_equal_tp1(cachet_bin, default_model):
+    """Requests in one continuous batch, sharing a prefix (the radix cache's copy-on-write block copies must be
+    mirrored on the other rank) and n=3 forks: the same greedy text as one process."""
+    import concurrent.futures as cf
+    shared = "You are a helpful assistant. Answer in one short sentence. " * 3
+    bodies = [{"prompt": shared + q, "max_tokens": 24, "temperature": 0, "n": k}
+              for q, k in [("What is the sun?", 1), ("Name a fruit.", 3), ("What is rain?", 1), ("Count to five.", 2)]]
+    results = {}
+    for tp in (1, 2):
+        proc, port = serve(cachet_bin, default_model, tp)
+        try:
+            post(port, bodies[0])  # the shared prefix is in the cache before the batch
+            with cf.ThreadPoolExecutor(len(bodies)) as ex:
+                outs = list(ex.map(lambda b: post(port, b), bodies))
+            results[tp] = [[c["text"] for c in o["choices"]] for o in outs]
+            cached = [o["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0) for o in outs]
+            assert max(cached) > 0, cached
+        finally:
+            proc.terminate()
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0 or tp == 1 or b"error" not in err, err[-2000:]
+    assert results[2] == results[1]
