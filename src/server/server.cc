@@ -65,6 +65,9 @@ struct App {
   std::vector<int32_t> eog;
   Metrics metrics;
   std::atomic<int> in_flight{0};  // generation requests between acceptance and their last byte
+  // The engine can no longer finish a step (a tensor-parallel rank died): waiting requests answer with this.
+  std::atomic<bool> broken{false};
+  std::string broken_message;  // written before `broken` is set
 };
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -393,6 +396,7 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
   if (!r.stream) {
     while (!gen->all_done()) {
       gen->pump(std::chrono::milliseconds(20));
+      if (app.broken) return send_error(res, error_of(unavailable(app.broken_message)));
       if (peer_closed(fd)) {
         gen->cancel();
         res.status = 499;  // client closed the request (nothing can be sent)
@@ -404,13 +408,17 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider("text/event-stream", [gen, fd](size_t, httplib::DataSink& sink) {
+  res.set_chunked_content_provider("text/event-stream", [gen, fd, &app](size_t, httplib::DataSink& sink) {
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
     for (const json& c : gen->role_chunks())
       if (!write(sse(c))) return gen->cancel(), false;
     while (!gen->all_done()) {
       for (const json& c : gen->pump(std::chrono::milliseconds(20)))
         if (!write(sse(c))) return gen->cancel(), false;
+      if (app.broken) {  // an error event, as OpenAI's API sends mid-stream, then the stream ends
+        (void)write(sse(error_of(unavailable(app.broken_message)).body()));
+        return false;
+      }
       if (!gen->all_done() && peer_closed(fd)) return gen->cancel(), false;
     }
     if (gen->include_usage() && !write(sse(gen->usage_chunk()))) return false;
@@ -596,7 +604,7 @@ int serve(const ServerOptions& opts) {
   LoadOptions lo;
   lo.n_threads = opts.threads;
   lo.rope = opts.rope;
-  auto model = load_model(opts.model_path, lo);
+  auto model = opts.load ? opts.load(opts.model_path, lo) : load_model(opts.model_path, lo);
   if (!model.is_ok()) return fail(model.status().message());
   app.model = std::move(*model);
   const GgufFile* g = app.model->gguf();
@@ -662,7 +670,27 @@ int serve(const ServerOptions& opts) {
   std::fprintf(stderr, "cachet serve: %s, draining %d request(s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                app.in_flight.load());
   app.state = State::kDraining;
-  while (app.in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  int64_t last_steps = app.service->snapshot().steps;
+  auto last_progress = std::chrono::steady_clock::now();
+  while (app.in_flight.load() > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (opts.drain_stall_ms <= 0) continue;
+    const int64_t steps = app.service->snapshot().steps;
+    const auto now = std::chrono::steady_clock::now();
+    if (steps != last_steps) {
+      last_steps = steps;
+      last_progress = now;
+    } else if (now - last_progress > std::chrono::milliseconds(opts.drain_stall_ms)) {
+      app.broken_message = "the engine stopped: no step finished for " + std::to_string(opts.drain_stall_ms) +
+                           " ms while draining (a tensor-parallel rank has died); retry on another replica";
+      app.broken = true;
+      std::fprintf(stderr, "error: cachet serve: %s; failing %d in-flight request(s), exiting with 3\n",
+                   app.broken_message.c_str(), app.in_flight.load());
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the handlers write their errors
+      std::fflush(stderr);
+      std::_Exit(3);  // the engine thread is stuck inside a collective: no clean shutdown exists
+    }
+  }
   svr.stop();
   http.join();
   app.service.reset();

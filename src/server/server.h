@@ -1,10 +1,14 @@
 // `cachet serve`: an OpenAI-compatible HTTP server over the continuous-batching engine (docs/server.md).
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "kv/kv_cache.h"
+#include "model/model.h"
 #include "model/rope_scaling.h"
 
 namespace cachet::server {
@@ -32,6 +36,12 @@ struct ServerOptions {
   bool draft_fixed = false;           // always draft_max tokens, cost model off (measuring, testing)
   RopeOverrides rope;                 // RoPE settings replacing the file's (target and draft)
   KvTypes kv_type;                    // K and V element types of the KV cache
+  // > 0: while draining after SIGTERM, when no engine step has finished for this long, the in-flight requests
+  // get a 503 and the process exits with 3. Under mpirun a dead rank never lets a step finish, and mpirun
+  // kills the survivors 1 s after its SIGTERM (docs/tensor_parallel.md). 0: drain for as long as it takes.
+  int drain_stall_ms = 0;
+  // How the model is loaded (the CLI's adds tensor parallelism); empty: load_model.
+  std::function<Result<std::unique_ptr<Model>>(const std::string&, const LoadOptions&)> load;
 };
 
 // Runs until SIGTERM or SIGINT, then drains: new requests get 503, running ones finish; returns the exit

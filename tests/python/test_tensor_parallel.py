@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -152,3 +153,76 @@ def test_server_batch_prefix_cache_and_forks_equal_tp1(cachet_bin, default_model
             _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0 or tp == 1 or b"error" not in err, err[-2000:]
     assert results[2] == results[1]
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces joined by a veth (scripts/netns_hosts.sh): rank 0 on 10.77.X.1, rank 1 on .2."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    name, x = f"ct{os.getpid() % 10000}", 100 + os.getpid() % 100
+    subprocess.run(["bash", str(root / "scripts/netns_hosts.sh"), "up", name, str(x)], check=True, capture_output=True)
+    try:
+        yield name, x, root / "scripts/netns_rsh.sh"
+    finally:
+        subprocess.run(["bash", str(root / "scripts/netns_hosts.sh"), "down", name], capture_output=True)
+
+
+def test_tcp_between_two_network_namespaces(cachet_bin, default_model, tmp_path, two_hosts):
+    name, x, rsh = two_hosts
+    net = f"10.77.{x}.0/24"
+    base = ["ip", "netns", "exec", f"{name}-a", "mpirun", "--host", f"10.77.{x}.1,10.77.{x}.2", "-np", "2",
+            "--mca", "plm_rsh_agent", str(rsh), "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
+            "--mca", "btl_tcp_if_include", net, "--mca", "oob_tcp_if_include", net,
+            "-x", "OMPI_ALLOW_RUN_AS_ROOT", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
+    where = subprocess.run(base + ["sh", "-c", "ip -4 -o addr show | grep -o '10.77[.0-9]*'"], env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    assert sorted(where.stdout.split()) == [f"10.77.{x}.1", f"10.77.{x}.2"], where.stdout + where.stderr
+    m = synth(cachet_bin, tmp_path / "q.gguf", "qwen2", "Q8_0")
+    ref = logits(cachet_bin, m, tmp_path / "ref.bin")
+    r = subprocess.run(base + [cachet_bin, "logits", "-m", str(m), "--prompt-ids", PROMPT_IDS, "-o",
+                               str(tmp_path / "tp.bin"), "-t", "1", "--tp", "2"], env=ENV, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert np.array_equal(ref, np.fromfile(tmp_path / "tp.bin", dtype=np.float32))
+    prompt = "The three primary colors are"
+    r = subprocess.run(base + [cachet_bin, "run", "-m", default_model, "-p", prompt, "-n", "64", "--temp", "0",
+                               "--ignore-eos", "-t", "1", "--format", "json", "--tp", "2"], env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["token_ids"] == run_json(cachet_bin, default_model, 1, prompt)["token_ids"]
+
+
+def test_dead_rank_fails_in_flight_requests_and_the_job(cachet_bin, default_model):
+    """A worker killed mid-request: rank 0's in-flight requests get a 503 naming why, the job exits non-zero."""
+    import signal
+    import threading
+    import time
+    proc, port = serve(cachet_bin, default_model, 2)
+    try:
+        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(workers) == 2, workers
+        out = {}
+
+        def ask():
+            try:
+                post(port, {"prompt": "Tell me a long story.", "max_tokens": 400, "ignore_eos": True})
+                out["status"] = 200
+            except urllib.error.HTTPError as e:
+                out["status"], out["body"] = e.code, e.read().decode()
+
+        t = threading.Thread(target=ask)
+        t.start()
+        time.sleep(0.5)
+        rank1 = [w for w in workers if b"OMPI_COMM_WORLD_RANK=1\0" in pathlib.Path(f"/proc/{w}/environ").read_bytes()]
+        assert len(rank1) == 1
+        os.kill(int(rank1[0]), signal.SIGKILL)
+        t.join(timeout=30)
+        rc = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read().decode()
+    assert out.get("status") == 503, out
+    assert "tensor-parallel rank has died" in out["body"]
+    assert rc != 0
+    assert "failing 1 in-flight request(s)" in err, err[-2000:]

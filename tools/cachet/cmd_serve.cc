@@ -56,6 +56,22 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       return;
     }
     opts.kv_memory_bytes = *mem;
+    if (tp_size() > 1) {
+      // Ranks other than 0 serve rank 0, not HTTP: their load runs the worker loop and exits there.
+      LoadOptions lo;
+      lo.n_threads = opts.threads;
+      lo.rope = opts.rope;
+      if (Status s = tp_prepare(&lo); !s.is_ok()) {
+        *exit_code = fail(s);
+        return;
+      }
+      if (lo.tp.rank != 0) {
+        *exit_code = fail(load_tp(opts.model_path, lo).status());
+        return;
+      }
+      opts.load = load_tp;
+      opts.drain_stall_ms = 300;
+    }
     *exit_code = server::serve(opts);
   });
 }

@@ -66,6 +66,8 @@ void add_tp_flag(CLI::App& app);
 int tp_size();
 Status tp_prepare(LoadOptions* o);
 Result<std::unique_ptr<Model>> tp_finish_load(std::unique_ptr<Model> shard);
+// load_model with this rank's shard: tp_prepare, load, tp_finish_load.
+Result<std::unique_ptr<Model>> load_tp(const std::string& path, const LoadOptions& opts);
 void tp_shutdown();  // at the end of main: stops the workers, MPI_Finalize
 
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.

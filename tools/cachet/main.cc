@@ -60,9 +60,7 @@ Result<std::unique_ptr<Model>> load(const std::string& model_flag, int n_threads
   o.n_threads = n_threads;
   o.precise = precise;
   o.rope = rope;
-  CACHET_RETURN_IF_ERROR(tp_prepare(&o));
-  CACHET_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model(path, o));
-  return tp_finish_load(std::move(m));
+  return load_tp(path, o);
 }
 
 LoadedModel::LoadedModel() = default;

@@ -67,6 +67,13 @@ Result<std::unique_ptr<Model>> tp_finish_load(std::unique_ptr<Model> shard) {
 #endif
 }
 
+Result<std::unique_ptr<Model>> load_tp(const std::string& path, const LoadOptions& opts) {
+  LoadOptions o = opts;
+  CACHET_RETURN_IF_ERROR(tp_prepare(&o));
+  CACHET_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, load_model(path, o));
+  return tp_finish_load(std::move(m));
+}
+
 void tp_shutdown() {
 #if CACHET_WITH_MPI
   g_mpi.reset();
