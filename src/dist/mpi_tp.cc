@@ -56,7 +56,8 @@ class AllgatherReducer final : public TpReducer {
     }
   }
 
-  void gather(const float* mine, int64_t T, const std::vector<int64_t>& widths, float* full) override {
+  void gather(const float* mine, int64_t T, const std::vector<int64_t>& widths, float* full,
+              bool root_only) override {
     std::vector<int> counts(size_), displs(size_);
     int64_t total = 0, n_full = 0;
     for (int r = 0; r < size_; ++r) {
@@ -73,10 +74,16 @@ class AllgatherReducer final : public TpReducer {
     int rank = 0;
     MPI_Comm_rank(g_comm, &rank);
     // One token: rank-order concatenation is already the row. Else gather, then interleave the rows.
-    float* dst = T == 1 ? full : (buf_.resize(total), buf_.data());
-    check(MPI_Allgatherv(mine, counts[rank], MPI_FLOAT, dst, counts.data(), displs.data(), MPI_FLOAT, g_comm),
-          "all-gather (MPI_Allgatherv)");
-    if (T == 1) return;
+    float* dst = T == 1 && full ? full : (buf_.resize(total), buf_.data());
+    if (root_only) {
+      check(MPI_Gatherv(mine, counts[rank], MPI_FLOAT, dst, counts.data(), displs.data(), MPI_FLOAT, 0, g_comm),
+            "gather (MPI_Gatherv)");
+      if (rank != 0) return;
+    } else {
+      check(MPI_Allgatherv(mine, counts[rank], MPI_FLOAT, dst, counts.data(), displs.data(), MPI_FLOAT, g_comm),
+            "all-gather (MPI_Allgatherv)");
+    }
+    if (dst == full) return;
     for (int r = 0, col = 0; r < size_; col += static_cast<int>(widths[r]), ++r)
       for (int64_t t = 0; t < T; ++t)
         std::memcpy(full + t * n_full + col, dst + displs[r] + t * widths[r], widths[r] * sizeof(float));
@@ -90,7 +97,7 @@ class AllgatherReducer final : public TpReducer {
 enum : int64_t { kOpForward = 1, kOpStop = 2 };
 
 // Rank 0's step message: header {op, length of the body}, then the body.
-// Body: T; n_seqs; n_copies; token ids [T]; positions [T]; sequence indices [T]; per sequence: storage id,
+// Body: T; n_seqs; n_copies; token ids [T]; positions [T]; sequence indices [T]; want logits [T]; per sequence: storage id,
 // n_blocks, block_size, K type, V type, table length, table; per copy: storage id, src, dst, n_tokens.
 void send(const std::vector<int64_t>& body, int64_t op) {
   int64_t head[2] = {op, static_cast<int64_t>(body.size())};
@@ -139,6 +146,7 @@ class TpLeaderModel final : public Model {
     body.insert(body.end(), b.token_ids.begin(), b.token_ids.end());
     body.insert(body.end(), b.positions.begin(), b.positions.end());
     body.insert(body.end(), b.seq_index.begin(), b.seq_index.end());
+    body.insert(body.end(), b.want_logits.begin(), b.want_logits.end());
     for (KvSequence* s : b.seqs) {
       auto m = s->mirror();
       if (!m) return unimplemented("tensor parallel: this KV cache view cannot be mirrored on the other ranks");
@@ -206,6 +214,10 @@ Result<std::shared_ptr<MpiTp>> MpiTp::init(int size) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
+    // Ranks that wait yield the core (unless the user chose): with busy polling, a rank spinning on a core that
+    // something else also needs held each TCP collective for whole scheduler time slices (8 ms measured between
+    // two network namespaces, 43 us yielding; docs/tensor_parallel.md).
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", /*overwrite=*/0);
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     if (provided < MPI_THREAD_SERIALIZED)
@@ -264,7 +276,7 @@ int MpiTp::serve_as_worker(Model& m) {
     ForwardBatch b;
     for (auto* v : {&b.token_ids, &b.positions, &b.seq_index})
       for (int64_t i = 0; i < T; ++i) v->push_back(static_cast<int32_t>(next()));
-    b.want_logits.assign(T, 0);  // rank 0 computes the head
+    for (int64_t i = 0; i < T; ++i) b.want_logits.push_back(next() != 0);  // each rank computes its head rows
     std::vector<std::unique_ptr<MirroredSequence>> seqs;
     std::vector<int64_t> used;
     for (int64_t i = 0; i < n_seqs; ++i) {

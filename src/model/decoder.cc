@@ -70,6 +70,7 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> attn_full_;    // [n_tokens, q_dim of the whole model]
   AlignedBuffer<float> act_full_;     // [n_tokens, n_ff of the whole model]
   AlignedBuffer<float> part_;         // [n_tokens, this rank's output rows]
+  std::vector<float> head_part_;      // [rows wanting logits, this rank's vocabulary rows]
 
   // proj_ = the output projection `w` of `in` (this rank's [T, n_in] share), joined over the ranks.
   void project(const TensorView& w, float* in, const std::vector<int64_t>& in_widths, float* in_full, int T);
@@ -290,9 +291,18 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
              eps);
     ++n_out;
   }
-  if (n_out > 0) matmul(pool, w_.output, xn_.data(), n_out, logits);
-  if (n_out > 0 && c.final_softcap != 0.0)
-    softcap(logits, static_cast<int64_t>(n_out) * c.n_vocab, static_cast<float>(c.final_softcap));
+  if (n_out > 0 && !reducer_) {
+    matmul(pool, w_.output, xn_.data(), n_out, logits);
+    if (c.final_softcap != 0.0)
+      softcap(logits, static_cast<int64_t>(n_out) * c.n_vocab, static_cast<float>(c.final_softcap));
+  } else if (n_out > 0) {  // this rank's vocabulary rows; rank 0 gathers every rank's
+    const int64_t vl = w_.output.ne[1];
+    head_part_.resize(std::max<size_t>(head_part_.size(), static_cast<size_t>(n_out) * vl));
+    matmul(pool, w_.output, xn_.data(), n_out, head_part_.data());
+    if (c.final_softcap != 0.0)
+      softcap(head_part_.data(), static_cast<int64_t>(n_out) * vl, static_cast<float>(c.final_softcap));
+    reducer_->gather(head_part_.data(), n_out, tp_.v_widths, logits, /*root_only=*/true);
+  }
   if (tracer_) {
     tracer_->op({"rms_norm", w_.output_norm.name, "F32", wshape(w_.output_norm), {n_out, d}, {n_out, d},
                  "final norm, only rows that need logits"});

@@ -89,6 +89,10 @@ Result<TpSplit> tp_split(const ModelConfig& cfg, int rank, int size, int64_t uni
   auto [r0, r1] = deal(cfg.n_embd / d_unit, rank, size);
   s.d0 = r0 * d_unit;
   s.d1 = r1 * d_unit;
+  const int64_t v_unit = cfg.n_vocab / 16 >= size ? 16 : 1;
+  auto [w0, w1] = deal(cfg.n_vocab / v_unit, rank, size);
+  s.v0 = w0 * v_unit;
+  s.v1 = rank == size - 1 ? cfg.n_vocab : w1 * v_unit;  // the last rank also takes the vocabulary's tail
   return s;
 }
 
@@ -111,7 +115,9 @@ Status shard_decoder_weights(const TpOptions& tp, ModelConfig* cfg, DecoderWeigh
     layout->q_widths.push_back((x.kv_head1 - x.kv_head0) * rep * hd);
     layout->ff_widths.push_back(x.ff1 - x.ff0);
     layout->d_widths.push_back(x.d1 - x.d0);
+    layout->v_widths.push_back(x.v1 - x.v0);
   }
+  w->output = rows(w->output, s.v0, s.v1);
   const int64_t q0 = s.kv_head0 * rep * hd, q1 = s.kv_head1 * rep * hd;  // query columns
   const int64_t k0 = s.kv_head0 * hd, k1 = s.kv_head1 * hd;              // key / value columns
   for (auto& L : w->layers) {

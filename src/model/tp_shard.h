@@ -10,8 +10,8 @@
 //   the attention output and the gated FFN activations are all-gathered, the output and down matrices cut by
 //   output rows, and their slices all-gathered. Four collectives per layer, no extra arithmetic, and the
 //   logits are bitwise those of --tp 1 (batch and thread-count invariance carry over).
-// MoE layers always use reduce (their experts are cut by FFN column). Norms, the embedding and the head are
-// replicated. The transport is not here: the model calls TpReducer (dist/ has the MPI one).
+// MoE layers always use reduce (their experts are cut by FFN column). The head is cut by vocabulary rows in
+// both modes (each logit a whole dot product; rank 0 gathers them). Norms and the embedding are replicated. The transport is not here: the model calls TpReducer (dist/ has the MPI one).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,9 @@ class TpReducer {
   virtual void sum(float* x, int64_t n) = 0;
   // Row t of `full` ([T, sum of widths]) becomes the concatenation, in rank order, of row t of every rank's
   // `mine` ([T, widths[rank]]).
-  virtual void gather(const float* mine, int64_t T, const std::vector<int64_t>& widths, float* full) = 0;
+  // root_only: only rank 0 receives (`full` is unused elsewhere).
+  virtual void gather(const float* mine, int64_t T, const std::vector<int64_t>& widths, float* full,
+                      bool root_only = false) = 0;
 };
 
 struct TpOptions {
@@ -47,6 +49,7 @@ struct TpOptions {
 struct TpLayout {
   bool exact = false;
   std::vector<int64_t> q_widths, ff_widths, d_widths;  // per rank: query columns, FFN columns, output rows
+  std::vector<int64_t> v_widths;                       // per rank: rows of the head (vocabulary entries)
   int64_t q_full = 0, ff_full = 0;
 };
 
@@ -56,6 +59,7 @@ struct TpSplit {
   int64_t kv_head0 = 0, kv_head1 = 0;  // KV heads [kv_head0, kv_head1)
   int64_t ff0 = 0, ff1 = 0;            // FFN columns [ff0, ff1)
   int64_t d0 = 0, d1 = 0;              // exact: output rows [d0, d1) of the attention output and FFN down
+  int64_t v0 = 0, v1 = 0;              // rows [v0, v1) of the head: logits of these vocabulary entries
 };
 Result<TpSplit> tp_split(const ModelConfig& cfg, int rank, int size, int64_t ff_unit);
 
