@@ -57,12 +57,17 @@ def wait_ready(port, proc, timeout=120):
     raise RuntimeError("server not ready")
 
 
+MODEL_ID = None  # sent as "model" when set (a router routes by it: bench/replicas_bench.py)
+
+
 def chat_stream(port, messages, max_tokens):
     """One streamed chat completion (a str instead of messages: a plain completion of that prompt, no template):
     (ttft seconds, completion tokens, reply text)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     body = {"max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}  # llama-server's cache_prompt is on by default
+    if MODEL_ID:
+        body["model"] = MODEL_ID
     if isinstance(messages, str):
         body["prompt"] = messages
     else:

@@ -103,9 +103,35 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
   static const std::set<std::string> kChatExtra = {"chat_template"};
   static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix"};
   static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
+  // SGLang's extensions, which its router (sglang-router, docs/replicas.md) writes into every request it
+  // forwards, at their defaults. Accepted where the value asks for what we do anyway; a value asking for
+  // something else is refused by name rather than ignored.
+  struct Ext {
+    const char* key;
+    bool ours;        // the value that means what cachet does
+    bool any = false; // no effect here either way (no reasoning parser: content is returned as generated)
+  };
+  static const Ext kExt[] = {{"skip_special_tokens", true},  {"no_stop_trim", false},
+                             {"return_hidden_states", false}, {"continue_final_message", false},
+                             {"separate_reasoning", true, true}, {"stream_reasoning", true, true}};
+  auto is_ext = [&](const std::string& k) {
+    for (const Ext& e : kExt)
+      if (k == e.key && (chat || (k != "continue_final_message" && k != "separate_reasoning" &&
+                                  k != "stream_reasoning")))
+        return true;
+    return false;
+  };
   for (const auto& [k, v] : b.items())
-    if (!kCommon.count(k) && !(chat ? kChat : kCompletions).count(k) && !(chat && kChatExtra.count(k)))
+    if (!kCommon.count(k) && !(chat ? kChat : kCompletions).count(k) && !(chat && kChatExtra.count(k)) &&
+        !is_ext(k))
       return bad(k, "Unrecognized request argument supplied: " + k);
+  for (const Ext& e : kExt) {
+    if (!is_ext(e.key)) continue;
+    bool val = e.ours;
+    if (auto err = read_bool(b, e.key, &val)) return *err;
+    if (val != e.ours && !e.any)
+      return bad(e.key, std::string("'") + e.key + "': " + (val ? "true" : "false") + " is not supported");
+  }
 
   GenerationRequest r;
   r.endpoint = endpoint;

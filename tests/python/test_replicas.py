@@ -31,7 +31,8 @@ def start_router(workers):
     port = loadgen.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port",
                              str(port), "--policy", "cache_aware", "--worker-urls",
-                             *[f"http://127.0.0.1:{p}" for p in workers], "--log-level", "warn"],
+                             *[f"http://127.0.0.1:{p}" for p in workers], "--log-level", "warn",
+                             "--prometheus-port", str(loadgen.free_port())],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -46,8 +47,11 @@ def start_router(workers):
     raise AssertionError("the router did not come up")
 
 
+MODEL = "SmolLM2-135M-Instruct.Q4_1"  # the id the replicas serve (the file name); the router routes by it
+
+
 def chat(port, messages, max_tokens=16):
-    body = {"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
@@ -55,19 +59,17 @@ def chat(port, messages, max_tokens=16):
 
 
 def served(port):
-    """Chat requests this replica answered with 200 (its own /metrics)."""
+    """Generation requests this replica finished (its own /metrics)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    n = 0
     for line in text.splitlines():
-        if line.startswith("cachet_http_requests_total") and 'endpoint="chat"' in line and 'status="200"' in line:
-            n += int(float(line.split()[-1]))
-    return n
+        if line.startswith("cachet_request_duration_seconds_count "):
+            return int(float(line.split()[-1]))
+    return 0
 
 
 @pytest.fixture
 def fleet(cachet_bin, default_model):
-    pytest.importorskip  # noqa: B018 - sglang_router is in requirements.txt: its absence fails below
     import importlib.util
     assert importlib.util.find_spec("sglang_router"), "sglang-router missing: scripts/setup.sh installs it"
     replicas = [start_replica(cachet_bin, default_model) for _ in range(2)]
@@ -103,6 +105,7 @@ def test_multi_turn_chats_stick_to_their_replica(fleet):
             where[c].append((hit[0], out["usage"]["prompt_tokens_details"]["cached_tokens"],
                              out["usage"]["prompt_tokens"]))
             conv.append({"role": "assistant", "content": out["choices"][0]["message"]["content"]})
+    print("\n(replica, cached tokens, prompt tokens) per turn:", where)
     for c in range(2):
         first = where[c][0][0]
         assert all(r == first for r, _, _ in where[c]), where
@@ -128,6 +131,8 @@ def test_killing_a_replica_loses_no_request_that_had_not_started(fleet):
     with cf.ThreadPoolExecutor(8) as ex:
         futs = [ex.submit(one, i) for i in range(48)]
         time.sleep(3)
+        victim_done = served(vport)
+        assert victim_done > 0, "the router sent nothing to the replica about to be killed"
         kill_at = time.time()
         victim.send_signal(signal.SIGKILL)
         results = [f.result() for f in futs]
@@ -137,5 +142,5 @@ def test_killing_a_replica_loses_no_request_that_had_not_started(fleet):
     assert all(r[0] == "ok" for r in started_after), [r[:2] for r in started_after if r[0] != "ok"]
     # What was lost: at most the requests the killed replica was running (--parallel 8).
     assert len(failed) <= 8, failed
-    print(f"\nreplica killed under load: {len(results)} requests, {len(failed)} failed (in flight on the killed "
-          f"replica), {len(started_after)} sent after the kill all answered")
+    print(f"\nreplica killed under load after answering {victim_done}: {len(results)} requests, {len(failed)} failed "
+          f"(in flight on the killed replica), {len(started_after)} sent after the kill all answered")

@@ -174,7 +174,25 @@ BAD = [
      {"model": MODEL_ID, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400, "top_logprobs"),
     ("huge body", "/v1/completions", b'{"model": "' + b"x" * (2 << 20) + b'"}', 413, "larger than"),
     ("unknown route", "/v1/nothing", GOOD, 404, "no route"),
+    ("sglang extension asking for more", "/v1/completions", {**GOOD, "no_stop_trim": True}, 400,
+     "'no_stop_trim': true is not supported"),
+    ("sglang extension of the wrong type", "/v1/completions", {**GOOD, "skip_special_tokens": "yes"}, 400,
+     "'skip_special_tokens' must be a boolean"),
+    ("chat-only extension on completions", "/v1/completions", {**GOOD, "continue_final_message": False}, 400,
+     "Unrecognized request argument"),
 ]
+
+
+def test_sglang_router_fields_at_their_defaults_are_accepted(server):
+    """What sglang-router (docs/replicas.md) writes into every request it forwards."""
+    ext = {"no_stop_trim": False, "ignore_eos": False, "skip_special_tokens": True, "return_hidden_states": False}
+    got, payload, _ = server.request("POST", "/v1/completions", {**GOOD, **ext, "echo": False})
+    assert got == 200, payload
+    chat = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 4,
+            "logprobs": False, "continue_final_message": False, "separate_reasoning": True, "stream_reasoning": True,
+            **ext}
+    got, payload, _ = server.request("POST", "/v1/chat/completions", chat)
+    assert got == 200, payload
 
 
 @pytest.mark.parametrize("name,path,body,status,needle", BAD, ids=[b[0] for b in BAD])
