@@ -263,6 +263,7 @@ int MpiTp::serve_as_worker(Model& m) {
   std::map<int64_t, Store> stores;
   constexpr size_t kMaxStores = 8;  // rank 0's finished contiguous caches are dropped least recently used first
   std::vector<int64_t> body;
+  const bool trace = std::getenv("CACHET_TP_TRACE") != nullptr;
   for (uint64_t step = 1;; ++step) {
     const int64_t op = receive(&body);
     if (op == kOpStop) return 0;
@@ -308,7 +309,12 @@ int MpiTp::serve_as_worker(Model& m) {
       it->second.s->copy_block(static_cast<BlockId>(src), static_cast<BlockId>(dst), static_cast<int>(n));
     }
     // Rank 0 checks the same batch the same way: when it fails there, it fails here too, before any all-reduce.
+    const auto t0 = std::chrono::steady_clock::now();
     (void)m.forward(b, nullptr);
+    if (trace)  // CACHET_TP_TRACE=1: each mirrored step's size and time on this rank (docs/tensor_parallel.md)
+      std::fprintf(stderr, "tp rank %d: step of %lld tokens, %lld sequences, %lld block copies: %.2f ms\n", rank_,
+                   static_cast<long long>(T), static_cast<long long>(n_seqs), static_cast<long long>(n_copies),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     while (stores.size() > kMaxStores) {
       auto oldest = stores.end();
       for (auto it = stores.begin(); it != stores.end(); ++it)
