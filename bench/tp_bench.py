@@ -80,6 +80,7 @@ def main():
     ap.add_argument("--model", action="append", default=[])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--reps", type=int, default=500)
+    ap.add_argument("--collectives-only", action="store_true")
     a = ap.parse_args()
     models = a.model or [str(pathlib.Path.home() / ".cache/cachet/models/SmolLM2-135M-Instruct.Q4_1.gguf")]
     lines = ["# Tensor parallelism on this machine", "",
@@ -96,7 +97,7 @@ def main():
             cells.append(f"{r['median_us']:.1f} ({r['p90_us']:.1f})")
         lines.append(f"| {tr} | {op} | " + " | ".join(cells) + " |")
     lines += ["", "## Per model: communication per token, decode at TP=1 and TP=2", ""]
-    for m in models:
+    for m in ([] if a.collectives_only else models):
         c = shape(m)
         d, L, ff = c["n_embd"], c["n_layer"], c["n_ff"]
         qd = c["n_head"] * c.get("head_dim", d // c["n_head"])
@@ -111,8 +112,9 @@ def main():
         t1, t2 = 1e3 / med["tp1_t1"], 1e3 / med["tp2_t1"]  # ms per token: one core; two ranks of one core
         comm = t2 - t1 / 2
         lines += [f"### {pathlib.Path(m).name}: n_embd {d}, {L} layers, q_dim {qd}, n_ff {ff}", "",
-                  f"- bytes per token per rank in all collectives: exact {exact_b / 1024:.1f} KiB "
-                  f"({4 * L} collectives), reduce {reduce_b / 1024:.1f} KiB ({2 * L} all-reduces)",
+                  f"- rows joined per decoded token: exact {exact_b / 1024:.1f} KiB in {4 * L} all-gathers (each "
+                  f"rank receives (N-1)/N of it), reduce {reduce_b / 1024:.1f} KiB in {2 * L} all-reduces (each "
+                  f"rank receives N-1 partial copies)",
                   f"- decode tok/s (medians of {a.runs}): TP=1 x 2 threads {med['tp1_t2']:.1f}, TP=2 x 1 thread "
                   f"{med['tp2_t1']:.1f}, TP=1 x 1 thread {med['tp1_t1']:.1f}; TP=2 / TP=1 on the same 2 cores "
                   f"{med['tp2_t1'] / med['tp1_t2']:.2f}x",
