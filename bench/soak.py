@@ -14,6 +14,7 @@ import http.client
 import json
 import pathlib
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -38,6 +39,31 @@ def rss_kib(pid):
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def smaps(pid):
+    """Resident KiB per mapping, keyed by (start address, name): where a growth lives (heap, an anonymous
+    mapping such as a thread arena or the KV pool, a file such as the model, a thread stack)."""
+    out, key = {}, None
+    try:
+        for line in open(f"/proc/{pid}/smaps"):
+            head = line.split()
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                key = (head[0].split("-")[0], head[5] if len(head) > 5 else "[anon]")
+            elif head and head[0] == "Rss:" and key:
+                out[key] = out.get(key, 0) + int(head[1])
+    except OSError:
+        pass
+    return out
+
+
+def by_kind(maps):
+    kinds = collections.Counter()
+    for (_, name), kib in maps.items():
+        kind = ("heap" if name == "[heap]" else "anon" if name == "[anon]" else
+                "stack" if name.startswith("[stack") else "other" if name.startswith("[") else "file")
+        kinds[kind] += kib
+    return kinds
 
 
 class Stats:
@@ -139,9 +165,14 @@ def main():
     t0 = time.time()
     for t in threads:
         t.start()
-    samples = []
+    samples, kinds, maps_warm = [], [], None
     while time.time() < end:
         samples.append((time.time() - t0, rss_kib(proc.pid)))
+        maps = smaps(proc.pid)
+        kinds.append(by_kind(maps))
+        if maps_warm is None and samples[-1][0] >= min(300, 15 * a.minutes):
+            maps_warm = maps
+        maps_end = maps
         if proc.poll() is not None:
             stats.failures.append(f"server exited with {proc.returncode}")
             break
@@ -155,16 +186,27 @@ def main():
     proc.wait(timeout=60)
 
     with open(f"{out}.csv", "w") as f:
-        f.write("seconds,rss_kib\n")
-        for s, r in samples:
-            f.write(f"{s:.1f},{r}\n")
+        f.write("seconds,rss_kib,heap_kib,anon_kib,file_kib,stack_kib\n")
+        for (s, r), k in zip(samples, kinds):
+            f.write(f"{s:.1f},{r},{k['heap']},{k['anon']},{k['file']},{k['stack']}\n")
+    # The mappings whose resident size grew most from warm-up to the end, and those that came or went.
+    growth = []
+    if maps_warm is not None:
+        for key in set(maps_warm) | set(maps_end):
+            d = maps_end.get(key, 0) - maps_warm.get(key, 0)
+            if d:
+                growth.append((d, key))
+        growth.sort(reverse=True)
     warm = [r for s, r in samples if s >= min(300, wall / 4)]
     summary = {"minutes": wall / 60, "clients": a.clients, "requests": sum(stats.kinds.values()),
                "requests_per_s": sum(stats.kinds.values()) / wall, "tokens_per_s": stats.tokens / wall,
                "by_kind": dict(stats.kinds), "by_status": dict(stats.status),
                "unexpected": len(stats.failures), "unexpected_first": stats.failures[:10], "server_alive": alive,
                "rss_mib_after_warmup": warm[0] / 1024 if warm else None, "rss_mib_end": samples[-1][1] / 1024,
-               "rss_mib_max_after_warmup": max(warm) / 1024 if warm else None}
+               "rss_mib_max_after_warmup": max(warm) / 1024 if warm else None,
+               "rss_mib_by_kind_end": {k: v / 1024 for k, v in kinds[-1].items()} if kinds else None,
+               "mapping_growth_kib_top": [[d, f"{k[0]} {k[1]}"] for d, k in growth[:8]],
+               "mapping_growth_kib_total": sum(d for d, _ in growth)}
     pathlib.Path(f"{out}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
     try:

@@ -9,7 +9,8 @@ cd "$root"
 apt_pkgs=(cmake ninja-build clang g++ libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
           libcli11-dev libpcre2-dev libcpp-httplib-dev libomp-dev python3-venv gnuplot-nox qemu-user
           chromium chromium-driver libclang-rt-14-dev  # libclang-rt: libFuzzer (scripts/fuzz.sh)
-          libopenmpi-dev openmpi-bin iproute2)        # --tp: MPI (src/dist/); test hosts in netns
+          libopenmpi-dev openmpi-bin iproute2         # --tp: MPI (src/dist/); test hosts in netns
+          libmpich-dev mpich)                         # cachet-mpich: the second MPI the tests run
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

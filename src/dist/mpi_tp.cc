@@ -210,6 +210,16 @@ class MirroredSequence final : public KvSequence {
 
 }  // namespace
 
+std::string MpiTp::library_version() {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  if (MPI_Get_library_version(v, &len) != MPI_SUCCESS) return "";
+  std::string s(v, static_cast<size_t>(len));
+  if (const size_t eol = s.find_first_of("\r\n"); eol != std::string::npos) s.resize(eol);
+  while (!s.empty() && (s.back() == ' ' || s.back() == ',' || s.back() == '\0')) s.pop_back();
+  return s;
+}
+
 Result<std::shared_ptr<MpiTp>> MpiTp::init(int size) {
   int inited = 0;
   MPI_Initialized(&inited);

@@ -20,6 +20,9 @@ class MpiTp {
   // Initializes MPI (serialized threads: the engine thread calls it, the main thread finalizes) and checks that
   // mpirun started exactly `size` ranks.
   static Result<std::shared_ptr<MpiTp>> init(int size);
+  // The first line of MPI_Get_library_version (callable before MPI_Init): which implementation this binary
+  // runs on, so a launcher of the same one can be chosen.
+  static std::string library_version();
   ~MpiTp();
   int rank() const { return rank_; }
   int size() const { return size_; }

@@ -1,7 +1,9 @@
 """Tensor parallelism over MPI (`mpirun -np N cachet ... --tp N`, src/dist/mpi_tp.h): every rank holds a shard of
 every layer; the results are compared with one process. exact mode: logits bitwise equal to --tp 1; reduce mode
 (two all-reduces per layer): within 1e-4 of the largest logit on float weights. The MPI library is Debian's
-Open MPI, installed by scripts/setup.sh: its absence is a failure here, not a skip."""
+Open MPI, installed by scripts/setup.sh: its absence is a failure here, not a skip. MPICH, the second
+implementation (also installed by setup), runs the same program as `cachet-mpich`: exactness on two
+architectures and the default model's greedy ids."""
 import json
 import os
 import pathlib
@@ -21,17 +23,36 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 PROMPT_IDS = "1,7,42,99,3,250,17,8,64,5,300,2,11"
 
 
+def launcher(binary):
+    """The mpirun of the MPI the binary was built with (`cachet info --cpu --json`: "mpi")."""
+    lib = json.loads(subprocess.run([binary, "info", "--cpu", "--json"], check=True, capture_output=True,
+                                    text=True).stdout)["mpi"]
+    if lib.startswith("MPICH"):
+        assert shutil.which("mpirun.mpich"), "mpirun.mpich not found: scripts/setup.sh installs mpich"
+        return ["mpirun.mpich"]
+    assert lib.startswith("Open MPI"), f"{binary}: built without MPI ({lib!r})"
+    run = shutil.which("mpirun.openmpi") or shutil.which("mpirun")
+    assert run, "mpirun not found: scripts/setup.sh installs openmpi-bin"
+    return [run, "--bind-to", "none"]
+
+
+@pytest.fixture(scope="session")
+def mpich_bin(cachet_bin):
+    path = pathlib.Path(cachet_bin).with_name("cachet-mpich")
+    assert path.exists(), f"{path} missing: CMake builds it when MPICH is installed (scripts/setup.sh installs it)"
+    return str(path)
+
+
 def mpirun(n, args, check=True):
-    assert shutil.which("mpirun"), "mpirun not found: scripts/setup.sh installs openmpi-bin"
-    cmd = ["mpirun", "-np", str(n), "--bind-to", "none"] + args + ["--tp", str(n)]
+    cmd = launcher(args[0]) + ["-np", str(n)] + args + ["--tp", str(n)]
     r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     if check:
         assert r.returncode == 0, r.stderr[-3000:]
     return r
 
 
-def logits(cachet_bin, model, out, tp=1, mode="exact", extra=()):
-    args = [cachet_bin, "logits", "-m", str(model), "--prompt-ids", PROMPT_IDS, "-o", str(out), "-t", "1", *extra]
+def logits(cachet_bin, model, out, tp=1, mode="exact", extra=(), tp_bin=None):
+    args = [tp_bin if tp > 1 and tp_bin else cachet_bin, "logits", "-m", str(model), "--prompt-ids", PROMPT_IDS, "-o", str(out), "-t", "1", *extra]
     if tp == 1:
         subprocess.run(args, check=True, capture_output=True)
     else:
@@ -90,7 +111,7 @@ def test_too_many_ranks_is_a_clear_error(cachet_bin, tmp_path):
 
 def test_wrong_process_count_is_a_clear_error(cachet_bin, tmp_path):
     m = synth(cachet_bin, tmp_path / "m.gguf", "llama", "F16")
-    r = subprocess.run(["mpirun", "-np", "2", cachet_bin, "logits", "-m", str(m), "--prompt-ids", "1,2", "-o",
+    r = subprocess.run(launcher(cachet_bin) + ["-np", "2", cachet_bin, "logits", "-m", str(m), "--prompt-ids", "1,2", "-o",
                         str(tmp_path / "x.bin"), "--tp", "3"], env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "mpirun started 2 process(es)" in r.stderr
 
@@ -114,11 +135,29 @@ def test_default_model_greedy_64_tokens(cachet_bin, default_model, n):
     assert got["token_ids"] == ref["token_ids"]
 
 
+@pytest.mark.parametrize("arch,dtype", [("llama", "Q8_0"), ("qwen2", "F16")])
+@pytest.mark.parametrize("n", [2, 3])
+def test_mpich_exact_mode_is_bitwise_tp1(cachet_bin, mpich_bin, tmp_path, arch, dtype, n):
+    m = synth(cachet_bin, tmp_path / f"{arch}.gguf", arch, dtype, **shape_for(n))
+    ref = logits(cachet_bin, m, tmp_path / "ref.bin")
+    got = logits(cachet_bin, m, tmp_path / "tp.bin", tp=n, tp_bin=mpich_bin)
+    assert ref.shape == got.shape
+    assert np.array_equal(ref, got), f"max diff {np.abs(ref - got).max()}"
+
+
+def test_mpich_default_model_greedy_64_tokens(cachet_bin, mpich_bin, default_model):
+    prompt = "The three primary colors are"
+    ref = run_json(cachet_bin, default_model, 1, prompt)
+    got = run_json(mpich_bin, default_model, 2, prompt)
+    assert len(ref["token_ids"]) == 64
+    assert got["token_ids"] == ref["token_ids"]
+
+
 def serve(cachet_bin, model, tp):
     port = loadgen.free_port()
     args = [cachet_bin, "serve", "-m", model, "--port", str(port), "-t", "1", "--parallel", "8"]
     if tp > 1:
-        args = ["mpirun", "-np", str(tp), "--bind-to", "none"] + args + ["--tp", str(tp)]
+        args = launcher(cachet_bin) + ["-np", str(tp)] + args + ["--tp", str(tp)]
     proc = subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     loadgen.wait_ready(port, proc, "/health")
     return proc, port
@@ -170,7 +209,7 @@ def two_hosts():
 def test_tcp_between_two_network_namespaces(cachet_bin, default_model, tmp_path, two_hosts):
     name, x, rsh = two_hosts
     net = f"10.77.{x}.0/24"
-    base = ["ip", "netns", "exec", f"{name}-a", "mpirun", "--host", f"10.77.{x}.1,10.77.{x}.2", "-np", "2",
+    base = ["ip", "netns", "exec", f"{name}-a", launcher(cachet_bin)[0], "--host", f"10.77.{x}.1,10.77.{x}.2", "-np", "2",
             "--mca", "plm_rsh_agent", str(rsh), "--mca", "pml", "ob1", "--mca", "btl", "self,tcp",
             "--mca", "btl_tcp_if_include", net, "--mca", "oob_tcp_if_include", net,
             "-x", "OMPI_ALLOW_RUN_AS_ROOT", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]

@@ -30,7 +30,8 @@ nlohmann::json cpu_json() {
           {"features", cpu_features().to_string()},
           {"tables", tables},
           {"table", isa_name(k.isa)},
-          {"float_weights", k.float_pack == FloatPack::kBf16Pairs ? "bf16" : "f32"}};
+          {"float_weights", k.float_pack == FloatPack::kBf16Pairs ? "bf16" : "f32"},
+          {"mpi", tp_mpi_library()}};
 }
 
 int cpu_info(bool json) {
@@ -46,6 +47,8 @@ int cpu_info(bool json) {
   std::printf("tables: %s\n", tables.c_str());
   std::printf("kernels: %s (F16/BF16 weights in %s arithmetic)\n", j["table"].get<std::string>().c_str(),
               j["float_weights"].get<std::string>().c_str());
+  const std::string mpi = j["mpi"].get<std::string>();
+  std::printf("mpi: %s\n", mpi.empty() ? "none (built without MPI: no --tp)" : mpi.c_str());
   return 0;
 }
 

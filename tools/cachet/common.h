@@ -69,6 +69,9 @@ Result<std::unique_ptr<Model>> tp_finish_load(std::unique_ptr<Model> shard);
 // load_model with this rank's shard: tp_prepare, load, tp_finish_load.
 Result<std::unique_ptr<Model>> load_tp(const std::string& path, const LoadOptions& opts);
 void tp_shutdown();  // at the end of main: stops the workers, MPI_Finalize
+// The MPI library this binary was built with (its first line, e.g. "Open MPI v4.1.4, ...", "MPICH Version: 4.0.2"),
+// or "" without MPI: a launcher must be the same implementation's (mpirun.openmpi, mpirun.mpich).
+std::string tp_mpi_library();
 
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.
 int fail(const Status& s);

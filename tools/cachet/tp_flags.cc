@@ -74,6 +74,14 @@ Result<std::unique_ptr<Model>> load_tp(const std::string& path, const LoadOption
   return tp_finish_load(std::move(m));
 }
 
+std::string tp_mpi_library() {
+#if CACHET_WITH_MPI
+  return MpiTp::library_version();
+#else
+  return "";
+#endif
+}
+
 void tp_shutdown() {
 #if CACHET_WITH_MPI
   g_mpi.reset();
