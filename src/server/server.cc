@@ -28,6 +28,7 @@
 #include "server/dashboard_page.h"
 #include "server/engine_service.h"
 #include "server/metrics.h"
+#include "server/stack_trim.h"
 #include "server/openai.h"
 #include "tokenizer/tokenizer.h"
 
@@ -480,6 +481,9 @@ void install_routes(App& app, httplib::Server& svr) {
                              {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
                              {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"}});
   svr.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
+  // After each handler (the deep parts of a request, rendering its template and parsing its body, are behind
+  // it; a stream's later writes are shallow): hand back the stack pages it touched (server/stack_trim.h).
+  svr.set_post_routing_handler([](const httplib::Request&, httplib::Response&) { release_unused_stack(); });
   svr.set_pre_routing_handler([&app](const httplib::Request& req, httplib::Response& res) {
     if (app.opts.api_key.empty() || req.method == "OPTIONS" || req.path.rfind("/v1/", 0) != 0)
       return httplib::Server::HandlerResponse::Unhandled;
