@@ -12,7 +12,7 @@ namespace cachet::cli {
 void add_logits_command(CLI::App& app, int* exit_code) {
   struct Args {
     std::string model, ids, out;
-    KvFlags kv{"f32"};
+    KvFlags kv{.fallback = "f32"};
     int threads = 0;
     bool one_by_one = false;
     bool precise = false;
