@@ -7,6 +7,9 @@ time to first token, the time between tokens, the tokens per request and every e
 (PyPI llama-cpp-python[server]) on the same model and thread count, one after the other in one run:
 
     .venv/bin/python bench/loadgen.py --against-llamacpp -m MODEL.gguf --clients 64 --seconds 60
+
+`--llama-server BIN` runs the same load against llama.cpp's own llama-server with one slot per client
+(`--parallel` = clients, continuous batching), the peer a team would actually deploy.
 """
 import argparse
 import http.client
@@ -145,7 +148,9 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--cachet", default=str(root / "build" / "cachet"))
-    ap.add_argument("--against-llamacpp", action="store_true")
+    ap.add_argument("--against-llamacpp", action="store_true", help="llama-cpp-python's server (one request at a time)")
+    ap.add_argument("--llama-server", help="llama.cpp's own llama-server binary, run with --parallel = clients "
+                    "(scripts/setup_llamacpp.sh builds it: ~/.cache/cachet/llama.cpp/native/bin/llama-server)")
     ap.add_argument("--port", type=int, default=0, help="load an already running server instead")
     args = ap.parse_args()
     model_id = pathlib.Path(args.model).stem
@@ -175,6 +180,14 @@ def main():
                 [sys.executable, "-m", "llama_cpp.server", "--model", args.model, "--model_alias", model_id,
                  "--port", str(port), "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
                  "--n_ctx", "2048", "--interrupt_requests", "False"], port, "/v1/models", model_id, args, extra)
+        if args.llama_server:
+            # One slot per client with room for a prompt and its tokens (-c is split across the slots);
+            # continuous batching is llama-server's default.
+            port = free_port()
+            results["llama-server"] = run_server(
+                [args.llama_server, "-m", args.model, "--alias", model_id, "--port", str(port), "-t", str(args.threads),
+                 "-tb", str(args.threads), "--parallel", str(args.clients), "-c", str(args.clients * 256)],
+                port, "/health", model_id, args, extra)
     print(f"{args.clients} streaming clients, {args.seconds:.0f} s each, {args.max_tokens} tokens per request, "
           f"{args.threads} threads, {pathlib.Path(args.model).name}")
     print(f"{'server':<10} {'requests':>8} {'errors':>6} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} "
@@ -183,9 +196,11 @@ def main():
         s = load.summary()
         print(f"{name:<10} {s['requests']:>8} {s['errors']:>6} {s['tok_per_s']:>8.1f} {s['ttft_p50_ms']:>9.0f} "
               f"{s['ttft_p99_ms']:>9.0f} {s['tbt_p50_ms']:>8.1f} {s['tbt_p99_ms']:>8.1f}")
-    if len(results) == 2:
-        a, b = (results[k].summary() for k in ("cachet", "llama.cpp"))
-        print(f"cachet / llama.cpp: throughput {a['tok_per_s'] / b['tok_per_s']:.2f}x, "
+    for peer in ("llama.cpp", "llama-server"):
+        if "cachet" not in results or peer not in results:
+            continue
+        a, b = results["cachet"].summary(), results[peer].summary()
+        print(f"cachet / {peer}: throughput {a['tok_per_s'] / b['tok_per_s']:.2f}x, "
               f"TTFT p50 {b['ttft_p50_ms'] / a['ttft_p50_ms']:.2f}x lower, "
               f"TBT p99 {b['tbt_p99_ms'] / a['tbt_p99_ms']:.2f}x lower")
     if os.environ.get("LOADGEN_JSON"):
