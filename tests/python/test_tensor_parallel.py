@@ -265,3 +265,9 @@ def test_dead_rank_fails_in_flight_requests_and_the_job(cachet_bin, default_mode
     assert "tensor-parallel rank has died" in out["body"]
     assert rc != 0
     assert "failing 1 in-flight request(s)" in err, err[-2000:]
+
+
+def test_info_says_whose_share_it_shows(cachet_bin, default_model):
+    """SmolLM2's 9 query / 3 KV heads dealt over 2 ranks: rank 0 holds 6 / 2 and says so."""
+    r = mpirun(2, [cachet_bin, "info", "-m", default_model])
+    assert "tensor parallel: 2 ranks" in r.stdout and "(6 query / 2 KV heads" in r.stdout, r.stdout[-500:]

@@ -75,6 +75,7 @@ int info(const std::string& model_flag, bool json) {
     j["weight_bytes"] = total;
     j["kv_bytes_per_token"] = {{"f16", c.kv_bytes_per_token(2)}, {"f32", c.kv_bytes_per_token(4)}};
     j["cpu"] = cpu_json();
+    if (tp_size() > 1) j["tp"] = {{"ranks", tp_size()}, {"note", "config heads and kv_bytes_per_token are rank 0's share"}};
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
@@ -96,6 +97,10 @@ int info(const std::string& model_flag, bool json) {
               static_cast<long long>(c.n_layer), static_cast<long long>(c.kv_dim()));
   std::printf("kernels: %s on %s (cpu: %s)\n", isa_name(kernels().isa), cpu_model_name().c_str(),
               cpu_features().to_string().c_str());
+  if (tp_size() > 1)
+    std::printf("tensor parallel: %d ranks; the config's head counts and the KV cache per token above are rank 0's "
+                "share (%lld query / %lld KV heads; the metadata keys give the file's)\n",
+                tp_size(), static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv));
   return 0;
 }
 
