@@ -3,7 +3,8 @@
 # ~/.cache/cachet/llama.cpp/src-VERSION (its vendor/llama.cpp/models/ vocab test files are read from there, never
 # committed), and llama.cpp's Python binding built from the same sdist (pip keeps the built wheel in its cache, so a
 # second venv on this machine installs in seconds). Portable flags
-# (GGML_NATIVE=OFF): a correctness oracle for the architecture tests, not the speed peer (scripts/setup_llamacpp.sh).
+# (GGML_NATIVE=OFF): a correctness oracle for the architecture tests, not the speed peer (scripts/setup_llamacpp.sh);
+# no multimodal library (LLAVA_BUILD=OFF: a fifth of the build, unused here).
 # Idempotent.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +29,6 @@ if "$venv/bin/python" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ 
   exit 0
 fi
 echo "setup_oracles: building llama-cpp-python $version (a few minutes, once)"
-CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
   "$venv/bin/pip" install -q --disable-pip-version-check --no-binary llama-cpp-python "llama-cpp-python==$version"
