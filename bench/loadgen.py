@@ -34,6 +34,7 @@ class Load:
 
     def __init__(self):
         self.ttft, self.tbt, self.tokens, self.errors, self.status = [], [], [], [], []
+        self.reconnects = 0  # requests resent on a new connection after the server closed a kept-alive one
         self.t0 = time.time()
         self.wall = 0.0
         self.threads = []
@@ -44,7 +45,7 @@ class Load:
         self.wall = time.time() - self.t0
 
     def summary(self):
-        return {"requests": len(self.tokens), "errors": len(self.errors) + len(self.status),
+        return {"requests": len(self.tokens), "errors": len(self.errors) + len(self.status), "reconnects": self.reconnects,
                 "tok_per_s": sum(self.tokens) / self.wall if self.wall else float("nan"),
                 "ttft_p50_ms": 1e3 * pct(self.ttft, 50), "ttft_p99_ms": 1e3 * pct(self.ttft, 99),
                 "tbt_p50_ms": 1e3 * pct(self.tbt, 50), "tbt_p99_ms": 1e3 * pct(self.tbt, 99)}
@@ -61,13 +62,23 @@ def start_load(port, model_id, clients, seconds, max_tokens=32, extra=None, stop
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)  # kept alive, as API clients do
         while time.time() < end and not (stop_flag and stop_flag.is_set()):
             t0 = time.time()
+            body = json.dumps({"model": model_id, "prompt": f"Story number {k}:", "max_tokens": max_tokens,
+                               "temperature": 0.8, "seed": k, "stream": True,
+                               "stream_options": {"include_usage": True}, **body_extra})
+            headers = {"Content-Type": "application/json"}
             try:
-                c.request("POST", "/v1/completions", body=json.dumps(
-                    {"model": model_id, "prompt": f"Story number {k}:", "max_tokens": max_tokens,
-                     "temperature": 0.8, "seed": k, "stream": True,
-                     "stream_options": {"include_usage": True}, **body_extra}),
-                    headers={"Content-Type": "application/json"})
-                r = c.getresponse()
+                c.request("POST", "/v1/completions", body=body, headers=headers)
+                try:
+                    r = c.getresponse()
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                    # The server closed the kept-alive connection after its last response (llama-server does so
+                    # after every stream): nothing of this request was answered, so it goes again on a new
+                    # connection, as HTTP clients do; the time counts (t0 stays).
+                    load.reconnects += 1
+                    c.close()
+                    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+                    c.request("POST", "/v1/completions", body=body, headers=headers)
+                    r = c.getresponse()
                 if r.status != 200:
                     load.status.append(r.status)
                     r.read()
