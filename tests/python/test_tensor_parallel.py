@@ -4,6 +4,7 @@ every layer; the results are compared with one process. exact mode: logits bitwi
 Open MPI, installed by scripts/setup.sh: its absence is a failure here, not a skip. MPICH, the second
 implementation (also installed by setup), runs the same program as `cachet-mpich`: exactness on two
 architectures and the default model's greedy ids."""
+import functools
 import json
 import os
 import pathlib
@@ -23,17 +24,22 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 PROMPT_IDS = "1,7,42,99,3,250,17,8,64,5,300,2,11"
 
 
-def launcher(binary):
+@functools.lru_cache(maxsize=None)
+def launcher_of(binary):
     """The mpirun of the MPI the binary was built with (`cachet info --cpu --json`: "mpi")."""
     lib = json.loads(subprocess.run([binary, "info", "--cpu", "--json"], check=True, capture_output=True,
                                     text=True).stdout)["mpi"]
     if lib.startswith("MPICH"):
         assert shutil.which("mpirun.mpich"), "mpirun.mpich not found: scripts/setup.sh installs mpich"
-        return ["mpirun.mpich"]
+        return ("mpirun.mpich",)
     assert lib.startswith("Open MPI"), f"{binary}: built without MPI ({lib!r})"
     run = shutil.which("mpirun.openmpi") or shutil.which("mpirun")
     assert run, "mpirun not found: scripts/setup.sh installs openmpi-bin"
-    return [run, "--bind-to", "none"]
+    return (run, "--bind-to", "none")
+
+
+def launcher(binary):
+    return list(launcher_of(binary))
 
 
 @pytest.fixture(scope="session")
