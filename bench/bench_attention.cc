@@ -1,6 +1,7 @@
 // Decode attention at depth: the flash-style kernel (16-position tiles, online softmax) against the naive
 // one (whole score row, softmax, weighted sum) at 1k and 4k tokens of context, SmolLM2's head layout
-// (9 query heads, 3 KV heads, head dim 64, f16 cache), one layer, one thread.
+// (9 query heads, 3 KV heads, head dim 64), one layer, one thread; and the flash kernel per KV cache type
+// (BM_FlashType: f16, q8_0, q4_0, q4r at 16k positions, 30 layers, 2 threads, as a long-context decode step).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -24,19 +25,19 @@ struct Setup {
   ModelConfig cfg;
   std::unique_ptr<ContiguousKvCache> cache;
   std::vector<float> q, out;
-  explicit Setup(int n) {
+  explicit Setup(int n, KvType t = KvType::kF16) {
     cfg.n_layer = 1;
     cfg.n_head = kH;
     cfg.n_head_kv = kKH;
     cfg.head_dim = kD;
-    cache = std::make_unique<ContiguousKvCache>(cfg, n, DType::kF16);
+    cache = std::make_unique<ContiguousKvCache>(cfg, n, KvTypes(t));
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
     std::vector<float> row(kKH * kD);
     for (int p = 0; p < n; ++p) {
       for (auto& x : row) x = nd(rng);
-      kernels().kv_store(DType::kF16, row.data(), cache->k_row(0, p), kKH * kD);
-      kernels().kv_store(DType::kF16, row.data(), cache->v_row(0, p), kKH * kD);
+      kv_quantize_row(t, row.data(), cache->k_row(0, p), kKH * kD, kD);
+      kv_quantize_row(t, row.data(), cache->v_row(0, p), kKH * kD, kD);
     }
     q.resize(kH * kD);
     for (auto& x : q) x = nd(rng);
@@ -61,6 +62,25 @@ void BM_Flash(benchmark::State& st) {
     benchmark::DoNotOptimize(s.out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 2 * kKH * kD * 2);
+}
+
+// range(0) positions, range(1) threads, range(2) the KvType; 30 layers visited in turn.
+void BM_FlashType(benchmark::State& st) {
+  const int n = static_cast<int>(st.range(0));
+  const auto t = static_cast<KvType>(st.range(2));
+  st.SetLabel(kv_type_name(t));
+  std::vector<std::unique_ptr<Setup>> layers;
+  for (int l = 0; l < 30; ++l) layers.push_back(std::make_unique<Setup>(n, t));
+  ThreadPool pool(static_cast<int>(st.range(1)));
+  size_t li = 0;
+  const int32_t pos = n - 1, seq = 0;
+  for (auto _ : st) {
+    Setup& s = *layers[li++ % layers.size()];
+    KvSequence* seqs[] = {s.cache.get()};
+    attention(pool, {s.q.data(), s.out.data(), 1, &pos, &seq, seqs, 0, kH, kKH, kD});
+    benchmark::DoNotOptimize(s.out.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 2 * kv_row_bytes(t, kKH * kD));
 }
 
 void BM_Naive(benchmark::State& st) {
@@ -89,6 +109,12 @@ void BM_Naive(benchmark::State& st) {
 }  // namespace
 
 BENCHMARK(BM_Flash)->Args({64, 1, 0})->Args({1024, 1, 0})->Args({4096, 1, 0})->Args({1024, 1, 1})->Args({1024, 2, 1})->Args({4096, 2, 1})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FlashType)
+    ->Args({16384, 2, static_cast<int>(KvType::kF16)})
+    ->Args({16384, 2, static_cast<int>(KvType::kQ8_0)})
+    ->Args({16384, 2, static_cast<int>(KvType::kQ4_0)})
+    ->Args({16384, 2, static_cast<int>(KvType::kQ4R)})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Naive)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();
