@@ -116,6 +116,49 @@ TEST(Attention, SplitChunksEqualWholeHeadsBitwise) {
   }
 }
 
+// A prefill's tokens walk each KV head's tiles in query blocks (up to 16 consecutive tokens of a sequence share
+// every tile); each token must still get exactly what it gets alone: consecutive and scattered positions, two
+// sequences interleaved, a sliding window cutting tiles mid-way, soft-capped scores. (16 heads: a token alone
+// is then enough work to take the other path, chunks spread over threads and merged, not the block walk.)
+TEST(Attention, QueryBlocksEqualTokensAloneBitwise) {
+  const int max_ctx = 1200, H = 16, KH = 2, D = 64, T = 45;
+  for (KvTypes kv : {KvTypes(KvType::kF16), KvTypes(KvType::kQ8_0), KvTypes(KvType::kQ8_0, KvType::kQ4_0)}) {
+    ContiguousKvCache a_cache(one_layer(H, KH, D), max_ctx, kv), b_cache(one_layer(H, KH, D), max_ctx, kv);
+    std::mt19937 rng(21);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    fill_random(&a_cache, KH * D, &rng, D);
+    fill_random(&b_cache, KH * D, &rng, D);
+    ThreadPool pool(2);
+    std::vector<float> q(T * H * D), batch_out(T * H * D), alone(H * D);
+    for (auto& x : q) x = 2.0f * nd(rng);
+    std::vector<int32_t> positions(T), seq_index(T);
+    for (int t = 0; t < T; ++t) {
+      seq_index[t] = t >= 20 && t < 30 ? 1 : 0;                      // sequence 1 in the middle
+      positions[t] = seq_index[t] ? 1100 + (t - 20) * 7 : 500 + t;   // 0: consecutive; 1: scattered
+    }
+    KvSequence* seqs[] = {&a_cache, &b_cache};
+    for (int window : {0, 300}) {
+      for (float softcap : {0.0f, 30.0f}) {
+        AttentionArgs args{q.data(), batch_out.data(), T, positions.data(), seq_index.data(), seqs, 0, H, KH, D};
+        args.window = window;
+        args.softcap = softcap;
+        attention(pool, args);
+        for (int t = 0; t < T; ++t) {
+          AttentionArgs one = args;
+          one.q = q.data() + t * H * D;
+          one.out = alone.data();
+          one.n_tokens = 1;
+          one.positions = &positions[t];
+          one.seq_index = &seq_index[t];
+          attention(pool, one);
+          for (int i = 0; i < H * D; ++i)
+            ASSERT_EQ(alone[i], batch_out[t * H * D + i]) << "token " << t << " window " << window << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 // Every K type with every V type: flash attention over the cache equals naive attention in double over the
 // values the cache holds (dequantized; q4r turned back), so quantized tiles, the q4r rotation of q and of the
 // output, and mixed K/V types are all what they claim.

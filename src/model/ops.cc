@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "base/check.h"
 #include "kernels/kernels.h"
@@ -250,6 +253,9 @@ constexpr int kAttnChunk = 256;
 static_assert(kAttnChunk % kAttnTile == 0);
 // Tiles ahead of the one being computed whose K/V rows are prefetched (2 and 4 measured alike, 8 worse).
 constexpr int kAttnPrefetch = 2;
+// Consecutive tokens of one sequence that walk a KV head's tiles together (prefill: a tile read from memory
+// once serves them all).
+constexpr int kAttnQueryBlock = 16;
 // Attention with at most this many (query head, position) pairs runs on the calling thread.
 constexpr int64_t kAttnInlineWork = 4096;
 
@@ -327,6 +333,76 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
   }
 }
 
+// The tokens of a query block for one KV head: each with its query rows, softmax state and positions [p0, p1).
+struct BlockQuery {
+  const float* q;
+  HeadState st;
+  int p0, p1;  // empty (p0 >= p1): the token has no positions in this chunk
+};
+
+// attend_chunk for one KV head and several tokens of one sequence (a prefill's query block): the union of their
+// position ranges is walked tile by tile, and each tile, once in L1, serves every token whose range it meets.
+// Each token gets the pieces a walk of its own range would cut (tiles end at absolute multiples of kAttnTile and
+// at span ends; its own range clips the first and last), in the same order: results equal a token walked alone.
+void attend_tokens(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int kvh, std::span<BlockQuery> qs,
+                   int group, float scale) {
+  int lo = std::numeric_limits<int>::max(), hi = 0;
+  for (const BlockQuery& b : qs) {
+    std::fill(b.st.acc, b.st.acc + static_cast<size_t>(group) * a.head_dim, 0.0f);
+    std::fill(b.st.m, b.st.m + group, -std::numeric_limits<float>::infinity());
+    std::fill(b.st.l, b.st.l + group, 0.0f);
+    if (b.p0 < b.p1) lo = std::min(lo, b.p0), hi = std::max(hi, b.p1);
+  }
+  const KvTypes types = seq->types();
+  const size_t k_head = kv_row_bytes(types.k, a.head_dim), v_head = kv_row_bytes(types.v, a.head_dim);
+  const bool direct = attn_tile_reads(kv_layout(types.k), kv_layout(types.v));
+  if (!direct && t_tile.size() < static_cast<size_t>(2 * kAttnTile * a.head_dim))
+    t_tile.resize(2 * kAttnTile * a.head_dim);
+  float* kbuf = direct ? nullptr : t_tile.data();
+  float* vbuf = direct ? nullptr : t_tile.data() + static_cast<size_t>(kAttnTile) * a.head_dim;
+  const size_t row = static_cast<size_t>(a.head_dim) * 4;
+  const int len = seq->span_len();
+  for (int p = lo; p < hi;) {
+    const int sp_i = p / len;
+    const KvSpan sp = seq->span(a.layer, sp_i, hi);
+    const int off = p - sp_i * len;
+    const int nt = std::min({kAttnTile - p % kAttnTile, sp.n - off, hi - p});
+    const int ahead = off + kAttnPrefetch * kAttnTile;
+    if (ahead < sp.n && p + kAttnPrefetch * kAttnTile < hi) {
+      const int n_ahead = std::min({kAttnTile, sp.n - ahead, hi - p - kAttnPrefetch * kAttnTile});
+      for (int i = 0; i < n_ahead; ++i) {
+        const uint8_t* kr = sp.k + static_cast<size_t>(ahead + i) * sp.k_stride + kvh * k_head;
+        const uint8_t* vr = sp.v + static_cast<size_t>(ahead + i) * sp.v_stride + kvh * v_head;
+        for (size_t b = 0; b < k_head; b += 64) __builtin_prefetch(kr + b, 0, 2);
+        for (size_t b = 0; b < v_head; b += 64) __builtin_prefetch(vr + b, 0, 2);
+      }
+    }
+    const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.k_stride + kvh * k_head;
+    const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + kvh * v_head;
+    if (!direct) {
+      for (int i = 0; i < nt; ++i) {
+        kv_dequantize_row_raw(types.k, kt + i * sp.k_stride, kbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
+        kv_dequantize_row_raw(types.v, vt + i * sp.v_stride, vbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
+      }
+    }
+    for (const BlockQuery& b : qs) {
+      const int s0 = std::max(p, b.p0), s1 = std::min(p + nt, b.p1);
+      if (s0 >= s1) continue;
+      const int skip = s0 - p;
+      if (direct) {
+        k.attn_tile(kv_layout(types.k), kv_layout(types.v), kt + skip * sp.k_stride, sp.k_stride,
+                    vt + skip * sp.v_stride, sp.v_stride, s1 - s0, b.q, group, a.head_dim, scale, a.softcap, b.st.m,
+                    b.st.l, b.st.acc);
+      } else {
+        k.attn_tile(DType::kF32, DType::kF32, kbuf + static_cast<size_t>(skip) * a.head_dim, row,
+                    vbuf + static_cast<size_t>(skip) * a.head_dim, row, s1 - s0, b.q, group, a.head_dim, scale,
+                    a.softcap, b.st.m, b.st.l, b.st.acc);
+      }
+    }
+    p += nt;
+  }
+}
+
 // into = merge(into, c), per head: both rescaled to the larger max. `first`: into is empty, take c as it is.
 void merge_chunk(const HeadState& into, const HeadState& c, int group, int d, bool first) {
   for (int g = 0; g < group; ++g) {
@@ -357,6 +433,7 @@ void write_heads(const AttentionArgs& a, int t, int kvh, int group, const HeadSt
 }
 
 thread_local AlignedBuffer<float> t_partials;
+thread_local std::vector<std::pair<int, int>> t_blocks, t_zigzag;  // query blocks: [first token, end)
 thread_local AlignedBuffer<float> t_rotated;  // q turned into a q4r cache's basis
 
 void attention_rows(ThreadPool& pool, const AttentionArgs& a);
@@ -434,28 +511,53 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a) {
     }
     return;
   }
-  // One work item per (token, KV head): the query heads of a group walk the same K/V tiles together, so each
-  // tile is read from memory once and reused from L1 by the other heads. Per head, the operations and their
-  // order are those of a head alone.
+  // One work item per (query block, KV head): a block is up to kAttnQueryBlock consecutive tokens of one
+  // sequence (a prefill chunk), whose query heads of a group walk the same K/V tiles together, so each tile is
+  // read from memory once and reused from L1 by the other heads and tokens. Per head and token, the operations
+  // and their order are those of a head of a token alone.
+  t_blocks.clear();
+  for (int t = 0; t < a.n_tokens; ++t) {
+    if (t_blocks.empty() || t_blocks.back().second - t_blocks.back().first == kAttnQueryBlock ||
+        a.seq_index[t] != a.seq_index[t_blocks.back().first])
+      t_blocks.emplace_back(t, t);
+    ++t_blocks.back().second;
+  }
+  // Zig-zag order (first, last, second, second to last, ...): parallel_for hands out contiguous ranges, and a
+  // prompt's later tokens attend to more positions, so each range gets short and long blocks alike.
+  t_zigzag.resize(t_blocks.size());
+  for (size_t r = 0; r < t_blocks.size(); ++r)
+    t_zigzag[r] = t_blocks[r % 2 == 0 ? r / 2 : t_blocks.size() - 1 - r / 2];
+  const std::vector<std::pair<int, int>>& blocks = t_zigzag;
+  const int64_t items = static_cast<int64_t>(blocks.size()) * a.n_head_kv;
   auto body = [&](int, int64_t i0, int64_t i1) {
-    float* buf = scratch(2 * state_floats);
-    const HeadState run = state_at(buf), chunk = state_at(buf + state_floats);
+    float* buf = scratch(2 * kAttnQueryBlock * state_floats);
+    BlockQuery qs[kAttnQueryBlock];
     for (int64_t i = i0; i < i1; ++i) {
-      const int t = static_cast<int>(i / a.n_head_kv), kvh = static_cast<int>(i % a.n_head_kv);
-      const int n_ctx = a.positions[t] + 1, first = lo(t) / kAttnChunk;
-      for (int c = first; c * kAttnChunk < n_ctx; ++c) {
-        attend_chunk(
-            k, a, a.seqs[a.seq_index[t]], kvh, kvh + 1, [&](int h) { return query(t, h); }, group, scale,
-            std::max(lo(t), c * kAttnChunk), std::min(n_ctx, (c + 1) * kAttnChunk), [&](int) { return chunk; });
-        merge_chunk(run, chunk, group, a.head_dim, c == first);
+      const auto [t0, t1] = blocks[static_cast<size_t>(i / a.n_head_kv)];
+      const int kvh = static_cast<int>(i % a.n_head_kv), nb = t1 - t0;
+      auto run = [&](int j) { return state_at(buf + static_cast<size_t>(2 * j) * state_floats); };
+      int c_lo = std::numeric_limits<int>::max(), c_hi = 0;
+      for (int j = 0; j < nb; ++j) {
+        c_lo = std::min(c_lo, lo(t0 + j) / kAttnChunk);
+        c_hi = std::max(c_hi, (a.positions[t0 + j] + kAttnChunk) / kAttnChunk);
       }
-      write_heads(a, t, kvh, group, run);
+      for (int c = c_lo; c < c_hi; ++c) {
+        for (int j = 0; j < nb; ++j) {
+          const int t = t0 + j;
+          qs[j] = {query(t, kvh), state_at(buf + static_cast<size_t>(2 * j + 1) * state_floats),
+                   std::max(lo(t), c * kAttnChunk), std::min(a.positions[t] + 1, (c + 1) * kAttnChunk)};
+        }
+        attend_tokens(k, a, a.seqs[a.seq_index[t0]], kvh, std::span<BlockQuery>(qs, nb), group, scale);
+        for (int j = 0; j < nb; ++j)
+          if (qs[j].p0 < qs[j].p1) merge_chunk(run(j), qs[j].st, group, a.head_dim, c == lo(t0 + j) / kAttnChunk);
+      }
+      for (int j = 0; j < nb; ++j) write_heads(a, t0 + j, kvh, group, run(j));
     }
   };
   if (inline_only) {
-    body(0, 0, heads);
+    body(0, 0, items);
   } else {
-    pool.parallel_for(heads, body);
+    pool.parallel_for(items, body);
   }
 }
 
