@@ -515,9 +515,12 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a) {
   // sequence (a prefill chunk), whose query heads of a group walk the same K/V tiles together, so each tile is
   // read from memory once and reused from L1 by the other heads and tokens. Per head and token, the operations
   // and their order are those of a head of a token alone.
+  // Smaller blocks when there are few tokens (a speculative verify, a short chunk), so that every thread still
+  // gets several items: the block size never changes a result, only how the work is shared.
+  const int block = static_cast<int>(std::clamp<int64_t>(heads / (4 * pool.n_threads()), 1, kAttnQueryBlock));
   t_blocks.clear();
   for (int t = 0; t < a.n_tokens; ++t) {
-    if (t_blocks.empty() || t_blocks.back().second - t_blocks.back().first == kAttnQueryBlock ||
+    if (t_blocks.empty() || t_blocks.back().second - t_blocks.back().first == block ||
         a.seq_index[t] != a.seq_index[t_blocks.back().first])
       t_blocks.emplace_back(t, t);
     ++t_blocks.back().second;
