@@ -45,13 +45,11 @@ struct Setup {
   }
 };
 
-// range(0) positions in context, range(1) threads, range(2) 1: 30 layers' caches visited in turn, as a decode
-// step does, so the KV comes from memory rather than L2.
-void BM_Flash(benchmark::State& st) {
-  const int n = static_cast<int>(st.range(0));
-  const int threads = static_cast<int>(st.range(1));
+// A decode step's attention over n positions, layers' caches of type t visited in turn (30: the KV comes from
+// memory rather than L2, as in a decode step; 1: from cache), one token, SmolLM2's head layout.
+void run_flash(benchmark::State& st, int n, int threads, int n_layers, KvType t) {
   std::vector<std::unique_ptr<Setup>> layers;
-  for (int l = 0; l < (st.range(2) ? 30 : 1); ++l) layers.push_back(std::make_unique<Setup>(n));
+  for (int l = 0; l < n_layers; ++l) layers.push_back(std::make_unique<Setup>(n, t));
   ThreadPool pool(threads);
   size_t li = 0;
   const int32_t pos = n - 1, seq = 0;
@@ -61,26 +59,19 @@ void BM_Flash(benchmark::State& st) {
     attention(pool, {s.q.data(), s.out.data(), 1, &pos, &seq, seqs, 0, kH, kKH, kD});
     benchmark::DoNotOptimize(s.out.data());
   }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 2 * kKH * kD * 2);
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 2 * kv_row_bytes(t, kKH * kD));
+}
+
+// range(0) positions in context, range(1) threads, range(2) 1: 30 layers' caches visited in turn (f16).
+void BM_Flash(benchmark::State& st) {
+  run_flash(st, static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), st.range(2) ? 30 : 1, KvType::kF16);
 }
 
 // range(0) positions, range(1) threads, range(2) the KvType; 30 layers visited in turn.
 void BM_FlashType(benchmark::State& st) {
-  const int n = static_cast<int>(st.range(0));
   const auto t = static_cast<KvType>(st.range(2));
   st.SetLabel(kv_type_name(t));
-  std::vector<std::unique_ptr<Setup>> layers;
-  for (int l = 0; l < 30; ++l) layers.push_back(std::make_unique<Setup>(n, t));
-  ThreadPool pool(static_cast<int>(st.range(1)));
-  size_t li = 0;
-  const int32_t pos = n - 1, seq = 0;
-  for (auto _ : st) {
-    Setup& s = *layers[li++ % layers.size()];
-    KvSequence* seqs[] = {s.cache.get()};
-    attention(pool, {s.q.data(), s.out.data(), 1, &pos, &seq, seqs, 0, kH, kKH, kD});
-    benchmark::DoNotOptimize(s.out.data());
-  }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 2 * kv_row_bytes(t, kKH * kD));
+  run_flash(st, static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), 30, t);
 }
 
 void BM_Naive(benchmark::State& st) {

@@ -269,6 +269,67 @@ struct HeadState {
   float* acc;
 };
 
+void reset_state(const HeadState& s, int group, int d) {
+  std::fill(s.acc, s.acc + static_cast<size_t>(group) * d, 0.0f);
+  std::fill(s.m, s.m + group, -std::numeric_limits<float>::infinity());
+  std::fill(s.l, s.l + group, 0.0f);
+}
+
+// A K/V walk from memory runs at well under the read bandwidth (bench_attention, 30 layers' caches): ask for
+// the rows kAttnPrefetch tiles ahead of position p (span offset off, walk ending at p1) of KV heads
+// [kvh0, kvh1), within the span, into L2 (measured ~10%).
+void prefetch_ahead(const KvSpan& sp, int off, int p, int p1, int kvh0, int kvh1, size_t k_head, size_t v_head) {
+  const int ahead = off + kAttnPrefetch * kAttnTile;
+  if (ahead >= sp.n || p + kAttnPrefetch * kAttnTile >= p1) return;
+  const int n_ahead = std::min({kAttnTile, sp.n - ahead, p1 - p - kAttnPrefetch * kAttnTile});
+  for (int i = 0; i < n_ahead; ++i) {
+    const uint8_t* kr = sp.k + static_cast<size_t>(ahead + i) * sp.k_stride + kvh0 * k_head;
+    const uint8_t* vr = sp.v + static_cast<size_t>(ahead + i) * sp.v_stride + kvh0 * v_head;
+    for (size_t b = 0; b < (kvh1 - kvh0) * k_head; b += 64) __builtin_prefetch(kr + b, 0, 2);
+    for (size_t b = 0; b < (kvh1 - kvh0) * v_head; b += 64) __builtin_prefetch(vr + b, 0, 2);
+  }
+}
+
+// The kernel reads most type pairs in place (kernels.h attn_tile_reads); for the others (mixed pairs) each
+// tile's rows of a head are widened to f32 first (t_tile: K rows, then V rows), still in the turned basis of a
+// quantized cache (attention() turns q and the output).
+void widen_tile(KvTypes types, const uint8_t* kt, const uint8_t* vt, const KvSpan& sp, int nt, int d) {
+  if (t_tile.size() < static_cast<size_t>(2 * kAttnTile * d)) t_tile.resize(2 * kAttnTile * d);
+  float* kbuf = t_tile.data();
+  float* vbuf = t_tile.data() + static_cast<size_t>(kAttnTile) * d;
+  for (int i = 0; i < nt; ++i) {
+    kv_dequantize_row_raw(types.k, kt + i * sp.k_stride, kbuf + static_cast<size_t>(i) * d, d);
+    kv_dequantize_row_raw(types.v, vt + i * sp.v_stride, vbuf + static_cast<size_t>(i) * d, d);
+  }
+}
+
+// The tile that starts at position p of a walk ending at p1: its span, its offset in the span and its length.
+// Tiles end at absolute multiples of kAttnTile and at span ends (a window's first tile is partial), so every
+// cache layout cuts a token's positions into the same tiles.
+struct TileAt {
+  KvSpan sp;
+  int off, n;
+};
+TileAt tile_at(KvSequence* seq, int layer, int p, int p1) {
+  const int len = seq->span_len();
+  const int sp_i = p / len;
+  const KvSpan sp = seq->span(layer, sp_i, p1);
+  const int off = p - sp_i * len;
+  return {sp, off, std::min({kAttnTile - p % kAttnTile, sp.n - off, p1 - p})};
+}
+
+// What a walk needs of a cache's types: bytes of one head in a K and a V row, whether the kernel reads the pair
+// in place (else tiles are widened first), and the byte stride of a widened row.
+struct CacheLayout {
+  KvTypes types;
+  size_t k_head, v_head;
+  bool direct;
+  size_t row;
+  CacheLayout(KvTypes t, int d)
+      : types(t), k_head(kv_row_bytes(t.k, d)), v_head(kv_row_bytes(t.v, d)),
+        direct(attn_tile_reads(kv_layout(t.k), kv_layout(t.v))), row(static_cast<size_t>(d) * 4) {}
+};
+
 // Fresh state, then every tile of positions [p0, p1) of KV heads [kvh0, kvh1): for each tile, each head in
 // turn, so one thread consumes whole K/V rows (all heads of a position) front to back, a sequential stream.
 // q(kvh) and st(kvh) give a KV head's query rows and softmax state. Per head, the same tiles in the same order
@@ -276,42 +337,12 @@ struct HeadState {
 template <typename QueryOf, typename StateOf>
 void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int kvh0, int kvh1, QueryOf q, int group,
                   float scale, int p0, int p1, StateOf st) {
-  for (int h = kvh0; h < kvh1; ++h) {
-    const HeadState s = st(h);
-    std::fill(s.acc, s.acc + static_cast<size_t>(group) * a.head_dim, 0.0f);
-    std::fill(s.m, s.m + group, -std::numeric_limits<float>::infinity());
-    std::fill(s.l, s.l + group, 0.0f);
-  }
-  const KvTypes types = seq->types();
-  const size_t k_head = kv_row_bytes(types.k, a.head_dim), v_head = kv_row_bytes(types.v, a.head_dim);
-  // The kernel reads most type pairs in place (kernels.h attn_tile_reads); for the others (mixed pairs) each
-  // tile's rows of a head are widened to f32 first, still in the turned basis of a quantized cache
-  // (attention() turns q and the output).
-  const bool direct = attn_tile_reads(kv_layout(types.k), kv_layout(types.v));
-  if (!direct && t_tile.size() < static_cast<size_t>(2 * kAttnTile * a.head_dim))
-    t_tile.resize(2 * kAttnTile * a.head_dim);
-  float* kbuf = direct ? nullptr : t_tile.data();
-  float* vbuf = direct ? nullptr : t_tile.data() + static_cast<size_t>(kAttnTile) * a.head_dim;
-  const int len = seq->span_len();
+  for (int h = kvh0; h < kvh1; ++h) reset_state(st(h), group, a.head_dim);
+  const CacheLayout cl(seq->types(), a.head_dim);
+  const auto& [types, k_head, v_head, direct, row] = cl;
   for (int p = p0; p < p1;) {
-    const int sp_i = p / len;
-    const KvSpan sp = seq->span(a.layer, sp_i, p1);
-    const int off = p - sp_i * len;
-    // Tiles end at absolute multiples of kAttnTile (a window's first tile is partial), so every cache layout
-    // cuts a token's positions into the same tiles.
-    const int nt = std::min({kAttnTile - p % kAttnTile, sp.n - off, p1 - p});
-    // A K/V walk from memory runs at well under the read bandwidth (bench_attention, 30 layers' caches): ask
-    // for the rows kAttnPrefetch tiles ahead (within this span) of the heads walked, into L2 (measured ~10%).
-    const int ahead = off + kAttnPrefetch * kAttnTile;
-    if (ahead < sp.n && p + kAttnPrefetch * kAttnTile < p1) {
-      const int n_ahead = std::min({kAttnTile, sp.n - ahead, p1 - p - kAttnPrefetch * kAttnTile});
-      for (int i = 0; i < n_ahead; ++i) {
-        const uint8_t* kr = sp.k + static_cast<size_t>(ahead + i) * sp.k_stride + kvh0 * k_head;
-        const uint8_t* vr = sp.v + static_cast<size_t>(ahead + i) * sp.v_stride + kvh0 * v_head;
-        for (size_t b = 0; b < (kvh1 - kvh0) * k_head; b += 64) __builtin_prefetch(kr + b, 0, 2);
-        for (size_t b = 0; b < (kvh1 - kvh0) * v_head; b += 64) __builtin_prefetch(vr + b, 0, 2);
-      }
-    }
+    const auto [sp, off, nt] = tile_at(seq, a.layer, p, p1);
+    prefetch_ahead(sp, off, p, p1, kvh0, kvh1, k_head, v_head);
     for (int h = kvh0; h < kvh1; ++h) {
       const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.k_stride + h * k_head;
       const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + h * v_head;
@@ -321,11 +352,9 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
                     a.head_dim, scale, a.softcap, s.m, s.l, s.acc);
         continue;
       }
-      for (int i = 0; i < nt; ++i) {
-        kv_dequantize_row_raw(types.k, kt + i * sp.k_stride, kbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
-        kv_dequantize_row_raw(types.v, vt + i * sp.v_stride, vbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
-      }
-      const size_t row = static_cast<size_t>(a.head_dim) * 4;
+      widen_tile(types, kt, vt, sp, nt, a.head_dim);
+      const float* kbuf = t_tile.data();
+      const float* vbuf = kbuf + static_cast<size_t>(kAttnTile) * a.head_dim;
       k.attn_tile(DType::kF32, DType::kF32, kbuf, row, vbuf, row, nt, q(h), group, a.head_dim, scale, a.softcap, s.m,
                   s.l, s.acc);
     }
@@ -348,42 +377,22 @@ void attend_tokens(const Kernels& k, const AttentionArgs& a, KvSequence* seq, in
                    int group, float scale) {
   int lo = std::numeric_limits<int>::max(), hi = 0;
   for (const BlockQuery& b : qs) {
-    std::fill(b.st.acc, b.st.acc + static_cast<size_t>(group) * a.head_dim, 0.0f);
-    std::fill(b.st.m, b.st.m + group, -std::numeric_limits<float>::infinity());
-    std::fill(b.st.l, b.st.l + group, 0.0f);
+    reset_state(b.st, group, a.head_dim);
     if (b.p0 < b.p1) lo = std::min(lo, b.p0), hi = std::max(hi, b.p1);
   }
-  const KvTypes types = seq->types();
-  const size_t k_head = kv_row_bytes(types.k, a.head_dim), v_head = kv_row_bytes(types.v, a.head_dim);
-  const bool direct = attn_tile_reads(kv_layout(types.k), kv_layout(types.v));
-  if (!direct && t_tile.size() < static_cast<size_t>(2 * kAttnTile * a.head_dim))
-    t_tile.resize(2 * kAttnTile * a.head_dim);
-  float* kbuf = direct ? nullptr : t_tile.data();
-  float* vbuf = direct ? nullptr : t_tile.data() + static_cast<size_t>(kAttnTile) * a.head_dim;
-  const size_t row = static_cast<size_t>(a.head_dim) * 4;
-  const int len = seq->span_len();
+  const CacheLayout cl(seq->types(), a.head_dim);
+  const auto& [types, k_head, v_head, direct, row] = cl;
   for (int p = lo; p < hi;) {
-    const int sp_i = p / len;
-    const KvSpan sp = seq->span(a.layer, sp_i, hi);
-    const int off = p - sp_i * len;
-    const int nt = std::min({kAttnTile - p % kAttnTile, sp.n - off, hi - p});
-    const int ahead = off + kAttnPrefetch * kAttnTile;
-    if (ahead < sp.n && p + kAttnPrefetch * kAttnTile < hi) {
-      const int n_ahead = std::min({kAttnTile, sp.n - ahead, hi - p - kAttnPrefetch * kAttnTile});
-      for (int i = 0; i < n_ahead; ++i) {
-        const uint8_t* kr = sp.k + static_cast<size_t>(ahead + i) * sp.k_stride + kvh * k_head;
-        const uint8_t* vr = sp.v + static_cast<size_t>(ahead + i) * sp.v_stride + kvh * v_head;
-        for (size_t b = 0; b < k_head; b += 64) __builtin_prefetch(kr + b, 0, 2);
-        for (size_t b = 0; b < v_head; b += 64) __builtin_prefetch(vr + b, 0, 2);
-      }
-    }
+    const auto [sp, off, nt] = tile_at(seq, a.layer, p, hi);
+    prefetch_ahead(sp, off, p, hi, kvh, kvh + 1, k_head, v_head);
     const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.k_stride + kvh * k_head;
     const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + kvh * v_head;
+    const float* kbuf = nullptr;  // the widened tile (mixed type pairs)
+    const float* vbuf = nullptr;
     if (!direct) {
-      for (int i = 0; i < nt; ++i) {
-        kv_dequantize_row_raw(types.k, kt + i * sp.k_stride, kbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
-        kv_dequantize_row_raw(types.v, vt + i * sp.v_stride, vbuf + static_cast<size_t>(i) * a.head_dim, a.head_dim);
-      }
+      widen_tile(types, kt, vt, sp, nt, a.head_dim);
+      kbuf = t_tile.data();
+      vbuf = kbuf + static_cast<size_t>(kAttnTile) * a.head_dim;
     }
     for (const BlockQuery& b : qs) {
       const int s0 = std::max(p, b.p0), s1 = std::min(p + nt, b.p1);
