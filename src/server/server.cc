@@ -597,11 +597,22 @@ int serve(const ServerOptions& opts) {
   // An idle keep-alive connection is closed after 30 s (httplib's default, 5 s, races clients that reuse a
   // connection a moment late on a loaded machine: they meet a reset instead of a response).
   svr.set_keep_alive_timeout(30);
+  // Debian's compiled httplib listens with a backlog of 5: a burst of clients connecting at once (100 streaming
+  // clients in test_server.py) overflows the accept queue (TcpExtListenOverflows) and, rarely, a client meets a
+  // reset before its response. The listening socket is the last one handed to this hook before bind_to_port
+  // returns; listening on it again raises its backlog to the system's limit (net.core.somaxconn).
+  int listen_fd = -1;
+  svr.set_socket_options([&listen_fd](int sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   install_routes(app, svr);
   if (!svr.bind_to_port(opts.host.c_str(), opts.port)) {
     std::fprintf(stderr, "error: cannot listen on %s:%d\n", opts.host.c_str(), opts.port);
     return 1;
   }
+  if (listen_fd < 0 || ::listen(listen_fd, SOMAXCONN) != 0)
+    std::fprintf(stderr, "warning: could not raise the listen backlog; bursts of connections may be refused\n");
   std::thread http([&svr] { svr.listen_after_bind(); });
   std::fprintf(stderr, "cachet serve: listening on http://%s:%d (loading %s)\n", opts.host.c_str(), opts.port,
                opts.model_path.c_str());
