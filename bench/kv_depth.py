@@ -8,8 +8,8 @@ For every model, depth and repetition, each KV type runs once in each engine, th
 machine's noise hits every cell alike. cachet: `cachet_bench -p DEPTH -n N --kv-type T` (K and V of type T,
 decode tok/s of N tokens after a DEPTH-token random prompt). llama.cpp: `llama-bench -p 0 -n N -d DEPTH -ctk T
 -ctv T -fa on` (a quantized V cache needs its flash attention; f16 also with `-fa off`, the faster of the two
-counting). Prints a markdown table of medians: decode tok/s
-per engine, the ratio between them, and each engine's speed-up over its own f16 cache at that depth.
+counting). Prints a markdown table of medians: decode tok/s per engine, the ratio between them, and each
+engine's speed-up over its own f16 cache at that depth.
 """
 import argparse
 import json
