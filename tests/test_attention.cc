@@ -10,6 +10,7 @@
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_type.h"
 #include "model/config.h"
 #include "model/ops.h"
 
@@ -159,6 +160,24 @@ TEST(Attention, QueryBlocksEqualTokensAloneBitwise) {
   }
 }
 
+// The query attention reads: block-quantized keys read in place take integer Q.K, so q turned into the cache's
+// basis, quantized per 32-block (kernels.h quantize_act), and turned back; otherwise q itself.
+std::vector<float> query_as_read(const std::vector<float>& q, KvTypes types, int D) {
+  const DType kl = kv_layout(types.k);
+  const bool integer_qk = attn_tile_reads(kl, kv_layout(types.v)) &&
+                          (kl == DType::kQ8_0 || kl == DType::kQ4_0 || kl == DType::kIQ4_NL);
+  if (!integer_qk) return q;
+  std::vector<float> t = q;
+  const int64_t n = static_cast<int64_t>(t.size());
+  if (kv_rotated(types.k)) kv_rotate(t.data(), n, D);
+  std::vector<ActQ8> blocks(t.size() / 32);
+  ref::kKernels.quantize_act(t.data(), n, blocks.data());
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (int e = 0; e < 32; ++e) t[b * 32 + e] = blocks[b].d * blocks[b].q[e];
+  if (kv_rotated(types.k)) kv_unrotate(t.data(), n, D);
+  return t;
+}
+
 // Every K type with every V type: flash attention over the cache equals naive attention in double over the
 // values the cache holds (dequantized; q4r turned back), so quantized tiles, the q4r rotation of q and of the
 // output, and mixed K/V types are all what they claim.
@@ -185,7 +204,7 @@ TEST(Attention, EveryKvTypeEqualsNaiveOverItsValues) {
         KvSequence* seqs[] = {&cache};
         attention(pool, {q.data(), out.data(), 1, &pos, &seq, seqs, 0, H, KH, D});
         const double worst = worst_vs_naive(
-            q, out, n, H, KH, D, [&](int j, int h) { return kf.data() + (static_cast<size_t>(j) * KH + h) * D; },
+            query_as_read(q, KvTypes(kt, vt), D), out, n, H, KH, D, [&](int j, int h) { return kf.data() + (static_cast<size_t>(j) * KH + h) * D; },
             [&](int j, int h) { return vf.data() + (static_cast<size_t>(j) * KH + h) * D; });
         ASSERT_LE(worst, 2e-5) << kv_type_name(kt) << "/" << kv_type_name(vt) << " context " << n;
       }

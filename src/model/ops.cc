@@ -318,6 +318,12 @@ TileAt tile_at(KvSequence* seq, int layer, int p, int p1) {
   return {sp, off, std::min({kAttnTile - p % kAttnTile, sp.n - off, p1 - p})};
 }
 
+// A KV head's query rows (group x head_dim floats) and, for integer Q.K, the same rows quantized per 32-block.
+struct QueryRows {
+  const float* f;
+  const ActQ8* qq;
+};
+
 // What a walk needs of a cache's types: bytes of one head in a K and a V row, whether the kernel reads the pair
 // in place (else tiles are widened first), and the byte stride of a widened row.
 struct CacheLayout {
@@ -347,16 +353,17 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
       const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.k_stride + h * k_head;
       const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + h * v_head;
       const HeadState s = st(h);
+      const QueryRows qr = q(h);
       if (direct) {
-        k.attn_tile(kv_layout(types.k), kv_layout(types.v), kt, sp.k_stride, vt, sp.v_stride, nt, q(h), group,
+        k.attn_tile(kv_layout(types.k), kv_layout(types.v), kt, sp.k_stride, vt, sp.v_stride, nt, qr.f, qr.qq, group,
                     a.head_dim, scale, a.softcap, s.m, s.l, s.acc);
         continue;
       }
       widen_tile(types, kt, vt, sp, nt, a.head_dim);
       const float* kbuf = t_tile.data();
       const float* vbuf = kbuf + static_cast<size_t>(kAttnTile) * a.head_dim;
-      k.attn_tile(DType::kF32, DType::kF32, kbuf, row, vbuf, row, nt, q(h), group, a.head_dim, scale, a.softcap, s.m,
-                  s.l, s.acc);
+      k.attn_tile(DType::kF32, DType::kF32, kbuf, row, vbuf, row, nt, qr.f, nullptr, group, a.head_dim, scale,
+                  a.softcap, s.m, s.l, s.acc);
     }
     p += nt;
   }
@@ -364,7 +371,7 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
 
 // The tokens of a query block for one KV head: each with its query rows, softmax state and positions [p0, p1).
 struct BlockQuery {
-  const float* q;
+  QueryRows q;
   HeadState st;
   int p0, p1;  // empty (p0 >= p1): the token has no positions in this chunk
 };
@@ -400,12 +407,12 @@ void attend_tokens(const Kernels& k, const AttentionArgs& a, KvSequence* seq, in
       const int skip = s0 - p;
       if (direct) {
         k.attn_tile(kv_layout(types.k), kv_layout(types.v), kt + skip * sp.k_stride, sp.k_stride,
-                    vt + skip * sp.v_stride, sp.v_stride, s1 - s0, b.q, group, a.head_dim, scale, a.softcap, b.st.m,
-                    b.st.l, b.st.acc);
+                    vt + skip * sp.v_stride, sp.v_stride, s1 - s0, b.q.f, b.q.qq, group, a.head_dim, scale, a.softcap,
+                    b.st.m, b.st.l, b.st.acc);
       } else {
         k.attn_tile(DType::kF32, DType::kF32, kbuf + static_cast<size_t>(skip) * a.head_dim, row,
-                    vbuf + static_cast<size_t>(skip) * a.head_dim, row, s1 - s0, b.q, group, a.head_dim, scale,
-                    a.softcap, b.st.m, b.st.l, b.st.acc);
+                    vbuf + static_cast<size_t>(skip) * a.head_dim, row, s1 - s0, b.q.f, nullptr, group, a.head_dim,
+                    scale, a.softcap, b.st.m, b.st.l, b.st.acc);
       }
     }
     p += nt;
@@ -444,8 +451,9 @@ void write_heads(const AttentionArgs& a, int t, int kvh, int group, const HeadSt
 thread_local AlignedBuffer<float> t_partials;
 thread_local std::vector<std::pair<int, int>> t_blocks, t_zigzag;  // query blocks: [first token, end)
 thread_local AlignedBuffer<float> t_rotated;  // q turned into a q4r cache's basis
+thread_local std::vector<ActQ8> t_query_q8;   // q quantized for integer Q.K (block-quantized keys)
 
-void attention_rows(ThreadPool& pool, const AttentionArgs& a);
+void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq);
 
 }  // namespace
 
@@ -461,13 +469,22 @@ void attention(ThreadPool& pool, const AttentionArgs& args) {
     kv_rotate(t_rotated.data(), q_floats, a.head_dim);
     a.q = t_rotated.data();
   }
-  attention_rows(pool, a);
+  // Block-quantized keys read in place take integer Q.K (kernels.h attn_tile): every query row quantized per
+  // 32-block once here, not once per tile.
+  const ActQ8* qq = nullptr;
+  const DType kl = kv_layout(types.k);
+  if (CacheLayout(types, a.head_dim).direct && (kl == DType::kQ8_0 || kl == DType::kQ4_0 || kl == DType::kIQ4_NL)) {
+    t_query_q8.resize(static_cast<size_t>(q_floats / 32));
+    kernels().quantize_act(a.q, q_floats, t_query_q8.data());
+    qq = t_query_q8.data();
+  }
+  attention_rows(pool, a, qq);
   if (kv_rotated(types.v)) kv_unrotate(a.out, q_floats, a.head_dim);
 }
 
 namespace {
 
-void attention_rows(ThreadPool& pool, const AttentionArgs& a) {
+void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
   const Kernels& k = kernels();
   const int group = a.n_head / a.n_head_kv;
   const int q_dim = a.n_head * a.head_dim;
@@ -480,7 +497,8 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a) {
                      base};
   };
   auto query = [&](int t, int kvh) {
-    return a.q + static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(kvh) * group * a.head_dim;
+    const int64_t at = static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(kvh) * group * a.head_dim;
+    return QueryRows{a.q + at, qq != nullptr ? qq + at / 32 : nullptr};
   };
   int max_chunks = 0;
   for (int t = 0; t < a.n_tokens; ++t) max_chunks = std::max(max_chunks, a.positions[t] / kAttnChunk + 1);

@@ -198,11 +198,47 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
   }
 }
 
+bool block_keys(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kIQ4_NL; }
+
+// Integer Q.K (kernels.h attn_tile): per block the exact integer dot product of the key's integer values with
+// the query's int8, then one fma with the product of the two scales.
+void block_scores(DType t, const void* k, size_t stride, int n, const ActQ8* qq, int d, float scale, float* scores) {
+  const size_t block_bytes = t == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  for (int i = 0; i < n; ++i) {
+    const uint8_t* row = static_cast<const uint8_t*>(k) + i * stride;
+    float a = 0.0f;
+    for (int b = 0; b < d / 32; ++b) {
+      const uint8_t* blk = row + b * block_bytes;
+      int32_t isum = 0;
+      for (int e = 0; e < 32; ++e) {
+        int kq;
+        if (t == DType::kQ8_0) {
+          kq = reinterpret_cast<const BlockQ8_0*>(blk)->qs[e];
+        } else {
+          const uint8_t byte = reinterpret_cast<const BlockQ4_0*>(blk)->qs[e % 16];
+          const int code = e < 16 ? byte & 0x0f : byte >> 4;
+          kq = t == DType::kQ4_0 ? code - 8 : kIq4nlGrid[code];
+        }
+        isum += kq * qq[b].q[e];
+      }
+      const float dk = fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+      a = std::fma(static_cast<float>(isum), dk * qq[b].d, a);
+    }
+    scores[i] = a * scale;
+  }
+}
+
 void attn_tile(DType tk, DType tv, const void* k, size_t k_stride, const void* v, size_t v_stride, int n,
-               const float* q, int group, int d, float scale, float softcap, float* m, float* l, float* acc) {
+               const float* q, const ActQ8* qq, int group, int d, float scale, float softcap, float* m, float* l,
+               float* acc) {
   float p[kAttnTileMax];
   for (int g = 0; g < group; ++g) {
-    kv_scores(tk, k, k_stride, n, q + static_cast<size_t>(g) * d, d, scale, p);
+    if (block_keys(tk)) {
+      CACHET_CHECK(qq != nullptr);
+      block_scores(tk, k, k_stride, n, qq + static_cast<size_t>(g) * (d / 32), d, scale, p);
+    } else {
+      kv_scores(tk, k, k_stride, n, q + static_cast<size_t>(g) * d, d, scale, p);
+    }
     if (softcap != 0.0f)
       for (int i = 0; i < n; ++i) p[i] = 2.0f * softcap / (1.0f + std::exp(p[i] * (-2.0f / softcap))) - softcap;
     float m_new = m[g];
