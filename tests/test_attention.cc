@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "base/thread_pool.h"
+#include "kernels/attn_query.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_type.h"
@@ -161,7 +162,7 @@ TEST(Attention, QueryBlocksEqualTokensAloneBitwise) {
 }
 
 // The query attention reads: block-quantized keys read in place take integer Q.K, so q turned into the cache's
-// basis, quantized per 32-block (kernels.h quantize_act), and turned back; otherwise q itself.
+// basis, quantized per 32-block (kernels/attn_query.h), and turned back; otherwise q itself.
 std::vector<float> query_as_read(const std::vector<float>& q, KvTypes types, int D) {
   const DType kl = kv_layout(types.k);
   const bool integer_qk = attn_tile_reads(kl, kv_layout(types.v)) &&
@@ -170,10 +171,11 @@ std::vector<float> query_as_read(const std::vector<float>& q, KvTypes types, int
   std::vector<float> t = q;
   const int64_t n = static_cast<int64_t>(t.size());
   if (kv_rotated(types.k)) kv_rotate(t.data(), n, D);
-  std::vector<ActQ8> blocks(t.size() / 32);
-  ref::kKernels.quantize_act(t.data(), n, blocks.data());
-  for (size_t b = 0; b < blocks.size(); ++b)
-    for (int e = 0; e < 32; ++e) t[b * 32 + e] = blocks[b].d * blocks[b].q[e];
+  std::vector<ActQ8> blocks(t.size() / 16);
+  quantize_query(t.data(), n, blocks.data());
+  for (size_t b = 0; b < t.size() / 32; ++b)
+    for (int e = 0; e < 32; ++e)
+      t[b * 32 + e] = blocks[2 * b + 1].d * static_cast<float>(kQueryHiScale * blocks[2 * b].q[e] + blocks[2 * b + 1].q[e]);
   if (kv_rotated(types.k)) kv_unrotate(t.data(), n, D);
   return t;
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "base/fp16.h"
+#include "kernels/attn_query.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "kernels/quantize.h"
@@ -246,8 +247,8 @@ TEST(Kernels, AttnTileMatchesScalar) {
               store(tv, kv.data() + static_cast<size_t>(n * tiles + i) * d, vb + i * vs);
             }
             auto q = random_floats(static_cast<size_t>(group) * d, 17 + group, -3.0f, 3.0f);
-            std::vector<ActQ8> qq(blocks ? static_cast<size_t>(group) * d / 32 : 0);
-            if (blocks) ref::kKernels.quantize_act(q.data(), group * d, qq.data());
+            std::vector<ActQ8> qq(blocks ? static_cast<size_t>(group) * d / 16 : 0);
+            if (blocks) quantize_query(q.data(), group * d, qq.data());
             const float inf = std::numeric_limits<float>::infinity();
             std::vector<float> rm(group, -inf), gm(group, -inf), rl(group, 0), gl(group, 0);
             std::vector<float> ra(static_cast<size_t>(group) * d, 0), ga(ra);

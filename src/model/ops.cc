@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/attn_query.h"
 #include "kernels/kernels.h"
 
 namespace cachet {
@@ -451,7 +452,7 @@ void write_heads(const AttentionArgs& a, int t, int kvh, int group, const HeadSt
 thread_local AlignedBuffer<float> t_partials;
 thread_local std::vector<std::pair<int, int>> t_blocks, t_zigzag;  // query blocks: [first token, end)
 thread_local AlignedBuffer<float> t_rotated;  // q turned into a q4r cache's basis
-thread_local std::vector<ActQ8> t_query_q8;   // q quantized for integer Q.K (block-quantized keys)
+thread_local std::vector<ActQ8> t_query_q8;   // q quantized for integer Q.K (kernels/attn_query.h)
 
 void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq);
 
@@ -470,12 +471,12 @@ void attention(ThreadPool& pool, const AttentionArgs& args) {
     a.q = t_rotated.data();
   }
   // Block-quantized keys read in place take integer Q.K (kernels.h attn_tile): every query row quantized per
-  // 32-block once here, not once per tile.
+  // 32-block (kernels/attn_query.h) once here, not once per tile.
   const ActQ8* qq = nullptr;
   const DType kl = kv_layout(types.k);
   if (CacheLayout(types, a.head_dim).direct && (kl == DType::kQ8_0 || kl == DType::kQ4_0 || kl == DType::kIQ4_NL)) {
-    t_query_q8.resize(static_cast<size_t>(q_floats / 32));
-    kernels().quantize_act(a.q, q_floats, t_query_q8.data());
+    t_query_q8.resize(static_cast<size_t>(q_floats / 16));
+    quantize_query(a.q, q_floats, t_query_q8.data());
     qq = t_query_q8.data();
   }
   attention_rows(pool, a, qq);
@@ -498,7 +499,7 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
   };
   auto query = [&](int t, int kvh) {
     const int64_t at = static_cast<int64_t>(t) * q_dim + static_cast<int64_t>(kvh) * group * a.head_dim;
-    return QueryRows{a.q + at, qq != nullptr ? qq + at / 32 : nullptr};
+    return QueryRows{a.q + at, qq != nullptr ? qq + at / 16 : nullptr};
   };
   int max_chunks = 0;
   for (int t = 0; t < a.n_tokens; ++t) max_chunks = std::max(max_chunks, a.positions[t] / kAttnChunk + 1);

@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "kernels/attn_query.h"
 #include "kernels/kernels.h"
 #include "kernels/quant_blocks.h"
 
@@ -201,7 +202,7 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
 bool block_keys(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kIQ4_NL; }
 
 // Integer Q.K (kernels.h attn_tile): per block the exact integer dot product of the key's integer values with
-// the query's int8, then one fma with the product of the two scales.
+// the query's int16 (kernels/attn_query.h: 255 hi + lo), then one fma with the product of the two scales.
 void block_scores(DType t, const void* k, size_t stride, int n, const ActQ8* qq, int d, float scale, float* scores) {
   const size_t block_bytes = t == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
   for (int i = 0; i < n; ++i) {
@@ -219,10 +220,10 @@ void block_scores(DType t, const void* k, size_t stride, int n, const ActQ8* qq,
           const int code = e < 16 ? byte & 0x0f : byte >> 4;
           kq = t == DType::kQ4_0 ? code - 8 : kIq4nlGrid[code];
         }
-        isum += kq * qq[b].q[e];
+        isum += kq * (kQueryHiScale * qq[2 * b].q[e] + qq[2 * b + 1].q[e]);
       }
       const float dk = fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
-      a = std::fma(static_cast<float>(isum), dk * qq[b].d, a);
+      a = std::fma(static_cast<float>(isum), dk * qq[2 * b + 1].d, a);
     }
     scores[i] = a * scale;
   }
@@ -235,7 +236,7 @@ void attn_tile(DType tk, DType tv, const void* k, size_t k_stride, const void* v
   for (int g = 0; g < group; ++g) {
     if (block_keys(tk)) {
       CACHET_CHECK(qq != nullptr);
-      block_scores(tk, k, k_stride, n, qq + static_cast<size_t>(g) * (d / 32), d, scale, p);
+      block_scores(tk, k, k_stride, n, qq + static_cast<size_t>(g) * (d / 16), d, scale, p);
     } else {
       kv_scores(tk, k, k_stride, n, q + static_cast<size_t>(g) * d, d, scale, p);
     }

@@ -10,6 +10,7 @@
 
 #include "base/check.h"
 #include "base/fp16.h"
+#include "kernels/attn_query.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "kernels/quant_blocks.h"

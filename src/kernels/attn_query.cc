@@ -1,0 +1,39 @@
+#include "kernels/attn_query.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cachet {
+
+void quantize_query(const float* x, int64_t n, ActQ8* out) {
+  constexpr int kMax = 127 * 256;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    const float d = amax / static_cast<float>(kMax);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    ActQ8& hi = out[2 * b];
+    ActQ8& lo = out[2 * b + 1];
+    int32_t sum_hi = 0, sum_lo = 0;
+    for (int e = 0; e < 32; ++e) {
+      const int xi = std::clamp(static_cast<int>(std::nearbyint(xb[e] * id)), -kMax, kMax);
+      // hi = floor((xi + 127) / 255), so lo = xi - 255 hi lies in [-127, 127].
+      const int t = xi + 127;
+      const int h = t >= 0 ? t / kQueryHiScale : -((-t + kQueryHiScale - 1) / kQueryHiScale);
+      const int l = xi - kQueryHiScale * h;
+      hi.q[e] = static_cast<int8_t>(h);
+      lo.q[e] = static_cast<int8_t>(l);
+      sum_hi += h;
+      sum_lo += l;
+    }
+    hi.d = d * kQueryHiScale;
+    lo.d = d;
+    hi.sum = sum_hi;
+    lo.sum = sum_lo;
+    hi.ds = lo.ds = 0.0f;
+    hi.hsum[0] = hi.hsum[1] = lo.hsum[0] = lo.hsum[1] = 0;
+  }
+}
+
+}  // namespace cachet
