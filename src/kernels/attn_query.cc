@@ -18,10 +18,10 @@ void quantize_query(const float* x, int64_t n, ActQ8* out) {
     int32_t sum_hi = 0, sum_lo = 0;
     for (int e = 0; e < 32; ++e) {
       const int xi = std::clamp(static_cast<int>(std::nearbyint(xb[e] * id)), -kMax, kMax);
-      // hi = floor((xi + 127) / 255), so lo = xi - 255 hi lies in [-127, 127].
-      const int t = xi + 127;
-      const int h = t >= 0 ? t / kQueryHiScale : -((-t + kQueryHiScale - 1) / kQueryHiScale);
-      const int l = xi - kQueryHiScale * h;
+      // hi = floor((xi + 128) / 256), so lo = xi - 256 hi lies in [-128, 127]; -128 becomes -127 (xi moved by one
+      // unit, 1/32512 of the block's largest value), since maddubs' sign trick cannot negate -128.
+      const int h = (xi + 128) >> 8;
+      const int l = std::max(xi - kQueryHiScale * h, -127);
       hi.q[e] = static_cast<int8_t>(h);
       lo.q[e] = static_cast<int8_t>(l);
       sum_hi += h;

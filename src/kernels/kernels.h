@@ -83,7 +83,7 @@ struct Kernels {
   // Block-quantized keys (Q8_0, Q4_0, IQ4_NL) take integer Q.K: qq holds the group's query rows quantized by
   // quantize_query (kernels/attn_query.h: 2 * group * d / 32 blocks; q is then only read for float keys, qq may
   // be null for them). For row i with integer values k (Q8_0 q, Q4_0 q - 8, IQ4_NL its grid) and scales dk per
-  // block, and query block b's parts hi, lo and scale dx: isum_b = sum_e k_e (255 hi_e + lo_e) (exact in int32),
+  // block, and query block b's parts hi, lo and scale dx: isum_b = sum_e k_e (256 hi_e + lo_e) (exact in int32),
   // then a = fma(float(isum_b), dk_b * dx, a) over b = 0, 1, ... from a = 0, and s_i = scale * a: the same float
   // operations in every table.
   void (*attn_tile)(DType k_type, DType v_type, const void* k, size_t k_stride, const void* v, size_t v_stride,

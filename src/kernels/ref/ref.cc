@@ -202,7 +202,7 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
 bool block_keys(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kIQ4_NL; }
 
 // Integer Q.K (kernels.h attn_tile): per block the exact integer dot product of the key's integer values with
-// the query's int16 (kernels/attn_query.h: 255 hi + lo), then one fma with the product of the two scales.
+// the query's int16 (kernels/attn_query.h: 256 hi + lo), then one fma with the product of the two scales.
 void block_scores(DType t, const void* k, size_t stride, int n, const ActQ8* qq, int d, float scale, float* scores) {
   const size_t block_bytes = t == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
   for (int i = 0; i < n; ++i) {
