@@ -165,8 +165,7 @@ TEST(Attention, QueryBlocksEqualTokensAloneBitwise) {
 // basis, quantized per 32-block (kernels/attn_query.h), and turned back; otherwise q itself.
 std::vector<float> query_as_read(const std::vector<float>& q, KvTypes types, int D) {
   const DType kl = kv_layout(types.k);
-  const bool integer_qk = attn_tile_reads(kl, kv_layout(types.v)) &&
-                          (kl == DType::kQ8_0 || kl == DType::kQ4_0 || kl == DType::kIQ4_NL);
+  const bool integer_qk = attn_tile_reads(kl, kv_layout(types.v)) && attn_integer_keys(kl);
   if (!integer_qk) return q;
   std::vector<float> t = q;
   const int64_t n = static_cast<int64_t>(t.size());

@@ -213,7 +213,7 @@ TEST(Kernels, AttnTileMatchesScalar) {
   for (const Kernels* k : simd_tables()) {
     for (auto [tk, tv] : pairs) {
       ASSERT_TRUE(attn_tile_reads(tk, tv));
-      const bool blocks = tk == DType::kQ8_0 || tk == DType::kQ4_0 || tk == DType::kIQ4_NL;
+      const bool blocks = attn_integer_keys(tk);  // block rows: whole blocks, integer Q.K
       for (int d : {1, 7, 8, 16, 17, 32, 33, 64, 80, 128}) {
         if (blocks && d % 32 != 0) continue;
         for (int group : {1, 3, 4}) {

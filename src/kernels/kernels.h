@@ -109,6 +109,9 @@ constexpr bool attn_tile_reads(DType k, DType v) {
          (k == DType::kQ8_0 && (v == DType::kQ4_0 || v == DType::kIQ4_NL));
 }
 
+// The key types attn_tile multiplies by the query in integers (integer Q.K: qq required).
+constexpr bool attn_integer_keys(DType k) { return k == DType::kQ8_0 || k == DType::kQ4_0 || k == DType::kIQ4_NL; }
+
 // Positions per attn_tile call, at most.
 constexpr int kAttnTileMax = 16;
 

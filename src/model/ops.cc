@@ -473,8 +473,7 @@ void attention(ThreadPool& pool, const AttentionArgs& args) {
   // Block-quantized keys read in place take integer Q.K (kernels.h attn_tile): every query row quantized per
   // 32-block (kernels/attn_query.h) once here, not once per tile.
   const ActQ8* qq = nullptr;
-  const DType kl = kv_layout(types.k);
-  if (CacheLayout(types, a.head_dim).direct && (kl == DType::kQ8_0 || kl == DType::kQ4_0 || kl == DType::kIQ4_NL)) {
+  if (CacheLayout(types, a.head_dim).direct && attn_integer_keys(kv_layout(types.k))) {
     t_query_q8.resize(static_cast<size_t>(q_floats / 16));
     quantize_query(a.q, q_floats, t_query_q8.data());
     qq = t_query_q8.data();

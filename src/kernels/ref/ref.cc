@@ -199,8 +199,6 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
   }
 }
 
-bool block_keys(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kIQ4_NL; }
-
 // Integer Q.K (kernels.h attn_tile): per block the exact integer dot product of the key's integer values with
 // the query's int16 (kernels/attn_query.h: 256 hi + lo), then one fma with the product of the two scales.
 void block_scores(DType t, const void* k, size_t stride, int n, const ActQ8* qq, int d, float scale, float* scores) {
@@ -234,7 +232,7 @@ void attn_tile(DType tk, DType tv, const void* k, size_t k_stride, const void* v
                float* acc) {
   float p[kAttnTileMax];
   for (int g = 0; g < group; ++g) {
-    if (block_keys(tk)) {
+    if (attn_integer_keys(tk)) {
       CACHET_CHECK(qq != nullptr);
       block_scores(tk, k, k_stride, n, qq + static_cast<size_t>(g) * (d / 16), d, scale, p);
     } else {
