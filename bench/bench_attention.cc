@@ -74,6 +74,13 @@ void BM_FlashType(benchmark::State& st) {
   run_flash(st, static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), 30, t);
 }
 
+// As BM_FlashType with one layer's cache small enough to stay in L2: the tile kernel's arithmetic alone.
+void BM_FlashTypeHot(benchmark::State& st) {
+  const auto t = static_cast<KvType>(st.range(2));
+  st.SetLabel(kv_type_name(t));
+  run_flash(st, static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), 1, t);
+}
+
 void BM_Naive(benchmark::State& st) {
   const int n = static_cast<int>(st.range(0));
   Setup s(n);
@@ -106,6 +113,12 @@ BENCHMARK(BM_FlashType)
     ->Args({16384, 2, static_cast<int>(KvType::kQ8_0)})
     ->Args({16384, 2, static_cast<int>(KvType::kQ4_0)})
     ->Args({16384, 2, static_cast<int>(KvType::kQ4R)})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FlashTypeHot)
+    ->Args({4096, 2, static_cast<int>(KvType::kF16)})
+    ->Args({4096, 2, static_cast<int>(KvType::kQ8_0)})
+    ->Args({4096, 2, static_cast<int>(KvType::kQ4_0)})
+    ->Args({4096, 2, static_cast<int>(KvType::kQ4R)})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Naive)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

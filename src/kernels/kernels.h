@@ -85,7 +85,8 @@ struct Kernels {
   // be null for them). For row i with integer values k (Q8_0 q, Q4_0 q - 8, IQ4_NL its grid) and scales dk per
   // block, and query block b's parts hi, lo and scale dx: isum_b = sum_e k_e (256 hi_e + lo_e) (exact in int32),
   // then a = fma(float(isum_b), dk_b * dx, a) over b = 0, 1, ... from a = 0, and s_i = scale * a: the same float
-  // operations in every table.
+  // operations in every table. Block-quantized values (the same types) enter acc as fma(p_i * dv_b, v_e, acc_e):
+  // the weight of row i's block b is p_i times its scale, times the block's integer values.
   void (*attn_tile)(DType k_type, DType v_type, const void* k, size_t k_stride, const void* v, size_t v_stride,
                     int n, const float* q, const ActQ8* qq, int group, int d, float scale, float softcap, float* m,
                     float* l, float* acc);
@@ -114,6 +115,8 @@ constexpr bool attn_integer_keys(DType k) { return k == DType::kQ8_0 || k == DTy
 
 // Positions per attn_tile call, at most.
 constexpr int kAttnTileMax = 16;
+// Head size of block-quantized (32-element) keys and values attn_tile reads, at most: 16 blocks.
+constexpr int kAttnMaxBlockHeadDim = 512;
 
 // The best table for this CPU (CACHET_ISA=scalar|avx2|avxvnni|avx512|avx512bf16 forces a lower one, for tests and
 // benches; a name the CPU cannot run is an error at the first call).

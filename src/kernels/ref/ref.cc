@@ -227,6 +227,30 @@ void block_scores(DType t, const void* k, size_t stride, int n, const ActQ8* qq,
   }
 }
 
+// Block-quantized values (kernels.h attn_tile): the weight of row i's block is p_i times the block's scale,
+// times the integer values.
+void block_values_accumulate(DType t, const void* v, size_t stride, int n, const float* p, int d, float* out) {
+  const size_t block_bytes = t == DType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  for (int i = 0; i < n; ++i) {
+    const uint8_t* row = static_cast<const uint8_t*>(v) + i * stride;
+    for (int b = 0; b < d / 32; ++b) {
+      const uint8_t* blk = row + b * block_bytes;
+      const float w = p[i] * fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+      for (int e = 0; e < 32; ++e) {
+        int q;
+        if (t == DType::kQ8_0) {
+          q = reinterpret_cast<const BlockQ8_0*>(blk)->qs[e];
+        } else {
+          const uint8_t byte = reinterpret_cast<const BlockQ4_0*>(blk)->qs[e % 16];
+          const int code = e < 16 ? byte & 0x0f : byte >> 4;
+          q = t == DType::kQ4_0 ? code - 8 : kIq4nlGrid[code];
+        }
+        out[32 * b + e] = std::fma(w, static_cast<float>(q), out[32 * b + e]);
+      }
+    }
+  }
+}
+
 void attn_tile(DType tk, DType tv, const void* k, size_t k_stride, const void* v, size_t v_stride, int n,
                const float* q, const ActQ8* qq, int group, int d, float scale, float softcap, float* m, float* l,
                float* acc) {
@@ -247,7 +271,11 @@ void attn_tile(DType tk, DType tv, const void* k, size_t k_stride, const void* v
     for (int i = 0; i < n; ++i) sum += p[i] = std::exp(p[i] - m_new);
     float* ag = acc + static_cast<size_t>(g) * d;
     for (int j = 0; j < d; ++j) ag[j] *= corr;
-    kv_accumulate(tv, v, v_stride, n, p, d, ag);
+    if (attn_integer_keys(tv)) {
+      block_values_accumulate(tv, v, v_stride, n, p, d, ag);
+    } else {
+      kv_accumulate(tv, v, v_stride, n, p, d, ag);
+    }
     l[g] = l[g] * corr + sum;
     m[g] = m_new;
   }
