@@ -283,6 +283,14 @@ void prefetch_ahead(const KvSpan& sp, int off, int p, int p1, int kvh0, int kvh1
   const int ahead = off + kAttnPrefetch * kAttnTile;
   if (ahead >= sp.n || p + kAttnPrefetch * kAttnTile >= p1) return;
   const int n_ahead = std::min({kAttnTile, sp.n - ahead, p1 - p - kAttnPrefetch * kAttnTile});
+  if ((kvh1 - kvh0) * k_head == sp.k_stride && (kvh1 - kvh0) * v_head == sp.v_stride) {
+    // Whole rows (every KV head): the tile's rows are one run of bytes, each line asked for once.
+    const uint8_t* kr = sp.k + static_cast<size_t>(ahead) * sp.k_stride;
+    const uint8_t* vr = sp.v + static_cast<size_t>(ahead) * sp.v_stride;
+    for (size_t b = 0; b < n_ahead * sp.k_stride; b += 64) __builtin_prefetch(kr + b, 0, 2);
+    for (size_t b = 0; b < n_ahead * sp.v_stride; b += 64) __builtin_prefetch(vr + b, 0, 2);
+    return;
+  }
   for (int i = 0; i < n_ahead; ++i) {
     const uint8_t* kr = sp.k + static_cast<size_t>(ahead + i) * sp.k_stride + kvh0 * k_head;
     const uint8_t* vr = sp.v + static_cast<size_t>(ahead + i) * sp.v_stride + kvh0 * v_head;
