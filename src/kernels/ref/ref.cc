@@ -199,6 +199,14 @@ void kv_accumulate(DType t, const void* v, size_t stride, int n, const float* p,
   }
 }
 
+// Element e of a Q8_0 / Q4_0 / IQ4_NL block as its integer value (Q4_0: code - 8; IQ4_NL: its grid value).
+int block_int(DType t, const uint8_t* blk, int e) {
+  if (t == DType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(blk)->qs[e];
+  const uint8_t byte = reinterpret_cast<const BlockQ4_0*>(blk)->qs[e % 16];
+  const int code = e < 16 ? byte & 0x0f : byte >> 4;
+  return t == DType::kQ4_0 ? code - 8 : kIq4nlGrid[code];
+}
+
 // Integer Q.K (kernels.h attn_tile): per block the exact integer dot product of the key's integer values with
 // the query's int16 (kernels/attn_query.h: 256 hi + lo), then one fma with the product of the two scales.
 void block_scores(DType t, const void* k, size_t stride, int n, const ActQ8* qq, int d, float scale, float* scores) {
@@ -209,17 +217,7 @@ void block_scores(DType t, const void* k, size_t stride, int n, const ActQ8* qq,
     for (int b = 0; b < d / 32; ++b) {
       const uint8_t* blk = row + b * block_bytes;
       int32_t isum = 0;
-      for (int e = 0; e < 32; ++e) {
-        int kq;
-        if (t == DType::kQ8_0) {
-          kq = reinterpret_cast<const BlockQ8_0*>(blk)->qs[e];
-        } else {
-          const uint8_t byte = reinterpret_cast<const BlockQ4_0*>(blk)->qs[e % 16];
-          const int code = e < 16 ? byte & 0x0f : byte >> 4;
-          kq = t == DType::kQ4_0 ? code - 8 : kIq4nlGrid[code];
-        }
-        isum += kq * (kQueryHiScale * qq[2 * b].q[e] + qq[2 * b + 1].q[e]);
-      }
+      for (int e = 0; e < 32; ++e) isum += block_int(t, blk, e) * (kQueryHiScale * qq[2 * b].q[e] + qq[2 * b + 1].q[e]);
       const float dk = fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
       a = std::fma(static_cast<float>(isum), dk * qq[2 * b + 1].d, a);
     }
@@ -236,17 +234,8 @@ void block_values_accumulate(DType t, const void* v, size_t stride, int n, const
     for (int b = 0; b < d / 32; ++b) {
       const uint8_t* blk = row + b * block_bytes;
       const float w = p[i] * fp16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
-      for (int e = 0; e < 32; ++e) {
-        int q;
-        if (t == DType::kQ8_0) {
-          q = reinterpret_cast<const BlockQ8_0*>(blk)->qs[e];
-        } else {
-          const uint8_t byte = reinterpret_cast<const BlockQ4_0*>(blk)->qs[e % 16];
-          const int code = e < 16 ? byte & 0x0f : byte >> 4;
-          q = t == DType::kQ4_0 ? code - 8 : kIq4nlGrid[code];
-        }
-        out[32 * b + e] = std::fma(w, static_cast<float>(q), out[32 * b + e]);
-      }
+      for (int e = 0; e < 32; ++e)
+        out[32 * b + e] = std::fma(w, static_cast<float>(block_int(t, blk, e)), out[32 * b + e]);
     }
   }
 }
