@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--bench", default=str(ROOT / "build" / "bench" / "cachet_bench"))
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench (omit to run cachet alone)")
     ap.add_argument("--json-out", help="append every run as a JSON line here")
+    ap.add_argument("--f16-fa", default="off,on", help="llama.cpp flash-attention modes tried for an f16 cache "
+                    "(the faster counts; 'off' alone when its flash attention is known slower here, to save time)")
     a = ap.parse_args()
     depths = [int(d) for d in a.depths.split(",")]
     types = a.types.split(",")
@@ -53,7 +55,7 @@ def main():
                     if a.llama_bench:
                         # A quantized V cache needs llama.cpp's flash attention; an f16 one runs both ways and
                         # the faster counts (its CPU flash attention is the slower path for f16 here).
-                        for fa in (["off", "on"] if kv == "f16" else ["on"]):
+                        for fa in (a.f16_fa.split(",") if kv == "f16" else ["on"]):
                             runs.append((f"llama.cpp fa {fa}",
                                          lambda fa=fa: llama_tg(a.llama_bench, model, a.threads, depth, a.n_gen, kv, fa)))
                     for engine, run in runs:
