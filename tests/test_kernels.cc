@@ -469,7 +469,7 @@ namespace {
 // the operands as the kernel sees them (`as_seen`: the bf16 rounding, or none), within the f32 chains' rounding.
 template <class F>
 void expect_double_dot(const std::vector<float>& got, const QuantRows& q, DType t, int rows, int64_t K, int T,
-                       const float* x, F as_seen) {
+                       const float* x, F as_seen, double rel = 1e-6) {
   std::vector<float> w(K);
   for (int tok = 0; tok < T; ++tok)
     for (int r = 0; r < kPackRows; ++r) {
@@ -482,7 +482,7 @@ void expect_double_dot(const std::vector<float>& got, const QuantRows& q, DType 
           mag += std::fabs(p);
         }
       }
-      ASSERT_NEAR(got[tok * kPackRows + r], want, 1e-6 * mag + 1e-7) << dtype_name(t) << " K=" << K;
+      ASSERT_NEAR(got[tok * kPackRows + r], want, rel * mag + 1e-7) << dtype_name(t) << " K=" << K << " token " << tok;
     }
 }
 
@@ -507,11 +507,49 @@ TEST(PackedKernels, PackedBf16DotMatchesScalarBitwiseAndDouble) {
                           [](float v) { return bf16_to_f32(f32_to_bf16_daz(v)); });
         for (const Kernels* k : simd_tables())
           for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
+            if (k->isa == Isa::kAmx) continue;  // its own order: PackedBf16DotAmx
             std::vector<float> got(T * kPackRows, -1.0f);
             k->packed_dot_bf16(group.data(), np, xp, np, nt, got.data(), kPackRows);
             ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
                 << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
           }
+      }
+    }
+  }
+}
+
+// The AMX table's bf16 pairs: the tiles sum in their own order, so == the double-precision dot of the bf16-rounded
+// values within 1e-6 of the sum of |products| (as the scalar one), and == itself bit for bit whatever the token
+// count (a token alone, in a partial tile, in the second or third tile of 16) and the chunk tails (K not a
+// multiple of 32 pairs; the four chains unevenly filled).
+TEST(PackedKernels, PackedBf16DotAmxWithinToleranceAndTokenInvariant) {
+  const Kernels* amx = nullptr;
+  for (const Kernels* k : simd_tables())
+    if (k->isa == Isa::kAmx) amx = k;
+  if (!amx) GTEST_SKIP() << "no AMX on this CPU";
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    for (int64_t K : {1, 2, 3, 31, 32, 33, 64, 128, 577, 2048, 2113}) {
+      for (int rows : {16, 7}) {
+        QuantRows q = make_rows(t, rows, K, 290 + K + rows, 0);
+        std::vector<uint8_t> group(packed_group_bytes(t, K, FloatPack::kBf16Pairs));
+        repack_group(t, q.data, q.row_bytes, rows, K, FloatPack::kBf16Pairs, group.data());
+        const int T = 37;
+        const int64_t np = (K + 1) / 2, stride = np + 3;  // rows of x not 64-byte aligned against each other
+        auto x = random_floats(T * K, 7 + K, -2.0f, 2.0f);
+        std::vector<uint16_t> xb(T * stride * 2, 0);
+        for (int tok = 0; tok < T; ++tok) ref::kKernels.round_bf16(x.data() + tok * K, K, xb.data() + tok * stride * 2);
+        const auto* xp = reinterpret_cast<const uint32_t*>(xb.data());
+        std::vector<float> all(T * kPackRows, -1.0f);
+        amx->packed_dot_bf16(group.data(), np, xp, stride, T, all.data(), kPackRows);
+        expect_double_dot(all, q, t, rows, K, T, x.data(), [](float v) { return bf16_to_f32(f32_to_bf16_daz(v)); });
+        for (int nt : {1, 2, 3, 15, 16, 17, 33}) {
+          for (int first : {0, 3}) {
+            std::vector<float> got(nt * kPackRows, -1.0f);
+            amx->packed_dot_bf16(group.data(), np, xp + first * stride, stride, nt, got.data(), kPackRows);
+            ASSERT_EQ(0, std::memcmp(all.data() + first * kPackRows, got.data(), nt * kPackRows * sizeof(float)))
+                << dtype_name(t) << " K=" << K << " nt=" << nt << " from token " << first;
+          }
+        }
       }
     }
   }

@@ -2,6 +2,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "base/cpu_features.h"
 #include "kernels/kernels.h"
 
@@ -14,9 +19,37 @@ const char* isa_name(Isa isa) {
     case Isa::kAvxVnni: return "avxvnni";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx512Bf16: return "avx512bf16";
+    case Isa::kAmx: return "amx";
   }
   return "?";
 }
+
+namespace {
+
+// AMX tiles need cpuid's AMX-TILE and AMX-BF16, the OS's XCR0 bits for the tile state, and (Linux 5.16+) the
+// process's permission to use it: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once here.
+bool amx_usable(const CpuFeatures& f) {
+  if (!(f.amx_tile && f.amx_bf16)) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+// Built on first use, after the checks above said yes: the AVX512_BF16 table with AMX's packed float kernel.
+const Kernels* amx_table() {
+  static const Kernels k = [] {
+    Kernels t = avx512_bf16::kKernels;
+    t.isa = Isa::kAmx;
+    t.packed_dot_bf16 = amx::packed_dot_bf16;
+    return t;
+  }();
+  return &k;
+}
+
+}  // namespace
 
 // Only tables whose every instruction the CPU (and the OS's saved state) supports; nothing from an ISA file
 // runs before this has said yes (the tables are constant-initialized: scripts/check_isa_objects.sh).
@@ -29,6 +62,8 @@ std::vector<const Kernels*> supported_kernels() {
   if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) {
     v.push_back(&avx512::kKernels);
     if (f.avx512bf16) v.push_back(&avx512_bf16::kKernels);
+    static const bool amx = f.avx512bf16 && amx_usable(f);
+    if (amx) v.push_back(amx_table());
   }
   return v;
 }

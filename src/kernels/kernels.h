@@ -20,8 +20,9 @@
 namespace cachet {
 
 // The levels, lowest first. kAvxVnni is kAvx2 with the VEX-encoded 256-bit vpdpbusd (Alder Lake and later,
-// Zen 5) for the integer path; kAvx512Bf16 is kAvx512 with vdpbf16ps for the packed float path.
-enum class Isa { kScalar, kAvx2, kAvxVnni, kAvx512, kAvx512Bf16 };
+// Zen 5) for the integer path; kAvx512Bf16 is kAvx512 with vdpbf16ps for the packed float path; kAmx is kAvx512Bf16
+// with AMX bf16 tiles for the packed float path (Sapphire Rapids and later Xeons).
+enum class Isa { kScalar, kAvx2, kAvxVnni, kAvx512, kAvx512Bf16, kAmx };
 const char* isa_name(Isa isa);
 
 struct Kernels {
@@ -118,7 +119,7 @@ constexpr int kAttnTileMax = 16;
 // Head size of block-quantized (32-element) keys and values attn_tile reads, at most: 16 blocks.
 constexpr int kAttnMaxBlockHeadDim = 512;
 
-// The best table for this CPU (CACHET_ISA=scalar|avx2|avxvnni|avx512|avx512bf16 forces a lower one, for tests and
+// The best table for this CPU (CACHET_ISA=scalar|avx2|avxvnni|avx512|avx512bf16|amx forces a lower one, for tests and
 // benches; a name the CPU cannot run is an error at the first call).
 const Kernels& kernels();
 // Every table this CPU can run, scalar first.
@@ -141,6 +142,13 @@ extern const Kernels kKernels;
 }
 namespace avx512_bf16 {
 extern const Kernels kKernels;
+}
+// The AMX table is the AVX512_BF16 one with this packed_dot_bf16 (x86/amx.cc); dispatch builds it on first use.
+// Its sums are in the tiles' own order: equal to the scalar one within 1e-6 of the sum of |products| (tested), not
+// bitwise, and to itself whatever the token and thread counts.
+namespace amx {
+void packed_dot_bf16(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
+                     float* out, int64_t out_stride);
 }
 
 }  // namespace cachet
