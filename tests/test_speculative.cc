@@ -507,6 +507,49 @@ TEST(SpecPolicy, FirstAndContinuationRates) {
   EXPECT_GE(copying[0], 3);  // past the bump at 3 tokens: the best prefix, not the first token that loses
 }
 
+// The guard: drafting steps faster than plain ones keep speculation on; a draft model's catch-up prefills, paid
+// back by the drafting steps that follow, turn it off when they eat the gain (and only then).
+TEST(SpecPolicy, GuardChargesCatchUpToTheDraftingSteps) {
+  auto warmed = [] {
+    SpecPolicy p(8);
+    for (int rep = 0; rep < 6; ++rep)
+      for (int n = 1; n <= 9; ++n) p.observe_target(n, (10.0 + 0.1 * n) * 1e-3);
+    for (int rep = 0; rep < 6; ++rep) p.observe_draft(1, 1e-3);
+    return p;
+  };
+  // Plain steps: 1 token in 10 ms (100 tok/s); drafting steps: 2 tokens in 15 ms (133 tok/s).
+  auto run = [](SpecPolicy& p, double catch_up_every_8) {
+    for (int i = 0; i < 64; ++i) {
+      p.observe_step(1, false, 1, 0.010);
+      if (i % 8 == 0 && catch_up_every_8 > 0) p.observe_catch_up(1, catch_up_every_8);
+      p.observe_step(1, true, 2, 0.015);
+    }
+  };
+  SpecPolicy pays = warmed();
+  run(pays, 0.0);
+  EXPECT_GT(pays.step_rates(1).first, pays.step_rates(1).second);
+  EXPECT_GT(pays.choose({0.9}, {true}, 0, 1)[0], 0);
+  // A 60 ms catch-up every 8 drafting steps: 2 tokens per 22.5 ms, slower than plain; the guard holds it off.
+  SpecPolicy flips = warmed();
+  run(flips, 0.060);
+  EXPECT_LT(flips.step_rates(1).first, flips.step_rates(1).second);
+  EXPECT_EQ(flips.choose({0.9}, {true}, 0, 1)[0], 0);
+  // One prompt's catch-up (60 ms) does not: it is spread over the steps it serves.
+  SpecPolicy once = warmed();
+  once.observe_catch_up(1, 0.060);
+  run(once, 0.0);
+  EXPECT_GT(once.step_rates(1).first, once.step_rates(1).second);
+}
+
+// A proposer kind nothing has measured starts optimistic, so it is tried (and then measured); two
+// pseudo-observations, so a poor measured rate takes over within a few drafts.
+TEST(SpecPolicy, UnmeasuredKindIsTriedThenMeasured) {
+  Acceptance kind;
+  EXPECT_GT(kind.rates(unmeasured_prior()).first, 0.75);
+  for (int i = 0; i < 8; ++i) kind.add(4, 0);
+  EXPECT_LT(kind.rates(unmeasured_prior()).first, 0.35);
+}
+
 // The scheduler with drafts on a random stream: drafts appended, scheduled with everything else, rolled back
 // by a random accepted count; every invariant holds each step and all blocks come back.
 TEST(SpecScheduler, RandomDraftsAndRollbacksKeepEveryInvariant) {

@@ -57,7 +57,7 @@ Status Engine::propose_drafts() {
     std::vector<bool> uses_draft;
     std::vector<int> catch_up, remaining;
     for (Request* r : cands) {
-      rates.push_back(r->acceptance.rates(mode_acceptance_[static_cast<int>(r->spec)].rates()));
+      rates.push_back(r->acceptance.rates(mode_acceptance_[static_cast<int>(r->spec)].rates(unmeasured_prior())));
       uses_draft.push_back(r->spec == SpecMode::kDraft);
       const int len = static_cast<int>(r->tokens.size());
       catch_up.push_back(r->spec == SpecMode::kDraft ? len - draft_->computed(r->id) : 0);
@@ -70,12 +70,35 @@ Status Engine::propose_drafts() {
     ks = policy_.plain_probe(batch) ? std::vector<int>(cands.size(), 0)
                                     : policy_.choose(rates, uses_draft, other_tokens, batch, &catch_up, &remaining);
     // A request the policy keeps from drafting still tries one token every 32nd step, so its acceptance rate
-    // (and the draft's cost) stay measured as its text and the load change.
+    // (and the draft's cost) stay measured as its text and the load change; never a draft prefill for that.
     for (size_t i = 0; i < cands.size(); ++i) {
       cands[i]->spec_idle = ks[i] > 0 ? 0 : cands[i]->spec_idle + 1;
-      if (cands[i]->spec_idle >= 32 && catch_up[i] <= 8) {  // never a draft prefill just to explore
+      if (cands[i]->spec_idle >= 32 && catch_up[i] <= 8) {
         ks[i] = 1;
         cands[i]->spec_idle = 0;
+      }
+    }
+    // A kind nobody drafts with is measured by nobody: a draft model judged poor once would never again be
+    // caught up on a prompt, so its engine-wide rate (every new request's prior) would stay at that one reading.
+    // So once the steps without any draft of a kind add up to 50 times the cheapest catch-up among its
+    // candidates, that candidate drafts two tokens, catch-up included: at most 2% of the time where the draft
+    // model really does not pay.
+    const double step_secs = policy_.target_cost().predict(batch);
+    for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft}) {
+      const int m = static_cast<int>(mode);
+      int cheapest = -1;
+      bool drafting = false;
+      for (size_t i = 0; i < cands.size(); ++i)
+        if (cands[i]->spec == mode) {
+          if (cheapest < 0 || catch_up[i] < catch_up[cheapest]) cheapest = static_cast<int>(i);
+          drafting = drafting || ks[i] > 0;
+        }
+      if (cheapest < 0) continue;
+      mode_idle_secs_[m] = drafting ? 0.0 : mode_idle_secs_[m] + step_secs;
+      const double explore_secs = catch_up[cheapest] > 0 ? policy_.draft_time(catch_up[cheapest]) : step_secs;
+      if (mode_idle_secs_[m] >= 50.0 * explore_secs) {
+        ks[cheapest] = 2;
+        mode_idle_secs_[m] = 0.0;
       }
     }
     if (std::getenv("CACHET_SPEC_DEBUG")) {
@@ -85,7 +108,7 @@ Status Engine::propose_drafts() {
                    t.predict(1) * 1e3, t.predict(2) * 1e3, t.predict(3) * 1e3, t.predict(4) * 1e3, t.predict(5) * 1e3,
                    t.predict(6) * 1e3, t.predict(7) * 1e3, t.predict(8) * 1e3, d.predict(1) * 1e3, d.predict(2) * 1e3);
       for (size_t i = 0; i < ks.size(); ++i)
-        std::fprintf(stderr, " %d(first=%.2f cont=%.2f)", ks[i], rates[i].first, rates[i].cont);
+        std::fprintf(stderr, " %d(first=%.2f cont=%.2f catch-up %d)", ks[i], rates[i].first, rates[i].cont, catch_up[i]);
       const auto [drafting, plain] = policy_.step_rates(scheduler_->n_running());
       std::fprintf(stderr, "; guard %.0f vs %.0f tok/s\n", drafting, plain);
     }

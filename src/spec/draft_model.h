@@ -39,8 +39,9 @@ class DraftModelProposer final : public Proposer {
     auto it = seqs_.find(id);
     return it == seqs_.end() ? 0 : it->second.computed;
   }
-  // Times the draft's small passes (1 and 4 tokens, warm) on a scratch sequence, so the engine's cost model
-  // knows what a draft token costs before any request pays a draft prefill to find out. (tokens, seconds) pairs.
+  // Times the draft's passes (1 and 4 tokens with logits each, a 64-token catch-up; warm) on a scratch
+  // sequence, so the engine's cost model knows what a draft token and a draft prefill cost before any request
+  // pays one to find out. (tokens, seconds) pairs.
   std::vector<std::pair<int, double>> calibrate();
   // The last propose() call's forward passes: tokens in each and its seconds (the engine's cost model).
   const std::vector<std::pair<int, double>>& last_passes() const { return last_passes_; }

@@ -98,7 +98,13 @@ int SpecPolicy::batch_bucket(int batch) {
 }
 
 void SpecPolicy::observe_step(int batch, bool drafted, int tokens, double seconds) {
-  Rate& r = (drafted ? drafted_ : plain_)[batch_bucket(batch)];
+  const int b = batch_bucket(batch);
+  if (drafted) {
+    const double pay = debt_[b] / 32.0;
+    debt_[b] -= pay;
+    seconds += pay;
+  }
+  Rate& r = (drafted ? drafted_ : plain_)[b];
   constexpr double kDecay = 0.95;
   r.w = r.w * kDecay + 1.0;
   r.tokens = r.tokens * kDecay + tokens;

@@ -50,6 +50,11 @@ struct AcceptRates {
   AcceptRates(double f, double c) : first(f), cont(c) {}
 };
 
+// The prior of a proposer kind nothing has measured yet: optimistic, so the first requests draft and measure it
+// (a neutral 0.5 predicts no gain for a draft model whose pass costs a third of the target's, so it would never
+// be tried, never measured, and never used). Two pseudo-observations: real drafts outweigh it within a few steps.
+inline AcceptRates unmeasured_prior() { return {0.8, 0.8}; }
+
 // Per-request acceptance counts, forgetting slowly (a request's text changes character as it goes).
 struct Acceptance {
   double first_accepted = 0, first_tried = 0, cont_accepted = 0, cont_tried = 0;
@@ -72,9 +77,15 @@ class SpecPolicy {
   // kept apart for steps that verified drafts and steps that did not, per batch size (powers of two). When
   // drafting steps have been measured slower than plain ones at this batch size, choose() drafts nothing: the
   // guard that keeps speculation from ever costing throughput, whatever the cost model missed. A draft model's
-  // catch-up prefill is left out of `seconds` (the cost model charges it); while the guard holds speculation
-  // off, every 32nd step at that batch size drafts anyway, so a rate measured once does not rule forever.
+  // catch-up prefill is left out of `seconds` and reported to observe_catch_up(); while the guard holds
+  // speculation off, every 32nd step at that batch size drafts anyway, so a rate measured once does not rule
+  // forever.
   void observe_step(int batch, bool drafted, int tokens, double seconds);
+  // A draft model's catch-up prefill (a prompt, or tokens it missed while its request did not draft) at this
+  // batch size: a debt the following drafting steps of that size pay, 1/32 of what is left each, so the guard
+  // sees what drafting really costs (a request that drafts, pauses and catches up again pays every time)
+  // without one prompt's prefill turning speculation off for the request it is about to serve.
+  void observe_catch_up(int batch, double seconds) { debt_[batch_bucket(batch)] += seconds; }
 
   // rates: the candidates' acceptance rates; uses_draft_model[i]: its draft costs draft passes; other_tokens:
   // the step's tokens besides the candidates' own (prefill chunks, other decodes). Returns k per candidate.
@@ -116,6 +127,7 @@ class SpecPolicy {
     double rate() const { return seconds > 0 ? tokens / seconds : 0.0; }
   };
   Rate drafted_[16], plain_[16];
+  double debt_[16] = {};
   int probe_[16] = {}, retry_[16] = {};
   static int batch_bucket(int batch);
 };
