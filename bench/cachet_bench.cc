@@ -201,7 +201,9 @@ int main(int argc, char** argv) {
   prefill_macs += 2.0 * c.n_layer * c.q_dim() * (n_prompt / 2.0);
 
   GenerateOptions o;
-  o.sampling.max_tokens = n_gen;
+  // -n 0 measures prefill only: one token is still generated (a run without one never prefills), its decode
+  // rate is not reported.
+  o.sampling.max_tokens = std::max(n_gen, 1);
   o.stop_at_eos = false;
   o.kv_type = KvTypes(*kv_type_from_name(kv));
   GenerateOptions warm = o;
@@ -217,7 +219,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     pp.push_back(res->prefill_tok_per_s());
-    tg.push_back(res->decode_tok_per_s());
+    tg.push_back(n_gen > 0 ? res->decode_tok_per_s() : 0.0);
   }
   nlohmann::json j = {{"what", "generate"},
                       {"model", model_path},
