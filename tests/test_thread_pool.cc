@@ -1,4 +1,6 @@
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -27,6 +29,44 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
       }
     }
   }
+}
+
+TEST(ThreadPool, ParallelChunksCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 64, 1001}) {
+      for (int64_t grain : {1, 4, 16}) {
+        std::vector<std::atomic<int>> hits(n);
+        pool.parallel_chunks(
+            n,
+            [&](int t, int64_t b, int64_t e) {
+              EXPECT_LT(t, threads);
+              EXPECT_LT(b, e);
+              EXPECT_EQ(b % grain, 0);
+              if (e < n) EXPECT_EQ(e - b, grain);
+              for (int64_t i = b; i < e; ++i) hits[i]++;
+            },
+            grain);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
+// A thread held up on its first chunk: the others take the rest of its range.
+TEST(ThreadPool, ParallelChunksMovesWorkOffASlowThread) {
+  ThreadPool pool(2);
+  std::atomic<int> by_other{0};
+  pool.parallel_chunks(64, [&](int t, int64_t b, int64_t) {
+    if (t == 1) ++by_other;
+    if (t == 0 && b == 0) {  // held until the other thread has done everything else (or 10 s)
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (by_other.load() < 63 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  // Thread 1 owns 32 chunks and steals all of thread 0's but the one it is held in (all 64 if thread 0 starts late).
+  EXPECT_GE(by_other.load(), 63);
 }
 
 TEST(ThreadPool, ManyShortRegions) {

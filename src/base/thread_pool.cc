@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "base/check.h"
 
@@ -93,6 +94,54 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
     int64_t b = std::min(n, c0 * grain);
     int64_t e = std::min(n, c1 * grain);
     if (b < e) fn(t, b, e);
+  });
+}
+
+void ThreadPool::parallel_chunks(int64_t n, const RangeFn& fn, int64_t grain) {
+  if (n <= 0) return;
+  CACHET_CHECK(grain >= 1);
+  const int64_t n_chunks = (n + grain - 1) / grain;
+  const int nt = n_threads_;
+  if (nt == 1 || n_chunks == 1) {
+    fn(0, 0, n);
+    return;
+  }
+  CACHET_CHECK(n_chunks < (int64_t{1} << 31));
+  // Thread t owns chunks [front, back) packed in one word (front low, back high). It takes one chunk at a time
+  // from its front; a thread with nothing left takes one from the back of the range with the most left. Every
+  // chunk is taken by exactly one compare-and-swap.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> fb;
+  };
+  const auto pack = [](int64_t f, int64_t b) { return static_cast<uint64_t>(f) | static_cast<uint64_t>(b) << 32; };
+  std::unique_ptr<Range[]> ranges(new Range[nt]);
+  for (int t = 0; t < nt; ++t)
+    ranges[t].fb.store(pack(n_chunks * t / nt, n_chunks * (t + 1) / nt), std::memory_order_relaxed);
+  const auto run_chunk = [&](int t, int64_t c) { fn(t, c * grain, std::min(n, (c + 1) * grain)); };
+  run_on_all([&](int t) {
+    std::atomic<uint64_t>& own = ranges[t].fb;
+    for (uint64_t v = own.load(std::memory_order_acquire);;) {
+      const int64_t f = static_cast<int64_t>(v & 0xffffffffu), b = static_cast<int64_t>(v >> 32);
+      if (f >= b) break;
+      if (own.compare_exchange_weak(v, pack(f + 1, b), std::memory_order_acq_rel)) {
+        run_chunk(t, f);
+        v = own.load(std::memory_order_acquire);
+      }
+    }
+    for (;;) {
+      int victim = -1;
+      int64_t most = 0;
+      for (int u = 0; u < nt; ++u) {
+        const uint64_t v = ranges[u].fb.load(std::memory_order_acquire);
+        const int64_t left = static_cast<int64_t>(v >> 32) - static_cast<int64_t>(v & 0xffffffffu);
+        if (left > most) most = left, victim = u;
+      }
+      if (victim < 0) return;
+      std::atomic<uint64_t>& other = ranges[victim].fb;
+      uint64_t v = other.load(std::memory_order_acquire);
+      const int64_t f = static_cast<int64_t>(v & 0xffffffffu), b = static_cast<int64_t>(v >> 32);
+      if (f < b && other.compare_exchange_strong(v, pack(f, b - 1), std::memory_order_acq_rel)) run_chunk(t, b - 1);
+    }
   });
 }
 

@@ -27,6 +27,12 @@ class ThreadPool {
   // except the last. Runs fn on each; returns after all have finished.
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
 
+  // Like parallel_for, but a thread that finishes its range early takes chunks of `grain` from the end of the
+  // ranges still being worked on: fn may run several times per thread, on sub-ranges in any order. For work whose
+  // items are independent (a matmul's row groups), so that a thread slowed by the machine (another process on its
+  // core, a cold cache) does not hold up the others.
+  void parallel_chunks(int64_t n, const RangeFn& fn, int64_t grain = 1);
+
   // Runs fn(thread_index) once on every thread.
   void run_on_all(const std::function<void(int)>& fn);
 

@@ -161,7 +161,9 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const vo
     total += (outs[i].w->n_rows() + kPackRows - 1) / kPackRows;
   }
   constexpr int kTokenChunk = 64;
-  pool.parallel_for(total, [&](int, int64_t g0, int64_t g1) {
+  // Groups are independent: a thread that finishes early takes the rest of a slower one's (about 8 chunks each).
+  const int64_t grain = std::max<int64_t>(1, total / (8 * pool.n_threads()));
+  pool.parallel_chunks(total, [&](int, int64_t g0, int64_t g1) {
     float tmp[kTokenChunk * kPackRows];
     for (int t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
       const int nt = std::min(kTokenChunk, n_tokens - t0);
@@ -189,7 +191,7 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const vo
         }
       }
     }
-  });
+  }, grain);
 }
 
 void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
@@ -258,7 +260,7 @@ constexpr int kAttnPrefetch = 2;
 // once serves them all).
 constexpr int kAttnQueryBlock = 16;
 // Attention with at most this many (query head, position) pairs runs on the calling thread.
-constexpr int64_t kAttnInlineWork = 4096;
+constexpr int64_t kAttnInlineWork = 1024;
 
 // One tile of K and V rows of one head widened to f32 (quantized and bf16 caches).
 thread_local AlignedBuffer<float> t_tile;
