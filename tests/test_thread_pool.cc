@@ -10,47 +10,43 @@
 namespace cachet {
 namespace {
 
-TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
+// Runs split(pool, n, fn, grain) over thread counts, sizes and grains; every index must be visited exactly once
+// and every range must pass check(n, grain, b, e).
+template <typename Split, typename Check>
+void expect_every_index_once(Split split, Check check) {
   for (int threads : {1, 2, 3, 5}) {
     ThreadPool pool(threads);
     for (int64_t n : {0, 1, 2, 7, 64, 1001}) {
       for (int64_t grain : {1, 4, 16}) {
         std::vector<std::atomic<int>> hits(n);
-        pool.parallel_for(
-            n,
-            [&](int t, int64_t b, int64_t e) {
-              EXPECT_LT(t, threads);
-              EXPECT_LE(b, e);
-              if (e < n) EXPECT_EQ(e % grain, 0);
-              for (int64_t i = b; i < e; ++i) hits[i]++;
-            },
-            grain);
+        split(pool, n, [&](int t, int64_t b, int64_t e) {
+          EXPECT_LT(t, threads);
+          check(n, grain, b, e);
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        }, grain);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
       }
     }
   }
 }
 
+TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
+  expect_every_index_once(
+      [](ThreadPool& p, int64_t n, const ThreadPool::RangeFn& fn, int64_t g) { p.parallel_for(n, fn, g); },
+      [](int64_t n, int64_t grain, int64_t b, int64_t e) {
+        EXPECT_LE(b, e);
+        if (e < n) EXPECT_EQ(e % grain, 0);
+      });
+}
+
 TEST(ThreadPool, ParallelChunksCoversEveryIndexOnce) {
-  for (int threads : {1, 2, 3, 5}) {
-    ThreadPool pool(threads);
-    for (int64_t n : {0, 1, 2, 7, 64, 1001}) {
-      for (int64_t grain : {1, 4, 16}) {
-        std::vector<std::atomic<int>> hits(n);
-        pool.parallel_chunks(
-            n,
-            [&](int t, int64_t b, int64_t e) {
-              EXPECT_LT(t, threads);
-              EXPECT_LT(b, e);
-              EXPECT_EQ(b % grain, 0);
-              if (e < n) EXPECT_EQ(e - b, grain);
-              for (int64_t i = b; i < e; ++i) hits[i]++;
-            },
-            grain);
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
-      }
-    }
-  }
+  expect_every_index_once(
+      [](ThreadPool& p, int64_t n, const ThreadPool::RangeFn& fn, int64_t g) { p.parallel_chunks(n, fn, g); },
+      [](int64_t n, int64_t grain, int64_t b, int64_t e) {
+        EXPECT_LT(b, e);
+        EXPECT_EQ(b % grain, 0);
+        if (e < n) EXPECT_EQ(e - b, grain);
+      });
 }
 
 // A thread held up on its first chunk: the others take the rest of its range.
