@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
 
 #include "base/check.h"
 
@@ -38,7 +37,8 @@ bool spin_until(Ready ready) {
 }
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), chunk_ranges_(new ChunkRange[n_threads_]) {
   workers_.reserve(n_threads_ - 1);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -107,14 +107,11 @@ void ThreadPool::parallel_chunks(int64_t n, const RangeFn& fn, int64_t grain) {
     return;
   }
   CACHET_CHECK(n_chunks < (int64_t{1} << 31));
-  // Thread t owns chunks [front, back) packed in one word (front low, back high). It takes one chunk at a time
-  // from its front; a thread with nothing left takes one from the back of the range with the most left. Every
-  // chunk is taken by exactly one compare-and-swap.
-  struct alignas(64) Range {
-    std::atomic<uint64_t> fb;
-  };
+  // Thread t owns chunks [front, back) of chunk_ranges_[t]. It takes one chunk at a time from its front; a thread
+  // with nothing left takes one from the back of the range with the most left. Every chunk is taken by exactly
+  // one compare-and-swap.
   const auto pack = [](int64_t f, int64_t b) { return static_cast<uint64_t>(f) | static_cast<uint64_t>(b) << 32; };
-  std::unique_ptr<Range[]> ranges(new Range[nt]);
+  ChunkRange* ranges = chunk_ranges_.get();
   for (int t = 0; t < nt; ++t)
     ranges[t].fb.store(pack(n_chunks * t / nt, n_chunks * (t + 1) / nt), std::memory_order_relaxed);
   const auto run_chunk = [&](int t, int64_t c) { fn(t, c * grain, std::min(n, (c + 1) * grain)); };

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -39,7 +40,13 @@ class ThreadPool {
  private:
   void worker_loop(int index);
 
+  // parallel_chunks' per-thread ranges of chunks, [front, back) packed in one word (front low, back high).
+  struct alignas(64) ChunkRange {
+    std::atomic<uint64_t> fb;
+  };
+
   int n_threads_;
+  std::unique_ptr<ChunkRange[]> chunk_ranges_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
   alignas(64) std::atomic<uint32_t> generation_{0};
