@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
                       {"model", model_path},
                       {"threads", threads},
                       {"isa", isa_name(kernels().isa)},
-                      {"cpu", cpu_model_name()},
+                      {"cpu", cpu_description()},
                       {"n_prompt", n_prompt},
                       {"n_gen", n_gen},
                       {"weight_bytes", weight_bytes},

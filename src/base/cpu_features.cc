@@ -82,6 +82,58 @@ std::string cpu_model_name() {
   return "unknown";
 }
 
+CpuSignature cpu_signature() {
+  CpuSignature s;
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return s;
+  const unsigned vendor[3] = {b, d, c};
+  s.vendor.assign(reinterpret_cast<const char*>(vendor), sizeof(vendor));
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return s;
+  const unsigned base_family = (a >> 8) & 0xf, base_model = (a >> 4) & 0xf;
+  s.stepping = a & 0xf;
+  s.family = base_family == 0xf ? base_family + ((a >> 20) & 0xff) : base_family;
+  s.model = (base_family == 0x6 || base_family == 0xf) ? base_model + (((a >> 16) & 0xf) << 4) : base_model;
+#endif
+  return s;
+}
+
+std::string cpu_microarchitecture(const CpuSignature& s) {
+  // Only the server and recent client parts this project's users run; anything else stays unnamed rather
+  // than guessed.
+  struct Range {
+    const char* vendor;
+    unsigned family, lo, hi;
+    const char* name;
+  };
+  static constexpr Range kKnown[] = {
+      {"AuthenticAMD", 0x17, 0x00, 0x2f, "Zen / Zen+"},  {"AuthenticAMD", 0x17, 0x30, 0xaf, "Zen 2"},
+      {"AuthenticAMD", 0x19, 0x00, 0x0f, "Zen 3"},       {"AuthenticAMD", 0x19, 0x10, 0x1f, "Zen 4"},
+      {"AuthenticAMD", 0x19, 0x20, 0x5f, "Zen 3"},       {"AuthenticAMD", 0x19, 0x60, 0xaf, "Zen 4"},
+      {"AuthenticAMD", 0x1a, 0x00, 0xff, "Zen 5"},       {"GenuineIntel", 6, 0x55, 0x55, "Skylake-SP / Cascade Lake"},
+      {"GenuineIntel", 6, 0x6a, 0x6c, "Ice Lake-SP"},    {"GenuineIntel", 6, 0x8f, 0x8f, "Sapphire Rapids"},
+      {"GenuineIntel", 6, 0xcf, 0xcf, "Emerald Rapids"}, {"GenuineIntel", 6, 0xad, 0xae, "Granite Rapids"},
+      {"GenuineIntel", 6, 0xaf, 0xaf, "Sierra Forest"},  {"GenuineIntel", 6, 0x97, 0x9a, "Alder Lake"},
+      {"GenuineIntel", 6, 0xb7, 0xbf, "Raptor Lake"},    {"GenuineIntel", 6, 0xaa, 0xac, "Meteor Lake"},
+  };
+  for (const Range& r : kKnown)
+    if (s.vendor == r.vendor && s.family == r.family && s.model >= r.lo && s.model <= r.hi) return r.name;
+  return "";
+}
+
+std::string cpu_description() {
+  const CpuSignature s = cpu_signature();
+  std::string out = cpu_model_name();
+  if (s.vendor.empty()) return out;
+  out += " (" + s.vendor + " family " + std::to_string(s.family) + " model " + std::to_string(s.model) +
+         " stepping " + std::to_string(s.stepping);
+  const std::string name = cpu_microarchitecture(s);
+  // A virtual machine may present a CPU model other than its host's: the name is of the signature, not a claim
+  // about the silicon.
+  if (!name.empty()) out += ": " + name + " signature";
+  return out + ")";
+}
+
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
   return f;

@@ -27,4 +27,16 @@ const CpuFeatures& cpu_features();
 // The CPU's brand string ("AMD EPYC 9R45"), or "unknown".
 std::string cpu_model_name();
 
+// cpuid leaf 1's identity (display family and model: base plus extended fields), which names the
+// microarchitecture where a virtual machine's brand string does not ("AMD EPYC").
+struct CpuSignature {
+  std::string vendor;  // "AuthenticAMD", "GenuineIntel", ... or "" off x86
+  unsigned family = 0, model = 0, stepping = 0;
+};
+CpuSignature cpu_signature();
+// The microarchitecture of a known signature ("Zen 4", "Sapphire Rapids"), or "" when not known.
+std::string cpu_microarchitecture(const CpuSignature& s);
+// "AMD EPYC (AuthenticAMD family 25 model 17 stepping 1: Zen 4 signature)": brand, signature and name.
+std::string cpu_description();
+
 }  // namespace cachet

@@ -26,7 +26,14 @@ nlohmann::json cpu_json() {
   nlohmann::json tables = nlohmann::json::array();
   for (const Kernels* k : supported_kernels()) tables.push_back(isa_name(k->isa));
   const Kernels& k = kernels();
+  const CpuSignature sig = cpu_signature();
   return {{"model", cpu_model_name()},
+          {"description", cpu_description()},
+          {"vendor", sig.vendor},
+          {"family", sig.family},
+          {"cpu_model", sig.model},
+          {"stepping", sig.stepping},
+          {"microarchitecture", cpu_microarchitecture(sig)},
           {"features", cpu_features().to_string()},
           {"tables", tables},
           {"table", isa_name(k.isa)},
@@ -40,7 +47,7 @@ int cpu_info(bool json) {
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
-  std::printf("cpu: %s\n", j["model"].get<std::string>().c_str());
+  std::printf("cpu: %s\n", j["description"].get<std::string>().c_str());
   std::printf("features: %s\n", j["features"].get<std::string>().c_str());
   std::string tables;
   for (const auto& t : j["tables"]) tables += (tables.empty() ? "" : " ") + t.get<std::string>();
