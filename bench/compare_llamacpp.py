@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side by side, one run: cachet_bench and llama.cpp on the same GGUF files and thread counts, alternating the
 two engines per repetition so machine noise hits both. Prints a markdown table of median prefill (pp) and
-decode (tg) tokens/s and the ratios.
+decode (tg) tokens/s and the ratios (the median of each repetition's cachet / llama.cpp pair).
 
   .venv/bin/python bench/compare_llamacpp.py -m MODEL.gguf [-m ...] -t 1 -t 2 [-r 5] [-p 128] [-n 256]
       [--llama-bench ~/.cache/cachet/llama.cpp/native/bin/llama-bench] [--isa avx2]
@@ -64,10 +64,24 @@ def main():
             theirs = {"pp": [], "tg": []}
             roofs = []
             flops = 0.0
-            for _ in range(a.reps):
+            for rep in range(a.reps):
                 bw_now = run_json([a.bench, "--bandwidth", "-t", str(t), "-r", "1"])["read_gbs"]
                 bws[t].append(bw_now)
-                j = run_json([a.bench, "-m", model, "-t", str(t), "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)])
+
+                def run_ours():
+                    return run_json([a.bench, "-m", model, "-t", str(t), "-r", "1", "-p", str(a.n_prompt),
+                                     "-n", str(a.n_gen)])
+
+                def run_theirs():
+                    return (llama_bench(a.llama_bench, model, t, a.n_prompt, a.n_gen) if a.llama_bench else
+                            run_json([sys.executable, str(ROOT / "bench" / "llamacpp_bench.py"), "-m", model, "-t",
+                                      str(t), "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)]))
+
+                # Which engine goes first alternates, so neither always meets the machine's next phase first.
+                if rep % 2 == 0:
+                    j, k = run_ours(), run_theirs()
+                else:
+                    k, j = run_theirs(), run_ours()
                 ours["pp"].append(j["pp_tok_s"])
                 ours["tg"].append(j["tg_tok_s"])
                 flops = j.get("prefill_flops_per_token", 0.0)
@@ -76,20 +90,21 @@ def main():
                 per_tok = (j.get("weight_bytes_read_per_token", j["weight_bytes"]) +
                            j["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2))
                 roofs.append(j["tg_tok_s"] / (bw_now * 1e9 / per_tok))
-                k = (llama_bench(a.llama_bench, model, t, a.n_prompt, a.n_gen) if a.llama_bench else
-                     run_json([sys.executable, str(ROOT / "bench" / "llamacpp_bench.py"), "-m", model, "-t", str(t),
-                               "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)]))
                 theirs["pp"].append(k["pp_tok_s"])
                 theirs["tg"].append(k["tg_tok_s"])
             med = {k: statistics.median(v) for k, v in ours.items()}
             lmed = {k: statistics.median(v) for k, v in theirs.items()}
-            rows.append((os.path.basename(model), t, med["pp"], lmed["pp"], med["pp"] / lmed["pp"], med["tg"],
-                         lmed["tg"], med["tg"] / lmed["tg"], statistics.median(roofs),
+            # The ratio of each repetition's pair, run back to back: the machine's bandwidth moves in phases of
+            # minutes (31-66 GB/s in one session), which a ratio of two medians taken from different phases
+            # does not cancel.
+            pairs = {k: statistics.median(o / th for o, th in zip(ours[k], theirs[k])) for k in ours}
+            rows.append((os.path.basename(model), t, med["pp"], lmed["pp"], pairs["pp"], med["tg"],
+                         lmed["tg"], pairs["tg"], statistics.median(roofs),
                          med["pp"] * flops / (peaks[t] * 1e9) if peaks[t] else float("nan"),
                          lmed["pp"] * flops / (peaks[t] * 1e9) if peaks[t] else float("nan")))
             print(json.dumps({"model": model, "threads": t, "cachet": ours, "llama.cpp": theirs}), file=sys.stderr)
     print(f"pp = prefill of {a.n_prompt} tokens, tg = decode of {a.n_gen} tokens after it; medians of {a.reps} "
-          f"alternating runs; read bandwidth measured before each run, "
+          f"alternating runs (which engine goes first alternates too); ratios are the medians of each repetition's pair; read bandwidth measured before each run, "
           f"{', '.join(f'{t}T {min(bws[t]):.1f}-{max(bws[t]):.1f} GB/s' for t in threads)}; roofline = median of "
           f"each run's decode tok/s x bytes per token / that run's bandwidth; pp / peak = prefill tok/s x FLOPs "
           f"per prompt token / the f32 FMA peak ({', '.join(f'{t}T {peaks[t]:.0f} GFLOP/s' for t in threads)})\n")
