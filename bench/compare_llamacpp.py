@@ -104,7 +104,8 @@ def main():
                          lmed["pp"] * flops / (peaks[t] * 1e9) if peaks[t] else float("nan")))
             print(json.dumps({"model": model, "threads": t, "cachet": ours, "llama.cpp": theirs}), file=sys.stderr)
     print(f"pp = prefill of {a.n_prompt} tokens, tg = decode of {a.n_gen} tokens after it; medians of {a.reps} "
-          f"alternating runs (which engine goes first alternates too); ratios are the medians of each repetition's pair; read bandwidth measured before each run, "
+          f"alternating runs (which engine goes first alternates too); ratios are the medians of each "
+          f"repetition's pair; read bandwidth measured before each run, "
           f"{', '.join(f'{t}T {min(bws[t]):.1f}-{max(bws[t]):.1f} GB/s' for t in threads)}; roofline = median of "
           f"each run's decode tok/s x bytes per token / that run's bandwidth; pp / peak = prefill tok/s x FLOPs "
           f"per prompt token / the f32 FMA peak ({', '.join(f'{t}T {peaks[t]:.0f} GFLOP/s' for t in threads)})\n")
