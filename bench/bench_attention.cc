@@ -111,6 +111,9 @@ BENCHMARK(BM_FlashType)
     ->Args({4096, 2, static_cast<int>(KvType::kQ8_0), 1})
     ->Args({4096, 2, static_cast<int>(KvType::kQ4_0), 1})
     ->Args({4096, 2, static_cast<int>(KvType::kQ4R), 1})
+    ->Args({4096, 1, static_cast<int>(KvType::kF16), 1})  // one thread: the tile's cost alone, less noise
+    ->Args({4096, 1, static_cast<int>(KvType::kQ8_0), 1})
+    ->Args({4096, 1, static_cast<int>(KvType::kQ4_0), 1})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Naive)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();
