@@ -86,8 +86,10 @@ struct Kernels {
   // be null for them). For row i with integer values k (Q8_0 q, Q4_0 q - 8, IQ4_NL its grid) and scales dk per
   // block, and query block b's parts hi, lo and scale dx: isum_b = sum_e k_e (256 hi_e + lo_e) (exact in int32),
   // then a = fma(float(isum_b), dk_b * dx, a) over b = 0, 1, ... from a = 0, and s_i = scale * a: the same float
-  // operations in every table. Block-quantized values (the same types) enter acc as fma(p_i * dv_b, v_e, acc_e):
-  // the weight of row i's block b is p_i times its scale, times the block's integer values.
+  // operations in every table. Block-quantized values (the same types): the weight of row i's block b is p_i
+  // times its scale; the scalar and AVX2 tables add fma(p_i * dv_b, v_e, acc_e) per row, the AVX-512 tables round
+  // a tile's weights to int16 per head and block and sum weight x value in int32 first (x86/attn_values_int.inc:
+  // within 2^-15 sqrt(rows) max|v| of the scalar table).
   void (*attn_tile)(DType k_type, DType v_type, const void* k, size_t k_stride, const void* v, size_t v_stride,
                     int n, const float* q, const ActQ8* qq, int group, int d, float scale, float softcap, float* m,
                     float* l, float* acc);
