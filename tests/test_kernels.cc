@@ -214,7 +214,7 @@ TEST(Kernels, AttnTileMatchesScalar) {
     for (auto [tk, tv] : pairs) {
       ASSERT_TRUE(attn_tile_reads(tk, tv));
       const bool blocks = attn_integer_keys(tk);  // block rows: whole blocks, integer Q.K
-      for (int d : {1, 7, 8, 16, 17, 32, 33, 64, 80, 128}) {
+      for (int d : {1, 7, 8, 16, 17, 32, 33, 64, 80, 96, 128, 512}) {  // 96: 2 + 1 value blocks per pass
         if (blocks && d % 32 != 0) continue;
         for (int group : {1, 3, 4}) {
           for (int n : {1, 5, 8, 15, 16}) {
