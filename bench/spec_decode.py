@@ -115,7 +115,7 @@ def start(engine, a, clients):
         if engine == "cachet-lookup":
             cmd.append("--lookup")
         elif engine == "cachet-draft":
-            cmd += ["--draft-model", a.draft]
+            cmd += ["--draft-model", a.draft, "--draft-vocab", str(a.draft_vocab)]
     else:
         cmd = [a.llama_server, "-m", a.target, "--port", str(port), "-t", str(a.threads), "--parallel", str(clients),
                "-c", str(4096 * clients), "--log-disable"]
@@ -153,6 +153,7 @@ def main():
     ap.add_argument("--engines", default="cachet-off,cachet-lookup,cachet-draft,llama-off,llama-ngram,llama-draft")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--draft-vocab", type=int, default=0, help="cachet's --draft-vocab (0: the whole vocabulary)")
     ap.add_argument("--llama-server", default=str(pathlib.Path.home() / ".cache/cachet/llama.cpp/native/bin/llama-server"))
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()

@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "spec/lookup.h"
@@ -254,7 +255,7 @@ TEST(SpecEngine, SampledSequencesFollowTheTargetExactly) {
   }
 }
 
-std::unique_ptr<Model> synthetic(uint64_t seed, const std::string& name) {
+std::unique_ptr<Model> synthetic(uint64_t seed, const std::string& name, int64_t logit_rows = 0) {
   SyntheticSpec s;
   s.type = DType::kQ4_0;
   s.embd_type = DType::kQ8_0;
@@ -264,7 +265,10 @@ std::unique_ptr<Model> synthetic(uint64_t seed, const std::string& name) {
   s.seed = seed;
   const std::string path = testing::temp_path(name);
   EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
-  auto m = load_model(path, {2});
+  LoadOptions o;
+  o.n_threads = 2;
+  o.logit_rows = logit_rows;
+  auto m = load_model(path, o);
   EXPECT_TRUE(m.is_ok());
   return std::move(m).value();
 }
@@ -349,10 +353,11 @@ TEST(SpecEngine, GreedyWithSpeculationEqualsGreedyWithoutBitwise) {
   auto target = synthetic(42, "spec_target.gguf");
   auto same = synthetic(42, "spec_target.gguf");
   auto other = synthetic(7, "spec_other.gguf");
+  auto same_subset = synthetic(42, "spec_target.gguf", /*logit_rows=*/100);  // --draft-vocab 100 (112 rows)
   const int V = static_cast<int>(target->config().n_vocab);
   const std::vector<Job> js = spec_jobs(32, V, 99, /*sampled=*/false);
   const Served base = serve(*target, nullptr, js, false, false, 32);
-  for (Model* draft : {same.get(), other.get()}) {
+  for (Model* draft : {same.get(), other.get(), same_subset.get()}) {
     for (bool adaptive : {false, true}) {
       const Served s = serve(*target, draft, js, true, adaptive, 32);
       for (size_t i = 0; i < js.size(); ++i) {
@@ -368,6 +373,38 @@ TEST(SpecEngine, GreedyWithSpeculationEqualsGreedyWithoutBitwise) {
     const Served s = serve(*target, other.get(), {js[i]}, true, false, 1);
     EXPECT_EQ(s.ids[0], base.ids[i]) << "request " << i << " alone";
   }
+}
+
+// --draft-vocab: the head's first rows (rounded up to whole groups of 16) give bitwise the logits of the whole
+// head, every later id is -inf; a subset as large as the vocabulary is the whole head. Logits of a subset draft
+// are a distribution over those ids alone, so a sampled draft never proposes past them.
+TEST(SpecDraftVocab, HeadSubsetEqualsTheWholeHeadOnItsRows) {
+  auto whole = synthetic(42, "spec_target.gguf");
+  auto subset = synthetic(42, "spec_target.gguf", 100);
+  auto all = synthetic(42, "spec_target.gguf", 256);
+  const int64_t V = whole->config().n_vocab;
+  ASSERT_EQ(V, 256);
+  const std::vector<int32_t> prompt = {1, 17, 200, 45, 3, 99, 250};
+  std::vector<std::vector<float>> out;
+  for (Model* m : {whole.get(), subset.get(), all.get()}) {
+    ContiguousKvCache kv(m->config(), 16, KvTypes{});
+    std::vector<float> logits(prompt.size() * V);
+    ForwardBatch b = ForwardBatch::single(&kv, prompt, 0, true);
+    ASSERT_TRUE(m->forward(b, logits.data()).is_ok());
+    out.push_back(std::move(logits));
+  }
+  EXPECT_TRUE(out[2] == out[0]);
+  for (size_t t = 0; t < prompt.size(); ++t)
+    for (int64_t v = 0; v < V; ++v) {
+      const float got = out[1][t * V + v];
+      if (v < 112)
+        EXPECT_EQ(got, out[0][t * V + v]) << "token " << t << " id " << v;
+      else
+        EXPECT_TRUE(std::isinf(got) && got < 0) << "token " << t << " id " << v;
+    }
+  LoadOptions bad;
+  bad.logit_rows = -1;
+  EXPECT_FALSE(load_model(testing::temp_path("spec_target.gguf"), bad).is_ok());
 }
 
 // Sampling with speculation: the same seed gives the same tokens (and other requests in the batch do not
@@ -544,10 +581,49 @@ TEST(SpecPolicy, GuardChargesCatchUpToTheDraftingSteps) {
 // A proposer kind nothing has measured starts optimistic, so it is tried (and then measured); two
 // pseudo-observations, so a poor measured rate takes over within a few drafts.
 TEST(SpecPolicy, UnmeasuredKindIsTriedThenMeasured) {
-  Acceptance kind;
+  Acceptance kind{.decay = Acceptance::kEngineDecay};
   EXPECT_GT(kind.rates(unmeasured_prior()).first, 0.75);
   for (int i = 0; i < 8; ++i) kind.add(4, 0);
   EXPECT_LT(kind.rates(unmeasured_prior()).first, 0.35);
+}
+
+// A draft model's misses are the draft's more than the request's: its engine-wide rate weighs 8 pseudo-
+// observations, so a run of first-token misses (common at a 0.7 rate) lowers a request's estimate without
+// sinking it; prompt lookup keeps the request's own text in charge (2).
+TEST(SpecPolicy, DraftModelRatesLeanOnTheEngineWideRate) {
+  Acceptance request;
+  for (int i = 0; i < 3; ++i) request.add(5, 5);
+  for (int i = 0; i < 4; ++i) request.add(5, 0);
+  const AcceptRates kind(0.7);
+  const double draft_first = request.rates(kind, Acceptance::kDraftPriorWeight).first;
+  const double lookup_first = request.rates(kind, Acceptance::kLookupPriorWeight).first;
+  EXPECT_LT(lookup_first, 0.45);  // the request's own four misses rule
+  EXPECT_GT(draft_first, 0.55);   // the kind's rate still counts
+  EXPECT_LT(draft_first, 0.7);    // and the misses do too
+}
+
+// A request kept from drafting retries: at once every 32nd idle step while its draft is caught up; when the
+// draft fell behind, only once the idle time is worth 20 catch-ups; never earlier. A catch-up that only grows
+// while the request waits must not keep it from drafting forever.
+TEST(SpecPolicy, IdleRequestRetriesOnceItsCatchUpIsWorthIt) {
+  SpecPolicy p(8);
+  for (int rep = 0; rep < 6; ++rep) {
+    for (int n = 1; n <= 9; ++n) p.observe_target(n, 10e-3);
+    p.observe_draft(1, 3e-3);
+    p.observe_draft(64, 30e-3);
+  }
+  EXPECT_EQ(p.idle_retry(31, 1, 1), 0);
+  EXPECT_EQ(p.idle_retry(32, 1, 1), 1);
+  EXPECT_EQ(p.idle_retry(32, 8, 1), 1);
+  // 64 tokens behind: a 30 ms catch-up; 20 of them are 600 ms = 60 idle steps of 10 ms.
+  EXPECT_EQ(p.idle_retry(32, 64, 1), 0);
+  EXPECT_EQ(p.idle_retry(59, 64, 1), 0);
+  EXPECT_EQ(p.idle_retry(60, 64, 1), 2);
+  // Further behind waits longer, but not forever: here 20 catch-up tokens (0.43 ms each) cost about a step.
+  int steps = 32;
+  while (p.idle_retry(steps, 64 + steps, 1) == 0 && steps < 100000) ++steps;
+  EXPECT_GT(steps, 60);
+  EXPECT_LE(steps, 256);
 }
 
 // The scheduler with drafts on a random stream: drafts appended, scheduled with everything else, rolled back

@@ -153,7 +153,10 @@ class Engine {
   std::unique_ptr<DraftModelProposer> draft_;
   SpecPolicy policy_;
   std::vector<std::pair<Request*, int>> drafted_;  // this step's drafting requests and their accepted length
-  Acceptance mode_acceptance_[3];  // per SpecMode, over every request: a new request's prior
+  // Per SpecMode, over every request: a new request's prior (a longer memory than a request's own counts).
+  Acceptance mode_acceptance_[3] = {{.decay = Acceptance::kEngineDecay},
+                                    {.decay = Acceptance::kEngineDecay},
+                                    {.decay = Acceptance::kEngineDecay}};
   double mode_idle_secs_[3] = {};  // per SpecMode: time of steps with candidates of that kind and none drafting
   double catch_up_secs_ = 0;       // this step's draft catch-up prefill (left out of the guard's step rate)
   double output_len_ = 0;          // finished requests' generated tokens, a moving average (0: none yet)

@@ -57,7 +57,10 @@ Status Engine::propose_drafts() {
     std::vector<bool> uses_draft;
     std::vector<int> catch_up, remaining;
     for (Request* r : cands) {
-      rates.push_back(r->acceptance.rates(mode_acceptance_[static_cast<int>(r->spec)].rates(unmeasured_prior())));
+      const double weight =
+          r->spec == SpecMode::kDraft ? Acceptance::kDraftPriorWeight : Acceptance::kLookupPriorWeight;
+      rates.push_back(
+          r->acceptance.rates(mode_acceptance_[static_cast<int>(r->spec)].rates(unmeasured_prior()), weight));
       uses_draft.push_back(r->spec == SpecMode::kDraft);
       const int len = static_cast<int>(r->tokens.size());
       catch_up.push_back(r->spec == SpecMode::kDraft ? len - draft_->computed(r->id) : 0);
@@ -69,12 +72,11 @@ Status Engine::propose_drafts() {
     const int batch = scheduler_->n_running();
     ks = policy_.plain_probe(batch) ? std::vector<int>(cands.size(), 0)
                                     : policy_.choose(rates, uses_draft, other_tokens, batch, &catch_up, &remaining);
-    // A request the policy keeps from drafting still tries one token every 32nd step, so its acceptance rate
-    // (and the draft's cost) stay measured as its text and the load change; never a draft prefill for that.
+    // A request the policy keeps from drafting still tries now and then (SpecPolicy::idle_retry).
     for (size_t i = 0; i < cands.size(); ++i) {
       cands[i]->spec_idle = ks[i] > 0 ? 0 : cands[i]->spec_idle + 1;
-      if (cands[i]->spec_idle >= 32 && catch_up[i] <= 8) {
-        ks[i] = 1;
+      if (const int retry = policy_.idle_retry(cands[i]->spec_idle, catch_up[i], batch); retry > 0) {
+        ks[i] = retry;
         cands[i]->spec_idle = 0;
       }
     }

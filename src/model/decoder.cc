@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "base/check.h"
 #include "io/gguf.h"
@@ -22,10 +23,10 @@ class DecoderModel final : public Model {
   DecoderModel(ModelConfig cfg, DecoderWeights w, std::vector<TensorView> all, SpecialTokens special,
              std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf, std::shared_ptr<ThreadPool> pool,
              std::vector<AlignedBuffer<float>> owned, std::vector<AlignedBuffer<uint8_t>> packed,
-             std::shared_ptr<TpReducer> reducer, TpLayout tp)
+             std::shared_ptr<TpReducer> reducer, TpLayout tp, int64_t logit_rows)
       : cfg_(std::move(cfg)), w_(std::move(w)), all_(std::move(all)), special_(special),
         storage_(std::move(storage)), gguf_(std::move(gguf)), pool_(std::move(pool)), owned_(std::move(owned)),
-        packed_(std::move(packed)), reducer_(std::move(reducer)), tp_(std::move(tp)) {
+        packed_(std::move(packed)), reducer_(std::move(reducer)), tp_(std::move(tp)), logit_rows_(logit_rows) {
     const float* factors = cfg_.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
     rope_ = rope_freqs(cfg_, false, factors);
     rope_swa_ = rope_freqs(cfg_, true, factors);
@@ -55,6 +56,7 @@ class DecoderModel final : public Model {
   std::shared_ptr<TpReducer> reducer_;               // tensor parallel: joins the shards' outputs
   TpLayout tp_;                                      // every rank's share (model/tp_shard.h)
   RopeFreqs rope_, rope_swa_;                        // per-pair frequencies: global, sliding-window layers
+  int64_t logit_rows_;                               // head rows computed (LoadOptions::logit_rows; 0: all)
 
   // Activations for the current batch (n_tokens rows each).
   int scratch_tokens_ = 0;
@@ -298,7 +300,20 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
              eps);
     ++n_out;
   }
-  if (n_out > 0 && !reducer_) {
+  if (n_out > 0 && !reducer_ && logit_rows_ > 0) {
+    // The first logit_rows_ rows of the head (whole packed groups of 16), the rest of each row -inf.
+    TensorView head = w_.output;
+    head.ne[1] = logit_rows_;
+    head_part_.resize(std::max<size_t>(head_part_.size(), static_cast<size_t>(n_out) * logit_rows_));
+    matmul(pool, head, xn_.data(), n_out, head_part_.data());
+    if (c.final_softcap != 0.0)
+      softcap(head_part_.data(), static_cast<int64_t>(n_out) * logit_rows_, static_cast<float>(c.final_softcap));
+    for (int r = 0; r < n_out; ++r) {
+      float* row = logits + static_cast<int64_t>(r) * c.n_vocab;
+      std::copy_n(head_part_.data() + static_cast<int64_t>(r) * logit_rows_, logit_rows_, row);
+      std::fill(row + logit_rows_, row + c.n_vocab, -std::numeric_limits<float>::infinity());
+    }
+  } else if (n_out > 0 && !reducer_) {
     matmul(pool, w_.output, xn_.data(), n_out, logits);
     if (c.final_softcap != 0.0)
       softcap(logits, static_cast<int64_t>(n_out) * c.n_vocab, static_cast<float>(c.final_softcap));
@@ -328,6 +343,12 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
                                                   std::shared_ptr<void> storage, std::unique_ptr<GgufFile> gguf,
                                                   std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
   if (opts.rope.any()) CACHET_RETURN_IF_ERROR(apply_rope_overrides(opts.rope, &cfg));
+  if (opts.logit_rows < 0) return invalid_argument("logit rows must be >= 0");
+  if (opts.logit_rows > 0 && opts.tp.size > 1)
+    return invalid_argument("a vocabulary subset of the head (--draft-vocab) is not for tensor-parallel models");
+  // Whole packed groups of 16 rows; a subset as large as the vocabulary is the whole head.
+  int64_t logit_rows = (opts.logit_rows + 15) / 16 * 16;
+  if (logit_rows >= cfg.n_vocab) logit_rows = 0;
   CACHET_RETURN_IF_ERROR(cfg.validate());
   std::vector<AlignedBuffer<float>> owned;
   CACHET_RETURN_IF_ERROR(validate_decoder_weights(cfg, &weights, &owned));
@@ -369,7 +390,8 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
   return std::unique_ptr<Model>(new DecoderModel(std::move(cfg), std::move(weights), std::move(all_tensors), special,
                                                  std::move(storage), std::move(gguf), std::move(pool),
                                                  std::move(owned), std::move(packed),
-                                                 opts.tp.size > 1 ? opts.tp.reducer : nullptr, std::move(tp_layout)));
+                                                 opts.tp.size > 1 ? opts.tp.reducer : nullptr, std::move(tp_layout),
+                                                 logit_rows));
 }
 
 }  // namespace cachet

@@ -61,6 +61,10 @@ struct LoadOptions {
   RopeOverrides rope;
   // Tensor parallelism: load only this rank's shard and all-reduce through tp.reducer (model/tp_shard.h).
   TpOptions tp;
+  // Logits only for token ids below this (rounded up to a multiple of 16), -inf for the rest; 0: every id.
+  // For a speculative draft (--draft-vocab): it proposes from the frequent start of a BPE vocabulary and skips
+  // most of its head's bytes; the target's verification keeps the output exact whatever the draft proposes.
+  int64_t logit_rows = 0;
 };
 
 // Opens a GGUF file or a llama2.c checkpoint (by its contents), validates everything, and builds the model.

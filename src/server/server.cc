@@ -662,6 +662,7 @@ int serve(const ServerOptions& opts) {
     LoadOptions dlo;
     dlo.pool = app.model->shared_pool();  // one set of threads for both models
     dlo.rope = opts.rope;
+    dlo.logit_rows = opts.draft_vocab;
     auto d = load_model(opts.draft_model_path, dlo);
     if (!d.is_ok()) return fail(d.status().message());
     app.draft = std::move(*d);

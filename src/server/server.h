@@ -34,6 +34,7 @@ struct ServerOptions {
   bool lookup = false;                // speculative decoding by prompt lookup (when no draft model is given)
   int draft_max = 8;                  // most draft tokens per request and step
   bool draft_fixed = false;           // always draft_max tokens, cost model off (measuring, testing)
+  int64_t draft_vocab = 0;            // the draft proposes only token ids below this (0: all)
   RopeOverrides rope;                 // RoPE settings replacing the file's (target and draft)
   KvTypes kv_type;                    // K and V element types of the KV cache
   // > 0: while draining after SIGTERM, when no engine step has finished for this long, the in-flight requests

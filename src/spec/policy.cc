@@ -73,13 +73,12 @@ double CostCurve::predict(int n) const {
 
 void Acceptance::add(int proposed, int accepted_n) {
   if (proposed <= 0) return;
-  constexpr double kDecay = 0.9;  // per verified draft
-  first_tried = first_tried * kDecay + 1.0;
-  first_accepted = first_accepted * kDecay + (accepted_n >= 1 ? 1.0 : 0.0);
+  first_tried = first_tried * decay + 1.0;
+  first_accepted = first_accepted * decay + (accepted_n >= 1 ? 1.0 : 0.0);
   // Token j >= 2 was tried when token j - 1 was accepted; tokens after the first rejection were never tested.
   const int cont_n = accepted_n >= 1 ? std::min(accepted_n + 1, proposed) - 1 : 0;
-  cont_tried = cont_tried * kDecay + cont_n;
-  cont_accepted = cont_accepted * kDecay + std::max(accepted_n - 1, 0);
+  cont_tried = cont_tried * decay + cont_n;
+  cont_accepted = cont_accepted * decay + std::max(accepted_n - 1, 0);
 }
 
 double SpecPolicy::draft_time(int n) const {
@@ -89,6 +88,13 @@ double SpecPolicy::draft_time(int n) const {
   const double tm = target_.predict(static_cast<int>(std::lround(m)));
   if (tm <= 0) return own;
   return std::max(own, target_.predict(n) * draft_.predict(static_cast<int>(std::lround(m))) / tm);
+}
+
+int SpecPolicy::idle_retry(int idle_steps, int catch_up, int batch) const {
+  if (idle_steps < 32) return 0;
+  if (catch_up <= 8) return 1;
+  if (idle_steps >= 256) return 2;
+  return idle_steps * target_.predict(std::max(batch, 1)) >= 20.0 * draft_time(catch_up) ? 2 : 0;
 }
 
 int SpecPolicy::batch_bucket(int batch) {

@@ -38,6 +38,10 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_flag("--lookup", o->lookup, "speculative decoding by prompt lookup: drafts copied from the text so far");
   c->add_option("--draft-max", o->draft_max, "most draft tokens per step (the engine picks fewer when they do not pay)")
       ->check(CLI::Range(1, 64));
+  c->add_option("--draft-vocab", o->draft_vocab,
+                "the draft model proposes only token ids below N (the frequent start of a BPE vocabulary), skipping most "
+                "of its head; output stays exact (0: every id)")
+      ->check(CLI::NonNegativeNumber);
   c->add_flag("--draft-fixed", o->draft_fixed,
               "always draft --draft-max tokens, even when the cost model says it does not pay (measuring, testing)");
   c->callback([o, kv, kv_memory, exit_code] {

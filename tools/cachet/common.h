@@ -86,6 +86,7 @@ struct SpecFlags {
   bool lookup = false;
   int draft_max = 8;
   bool fixed = false;  // always draft draft_max tokens (no cost model): for measuring and testing
+  int64_t draft_vocab = 0;  // the draft's logits only for token ids below this (0: all; LoadOptions::logit_rows)
   bool any() const { return lookup || !draft_model.empty(); }
 };
 void add_spec_flags(CLI::App* c, SpecFlags* f);
