@@ -602,9 +602,9 @@ TEST(SpecPolicy, DraftModelRatesLeanOnTheEngineWideRate) {
   EXPECT_LT(draft_first, 0.7);    // and the misses do too
 }
 
-// A request kept from drafting retries: at once every 32nd idle step while its draft is caught up; when the
-// draft fell behind, only once the idle time is worth 20 catch-ups; never earlier. A catch-up that only grows
-// while the request waits must not keep it from drafting forever.
+// A request kept from drafting retries: every 32nd idle step while its draft is caught up; when the draft fell
+// behind, once the engine-wide credit (1/20 of every step's time) covers the catch-up, one budget for all the
+// requests that wait; a catch-up that only grows while the request waits does not keep it from drafting forever.
 TEST(SpecPolicy, IdleRequestRetriesOnceItsCatchUpIsWorthIt) {
   SpecPolicy p(8);
   for (int rep = 0; rep < 6; ++rep) {
@@ -615,15 +615,31 @@ TEST(SpecPolicy, IdleRequestRetriesOnceItsCatchUpIsWorthIt) {
   EXPECT_EQ(p.idle_retry(31, 1, 1), 0);
   EXPECT_EQ(p.idle_retry(32, 1, 1), 1);
   EXPECT_EQ(p.idle_retry(32, 8, 1), 1);
-  // 64 tokens behind: a 30 ms catch-up; 20 of them are 600 ms = 60 idle steps of 10 ms.
-  EXPECT_EQ(p.idle_retry(32, 64, 1), 0);
-  EXPECT_EQ(p.idle_retry(59, 64, 1), 0);
-  EXPECT_EQ(p.idle_retry(60, 64, 1), 2);
-  // Further behind waits longer, but not forever: here 20 catch-up tokens (0.43 ms each) cost about a step.
-  int steps = 32;
-  while (p.idle_retry(steps, 64 + steps, 1) == 0 && steps < 100000) ++steps;
-  EXPECT_GT(steps, 60);
-  EXPECT_LE(steps, 256);
+  // 64 tokens behind: a 30 ms catch-up; 20 of them are 600 ms = 60 steps of 10 ms.
+  int steps = 0;
+  while (p.idle_retry(32, 64, 1) == 0 && steps < 1000) p.earn_retry_credit(10e-3), ++steps;
+  EXPECT_EQ(steps, 60);
+  // The credit is spent: sixteen requests waiting together retry one at a time, 60 steps apart.
+  for (int r = 0; r < 16; ++r) {
+    int waited = 0;
+    while (p.idle_retry(40, 64, 1) == 0 && waited < 1000) p.earn_retry_credit(10e-3), ++waited;
+    EXPECT_GE(waited, 59) << r;
+    EXPECT_LE(waited, 61) << r;
+  }
+  // Far behind (a catch-up worth more than the credit can hold): after 256 idle steps, on credit not in debt;
+  // then the debt is earned back before the next.
+  EXPECT_EQ(p.idle_retry(255, 5000, 1), 0);
+  EXPECT_EQ(p.idle_retry(256, 5000, 1), 2);
+  EXPECT_EQ(p.idle_retry(1000, 5000, 1), 0);
+  // While the guard holds speculation off at this batch size, no catch-up: only caught-up drafts retry.
+  EXPECT_FALSE(p.guard_holds(1));
+  for (int i = 0; i < 8; ++i) {
+    p.observe_step(1, false, 1, 0.010);
+    p.observe_step(1, true, 1, 0.020);
+  }
+  EXPECT_TRUE(p.guard_holds(1));
+  EXPECT_EQ(p.idle_retry(1000, 64, 1), 0);
+  EXPECT_EQ(p.idle_retry(32, 4, 1), 1);
 }
 
 // The scheduler with drafts on a random stream: drafts appended, scheduled with everything else, rolled back

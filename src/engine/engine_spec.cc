@@ -73,6 +73,7 @@ Status Engine::propose_drafts() {
     ks = policy_.plain_probe(batch) ? std::vector<int>(cands.size(), 0)
                                     : policy_.choose(rates, uses_draft, other_tokens, batch, &catch_up, &remaining);
     // A request the policy keeps from drafting still tries now and then (SpecPolicy::idle_retry).
+    policy_.earn_retry_credit(policy_.target_cost().predict(batch));
     for (size_t i = 0; i < cands.size(); ++i) {
       cands[i]->spec_idle = ks[i] > 0 ? 0 : cands[i]->spec_idle + 1;
       if (const int retry = policy_.idle_retry(cands[i]->spec_idle, catch_up[i], batch); retry > 0) {

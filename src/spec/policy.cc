@@ -90,11 +90,19 @@ double SpecPolicy::draft_time(int n) const {
   return std::max(own, target_.predict(n) * draft_.predict(static_cast<int>(std::lround(m))) / tm);
 }
 
-int SpecPolicy::idle_retry(int idle_steps, int catch_up, int batch) const {
+int SpecPolicy::idle_retry(int idle_steps, int catch_up, int batch) {
   if (idle_steps < 32) return 0;
   if (catch_up <= 8) return 1;
-  if (idle_steps >= 256) return 2;
-  return idle_steps * target_.predict(std::max(batch, 1)) >= 20.0 * draft_time(catch_up) ? 2 : 0;
+  if (guard_holds(batch)) return 0;
+  const double cost = draft_time(catch_up);
+  if (retry_credit_ < cost && !(idle_steps >= 256 && retry_credit_ >= 0)) return 0;
+  retry_credit_ -= cost;
+  return 2;
+}
+
+bool SpecPolicy::guard_holds(int batch) const {
+  const int b = batch_bucket(batch);
+  return drafted_[b].w >= 4 && plain_[b].w >= 4 && drafted_[b].rate() < plain_[b].rate();
 }
 
 int SpecPolicy::batch_bucket(int batch) {
@@ -129,9 +137,7 @@ std::vector<int> SpecPolicy::choose(const std::vector<AcceptRates>& rates, const
   std::vector<int> k(n, 0);
   if (k_max_ <= 0 || n == 0) return k;
   const int bucket = batch_bucket(batch > 0 ? batch : n + other_tokens);
-  if (drafted_[bucket].w >= 4 && plain_[bucket].w >= 4 && drafted_[bucket].rate() < plain_[bucket].rate() &&
-      ++retry_[bucket] % 32 != 0)
-    return k;
+  if (guard_holds(batch > 0 ? batch : n + other_tokens) && ++retry_[bucket] % 32 != 0) return k;
   k = best_split(rates, uses_draft_model, other_tokens, catch_up, remaining);
   // A draft model's catch-up (its prompt, or the tokens it missed) is paid once and earned back over the steps
   // that follow; a step made cheap to extend by someone's prefill chunk says nothing about those. So a request

@@ -109,11 +109,17 @@ class SpecPolicy {
   // A request the policy keeps from drafting still tries now and then, so its acceptance rate (and the draft's
   // cost) stay measured as its text and the load change: one token every 32nd idle step while its draft is
   // caught up (at most 8 tokens behind). A draft model that fell behind while its request did not draft needs
-  // a catch-up first: two tokens once the idle steps' time adds up to 20 times the catch-up's predicted cost
-  // (at most 5% of the time), or after 256 idle steps (the catch-up grows by one token a step; where 20 draft
-  // prefill tokens cost more than a step it would never be due). Without that a request that stopped drafting
-  // never drafted again (session 24). Returns the retry's draft tokens, 0 while none is due.
-  int idle_retry(int idle_steps, int catch_up, int batch) const;
+  // a catch-up first, paid from an engine-wide credit that every step earns 1/20 of its time: a retry of two
+  // tokens when the credit covers the catch-up's predicted cost, or after 256 idle steps on any credit not in
+  // debt (the catch-up grows by one token a step, so where 20 prefill tokens of the draft cost more than a step
+  // the credit alone would never reach it). So catch-up retries take at most ~5% of the time however many
+  // requests wait (one budget: with one per request, 16 idle clients retried together, a 4,245-token catch-up).
+  // Without any retry a request that stopped drafting never drafted again (session 24). Never while the guard
+  // holds speculation off at this batch size. Returns the retry's draft tokens, 0 while none is due.
+  int idle_retry(int idle_steps, int catch_up, int batch);
+  void earn_retry_credit(double step_secs) { retry_credit_ = std::min(retry_credit_ + step_secs / 20.0, 1.0); }
+  // The guard holds speculation off at this batch size: drafting steps measured slower than plain ones.
+  bool guard_holds(int batch) const;
   // The guard's measured rates at this batch size, tokens/s: {drafting steps, plain steps} (0: unmeasured).
   std::pair<double, double> step_rates(int batch) const {
     const int b = batch_bucket(batch);
@@ -143,6 +149,7 @@ class SpecPolicy {
   };
   Rate drafted_[16], plain_[16];
   double debt_[16] = {};
+  double retry_credit_ = 0;  // seconds of catch-up that idle retries may spend (idle_retry)
   int probe_[16] = {}, retry_[16] = {};
   static int batch_bucket(int batch);
 };
