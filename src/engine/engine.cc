@@ -217,8 +217,6 @@ Result<std::vector<RequestEvent>> Engine::step() {
     if (emit(r, s, &events)) finish(r);
   }
   // The realized rate of this step, for the speculation policy's guard (decode steps of speculating engines).
-  if (catch_up_secs_ > 0 && cfg_.spec_adaptive)
-    policy_.observe_catch_up(static_cast<int>(work.size()), catch_up_secs_);
   if (decode_only && cfg_.spec_adaptive && (cfg_.spec != SpecMode::kOff || draft_)) {
     int emitted = 0;
     for (const RequestEvent& e : events) emitted += e.token >= 0;

@@ -105,6 +105,11 @@ bool SpecPolicy::guard_holds(int batch) const {
   return drafted_[b].w >= 4 && plain_[b].w >= 4 && drafted_[b].rate() < plain_[b].rate();
 }
 
+bool SpecPolicy::drafting_proven(int batch) const {
+  const int b = batch_bucket(batch);
+  return drafted_[b].w >= 4 && plain_[b].w >= 4 && drafted_[b].rate() > plain_[b].rate();
+}
+
 int SpecPolicy::batch_bucket(int batch) {
   int b = 0;
   while ((2 << b) <= batch && b < 15) ++b;
@@ -113,11 +118,6 @@ int SpecPolicy::batch_bucket(int batch) {
 
 void SpecPolicy::observe_step(int batch, bool drafted, int tokens, double seconds) {
   const int b = batch_bucket(batch);
-  if (drafted) {
-    const double pay = debt_[b] / 32.0;
-    debt_[b] -= pay;
-    seconds += pay;
-  }
   Rate& r = (drafted ? drafted_ : plain_)[b];
   constexpr double kDecay = 0.95;
   r.w = r.w * kDecay + 1.0;
@@ -137,8 +137,16 @@ std::vector<int> SpecPolicy::choose(const std::vector<AcceptRates>& rates, const
   std::vector<int> k(n, 0);
   if (k_max_ <= 0 || n == 0) return k;
   const int bucket = batch_bucket(batch > 0 ? batch : n + other_tokens);
-  if (guard_holds(batch > 0 ? batch : n + other_tokens) && ++retry_[bucket] % 32 != 0) return k;
+  const int b = batch > 0 ? batch : n + other_tokens;
+  if (guard_holds(b) && ++retry_[bucket] % 32 != 0) return k;
   k = best_split(rates, uses_draft_model, other_tokens, catch_up, remaining);
+  if (catch_up && !drafting_proven(b))
+    for (int i = 0; i < n; ++i) {
+      if (k[i] == 0 || (*catch_up)[i] <= 8) continue;
+      const double cost = draft_time((*catch_up)[i]);
+      if (retry_credit_ >= cost) retry_credit_ -= cost;
+      else k[i] = 0;
+    }
   // A draft model's catch-up (its prompt, or the tokens it missed) is paid once and earned back over the steps
   // that follow; a step made cheap to extend by someone's prefill chunk says nothing about those. So a request
   // starts (or resumes) drafting only if it would draft in a plain decode step of this batch as well.

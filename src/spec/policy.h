@@ -84,19 +84,20 @@ class SpecPolicy {
   // kept apart for steps that verified drafts and steps that did not, per batch size (powers of two). When
   // drafting steps have been measured slower than plain ones at this batch size, choose() drafts nothing: the
   // guard that keeps speculation from ever costing throughput, whatever the cost model missed. A draft model's
-  // catch-up prefill is left out of `seconds` and reported to observe_catch_up(); while the guard holds
-  // speculation off, every 32nd step at that batch size drafts anyway, so a rate measured once does not rule
-  // forever.
+  // catch-up prefill is left out of `seconds`: the guard compares steady drafting with plain steps, and
+  // catch-ups are bounded apart (choose(), idle_retry()). Session 19 charged them to the drafting steps as a
+  // debt; one request's prompt then made drafting look slower at one client (53 vs 81 tok/s), the guard held,
+  // no drafting step ever measured it again, and the draft model ran at 0.94-1.02x (session 24). While the
+  // guard holds speculation off, every 32nd step at that batch size may draft, so a rate measured once does
+  // not rule forever.
   void observe_step(int batch, bool drafted, int tokens, double seconds);
-  // A draft model's catch-up prefill (a prompt, or tokens it missed while its request did not draft) at this
-  // batch size: a debt the following drafting steps of that size pay, 1/32 of what is left each, so the guard
-  // sees what drafting really costs (a request that drafts, pauses and catches up again pays every time)
-  // without one prompt's prefill turning speculation off for the request it is about to serve.
-  void observe_catch_up(int batch, double seconds) { debt_[batch_bucket(batch)] += seconds; }
 
   // rates: the candidates' acceptance rates; uses_draft_model[i]: its draft costs draft passes; other_tokens:
   // the step's tokens besides the candidates' own (prefill chunks, other decodes). Returns k per candidate.
   // batch: the requests decoding this step (the guard's bucket); 0: candidates + other_tokens.
+  // A catch-up of more than 8 tokens at a batch size where drafting steps have not been measured faster than
+  // plain ones is an experiment: paid from the retry credit (idle_retry) or not run. 8 clients starting at
+  // once would otherwise each prefill their prompt through the draft before anything said it pays (0.90x).
   // catch_up[i] / remaining[i] (optional): tokens the draft model must prefill before candidate i can draft
   // (its prompt, the first time) and the tokens the request may still generate: the prefill's cost is charged to
   // this step in proportion to the steps it will serve, so a draft that cannot earn its prefill back is not run.
@@ -120,6 +121,8 @@ class SpecPolicy {
   void earn_retry_credit(double step_secs) { retry_credit_ = std::min(retry_credit_ + step_secs / 20.0, 1.0); }
   // The guard holds speculation off at this batch size: drafting steps measured slower than plain ones.
   bool guard_holds(int batch) const;
+  // Drafting steps at this batch size measured faster than plain ones.
+  bool drafting_proven(int batch) const;
   // The guard's measured rates at this batch size, tokens/s: {drafting steps, plain steps} (0: unmeasured).
   std::pair<double, double> step_rates(int batch) const {
     const int b = batch_bucket(batch);
@@ -148,8 +151,7 @@ class SpecPolicy {
     double rate() const { return seconds > 0 ? tokens / seconds : 0.0; }
   };
   Rate drafted_[16], plain_[16];
-  double debt_[16] = {};
-  double retry_credit_ = 0;  // seconds of catch-up that idle retries may spend (idle_retry)
+  double retry_credit_ = 0.25;  // seconds of catch-up that experiments may spend (idle_retry, choose)
   int probe_[16] = {}, retry_[16] = {};
   static int batch_bucket(int batch);
 };
