@@ -136,17 +136,9 @@ std::vector<int> SpecPolicy::choose(const std::vector<AcceptRates>& rates, const
   const int n = static_cast<int>(rates.size());
   std::vector<int> k(n, 0);
   if (k_max_ <= 0 || n == 0) return k;
-  const int bucket = batch_bucket(batch > 0 ? batch : n + other_tokens);
   const int b = batch > 0 ? batch : n + other_tokens;
-  if (guard_holds(b) && ++retry_[bucket] % 32 != 0) return k;
+  if (guard_holds(b) && ++retry_[batch_bucket(b)] % 32 != 0) return k;
   k = best_split(rates, uses_draft_model, other_tokens, catch_up, remaining);
-  if (catch_up && !drafting_proven(b))
-    for (int i = 0; i < n; ++i) {
-      if (k[i] == 0 || (*catch_up)[i] <= 8) continue;
-      const double cost = draft_time((*catch_up)[i]);
-      if (retry_credit_ >= cost) retry_credit_ -= cost;
-      else k[i] = 0;
-    }
   // A draft model's catch-up (its prompt, or the tokens it missed) is paid once and earned back over the steps
   // that follow; a step made cheap to extend by someone's prefill chunk says nothing about those. So a request
   // starts (or resumes) drafting only if it would draft in a plain decode step of this batch as well.
@@ -160,6 +152,15 @@ std::vector<int> SpecPolicy::choose(const std::vector<AcceptRates>& rates, const
         if ((*catch_up)[i] > 2 && steady[i] == 0) k[i] = 0;
     }
   }
+  // Where drafting has not been measured faster than plain steps at this batch size, a catch-up is an
+  // experiment, paid from the credit (after the checks above, so none is charged for a draft they cancel).
+  if (catch_up && !drafting_proven(b))
+    for (int i = 0; i < n; ++i) {
+      if (k[i] == 0 || (*catch_up)[i] <= 8) continue;
+      const double cost = draft_time((*catch_up)[i]);
+      if (retry_credit_ >= cost) retry_credit_ -= cost;
+      else k[i] = 0;
+    }
   return k;
 }
 
