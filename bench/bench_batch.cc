@@ -1,5 +1,6 @@
 // Continuous batching throughput: aggregate decode tokens/s at 1, 4, 16 and 64 concurrent sequences (one
-// pass over the weights serves them all), and TTFT / time between tokens under Poisson arrivals.
+// pass over the weights serves them all) on the paged cache of a chosen KV type, and TTFT / time between tokens
+// under Poisson arrivals.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   int threads = 2, prompt_len = 32, gen = 64, n_poisson = 48;
   double rate = 4.0;
   std::vector<int> batches{1, 4, 16, 64};
+  std::string kv = "f16";
   app.add_option("-m,--model", model_path)->required();
   app.add_option("-t,--threads", threads);
   app.add_option("-p,--prompt", prompt_len);
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
   app.add_option("--poisson-requests", n_poisson);
   app.add_option("--rate", rate, "Poisson arrivals per second");
   app.add_option("--batches", batches, "concurrent sequence counts to time (ratios are to the first)");
+  app.add_option("--kv-type", kv, "KV cache type of K and V (f16, q8_0, q4_0, ...)");
   CLI11_PARSE(app, argc, argv);
   LoadOptions lo;
   lo.n_threads = threads;
@@ -53,8 +56,14 @@ int main(int argc, char** argv) {
     for (auto& t : p) t = static_cast<int32_t>(3 + rng() % (model.config().n_vocab - 3));
     return p;
   };
+  const auto kv_type = kv_type_from_name(kv);
+  if (!kv_type) {
+    std::fprintf(stderr, "error: unknown KV type '%s'\n", kv.c_str());
+    return 1;
+  }
   EngineConfig cfg;
   cfg.kv_memory_bytes = 1ll << 30;
+  cfg.kv_type = KvTypes(*kv_type);
   double base = 0;
   std::printf("| concurrent sequences | aggregate decode tok/s | vs 1 |\n|---|---|---|\n");
   for (int n : batches) {

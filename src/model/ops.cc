@@ -278,29 +278,6 @@ void reset_state(const HeadState& s, int group, int d) {
   std::fill(s.l, s.l + group, 0.0f);
 }
 
-// A K/V walk from memory runs at well under the read bandwidth (bench_attention, 30 layers' caches): ask for
-// the rows kAttnPrefetch tiles ahead of position p (span offset off, walk ending at p1) of KV heads
-// [kvh0, kvh1), within the span, into L2 (measured ~10%).
-void prefetch_ahead(const KvSpan& sp, int off, int p, int p1, int kvh0, int kvh1, size_t k_head, size_t v_head) {
-  const int ahead = off + kAttnPrefetch * kAttnTile;
-  if (ahead >= sp.n || p + kAttnPrefetch * kAttnTile >= p1) return;
-  const int n_ahead = std::min({kAttnTile, sp.n - ahead, p1 - p - kAttnPrefetch * kAttnTile});
-  if ((kvh1 - kvh0) * k_head == sp.k_stride && (kvh1 - kvh0) * v_head == sp.v_stride) {
-    // Whole rows (every KV head): the tile's rows are one run of bytes, each line asked for once.
-    const uint8_t* kr = sp.k + static_cast<size_t>(ahead) * sp.k_stride;
-    const uint8_t* vr = sp.v + static_cast<size_t>(ahead) * sp.v_stride;
-    for (size_t b = 0; b < n_ahead * sp.k_stride; b += 64) __builtin_prefetch(kr + b, 0, 2);
-    for (size_t b = 0; b < n_ahead * sp.v_stride; b += 64) __builtin_prefetch(vr + b, 0, 2);
-    return;
-  }
-  for (int i = 0; i < n_ahead; ++i) {
-    const uint8_t* kr = sp.k + static_cast<size_t>(ahead + i) * sp.k_stride + kvh0 * k_head;
-    const uint8_t* vr = sp.v + static_cast<size_t>(ahead + i) * sp.v_stride + kvh0 * v_head;
-    for (size_t b = 0; b < (kvh1 - kvh0) * k_head; b += 64) __builtin_prefetch(kr + b, 0, 2);
-    for (size_t b = 0; b < (kvh1 - kvh0) * v_head; b += 64) __builtin_prefetch(vr + b, 0, 2);
-  }
-}
-
 // The kernel reads most type pairs in place (kernels.h attn_tile_reads); for the others (mixed pairs) each
 // tile's rows of a head are widened to f32 first (t_tile: K rows, then V rows), still in the turned basis of a
 // quantized cache (attention() turns q and the output).
@@ -329,6 +306,55 @@ TileAt tile_at(KvSequence* seq, int layer, int p, int p1) {
   return {sp, off, std::min({kAttnTile - p % kAttnTile, sp.n - off, p1 - p})};
 }
 
+// A K/V walk from memory runs at well under the read bandwidth (bench_attention, 30 layers' caches): the rows
+// of KV heads [kvh0, kvh1) of the tile kAttnPrefetch tiles after position p are asked for into L2, looked up
+// through the cache (a paged cache's next blocks too: with 16-position blocks a tile is a whole span) and
+// walking on to `end` (past the chunk, where the same thread walks the next chunk). The lines go out in
+// `parts` pieces, one before each head's tile is computed: a whole tile's lines at once (~100 for SmolLM2's
+// q8_0 rows) filled the core's miss buffers and stalled it on the prefetch instructions themselves (16k
+// positions, 2 threads: q8_0 620 -> 495 us, f16 810 -> 775 us per layer).
+class TilePrefetch {
+ public:
+  TilePrefetch(KvSequence* seq, int layer, int p, int end, int kvh0, int kvh1, size_t k_head, size_t v_head) {
+    const int pa = p + kAttnPrefetch * kAttnTile;
+    if (pa >= end) return;
+    const auto [sp, off, n] = tile_at(seq, layer, pa, end);
+    n_ = n;
+    k_ = sp.k + static_cast<size_t>(off) * sp.k_stride + kvh0 * k_head;
+    v_ = sp.v + static_cast<size_t>(off) * sp.v_stride + kvh0 * v_head;
+    k_stride_ = sp.k_stride;
+    v_stride_ = sp.v_stride;
+    k_bytes_ = (kvh1 - kvh0) * k_head;
+    v_bytes_ = (kvh1 - kvh0) * v_head;
+    whole_ = k_bytes_ == k_stride_ && v_bytes_ == v_stride_;
+  }
+  // Piece i of `parts`: whole rows (every KV head) are one run of bytes, each line asked for once; else rows.
+  void part(int i, int parts) const {
+    if (n_ == 0) return;
+    if (whole_) {
+      run(k_, n_ * k_stride_, i, parts);
+      run(v_, n_ * v_stride_, i, parts);
+      return;
+    }
+    for (int r = n_ * i / parts; r < n_ * (i + 1) / parts; ++r) {
+      run(k_ + r * k_stride_, k_bytes_, 0, 1);
+      run(v_ + r * v_stride_, v_bytes_, 0, 1);
+    }
+  }
+
+ private:
+  static void run(const uint8_t* p, size_t bytes, int i, int parts) {
+    const auto base = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+    const size_t lines = (reinterpret_cast<uintptr_t>(p) + bytes - base + 63) / 64;
+    for (size_t l = lines * i / parts; l < lines * (i + 1) / parts; ++l)
+      __builtin_prefetch(reinterpret_cast<const void*>(base + l * 64), 0, 2);
+  }
+  const uint8_t *k_ = nullptr, *v_ = nullptr;
+  size_t k_stride_ = 0, v_stride_ = 0, k_bytes_ = 0, v_bytes_ = 0;
+  int n_ = 0;
+  bool whole_ = false;
+};
+
 // A KV head's query rows (group x head_dim floats) and, for integer Q.K, the same rows quantized per 32-block.
 struct QueryRows {
   const float* f;
@@ -349,18 +375,20 @@ struct CacheLayout {
 
 // Fresh state, then every tile of positions [p0, p1) of KV heads [kvh0, kvh1): for each tile, each head in
 // turn, so one thread consumes whole K/V rows (all heads of a position) front to back, a sequential stream.
+// Prefetch looks ahead up to pf_end >= p1 (the walk the thread does next).
 // q(kvh) and st(kvh) give a KV head's query rows and softmax state. Per head, the same tiles in the same order
 // as a head walked alone.
 template <typename QueryOf, typename StateOf>
 void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int kvh0, int kvh1, QueryOf q, int group,
-                  float scale, int p0, int p1, StateOf st) {
+                  float scale, int p0, int p1, int pf_end, StateOf st) {
   for (int h = kvh0; h < kvh1; ++h) reset_state(st(h), group, a.head_dim);
   const CacheLayout cl(seq->types(), a.head_dim);
   const auto& [types, k_head, v_head, direct, row] = cl;
   for (int p = p0; p < p1;) {
     const auto [sp, off, nt] = tile_at(seq, a.layer, p, p1);
-    prefetch_ahead(sp, off, p, p1, kvh0, kvh1, k_head, v_head);
+    const TilePrefetch pf(seq, a.layer, p, pf_end, kvh0, kvh1, k_head, v_head);
     for (int h = kvh0; h < kvh1; ++h) {
+      pf.part(h - kvh0, kvh1 - kvh0);
       const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.k_stride + h * k_head;
       const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + h * v_head;
       const HeadState s = st(h);
@@ -402,7 +430,7 @@ void attend_tokens(const Kernels& k, const AttentionArgs& a, KvSequence* seq, in
   const auto& [types, k_head, v_head, direct, row] = cl;
   for (int p = lo; p < hi;) {
     const auto [sp, off, nt] = tile_at(seq, a.layer, p, hi);
-    prefetch_ahead(sp, off, p, hi, kvh, kvh + 1, k_head, v_head);
+    TilePrefetch(seq, a.layer, p, hi, kvh, kvh + 1, k_head, v_head).part(0, 1);
     const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.k_stride + kvh * k_head;
     const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + kvh * v_head;
     const float* kbuf = nullptr;  // the widened tile (mixed type pairs)
@@ -533,9 +561,11 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
         const int n_ctx = a.positions[t] + 1;
         const int c0 = std::max(lo(t), c * kAttnChunk), c1 = std::min(n_ctx, (c + 1) * kAttnChunk);
         if (c0 >= c1) continue;
+        // This thread's next item is the next chunk of the same token: prefetch runs on into it.
+        const int pf_end = i + 1 < i1 && (i + 1) / max_chunks == t ? std::min(n_ctx, c1 + kAttnChunk) : c1;
         attend_chunk(
             k, a, a.seqs[a.seq_index[t]], 0, a.n_head_kv, [&](int h) { return query(t, h); }, group, scale, c0, c1,
-            [&](int h) { return partial(t, h, c); });
+            pf_end, [&](int h) { return partial(t, h, c); });
       }
     });
     float* run = scratch(state_floats);

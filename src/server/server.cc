@@ -658,21 +658,8 @@ int serve(const ServerOptions& opts) {
   cfg.max_running = opts.max_running;
   cfg.prefix_cache = !opts.no_prefix_cache;
   cfg.kv_type = opts.kv_type;
-  if (!opts.draft_model_path.empty()) {
-    LoadOptions dlo;
-    dlo.pool = app.model->shared_pool();  // one set of threads for both models
-    dlo.rope = opts.rope;
-    dlo.logit_rows = opts.draft_vocab;
-    auto d = load_model(opts.draft_model_path, dlo);
-    if (!d.is_ok()) return fail(d.status().message());
-    app.draft = std::move(*d);
-    cfg.draft_model = app.draft.get();
-    cfg.spec = SpecMode::kDraft;
-  } else if (opts.lookup) {
-    cfg.spec = SpecMode::kLookup;
-  }
-  cfg.draft_max = opts.draft_max;
-  cfg.spec_adaptive = !opts.draft_fixed;
+  if (Status s = load_speculation(opts.spec, opts.rope, *app.model, &cfg, &app.draft); !s.is_ok())
+    return fail(s.message());
   if (auto e = Engine::create(*app.model, cfg); !e.is_ok()) return fail(e.status().message());
   app.service = std::make_unique<EngineService>(*app.model, cfg, opts.max_waiting);
   app.state = State::kReady;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/spec_options.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/rope_scaling.h"
@@ -30,11 +31,7 @@ struct ServerOptions {
   bool trust_request_chat_template = false;
   std::string chat_template_file;     // a Jinja chat template replacing the model's (llama-server's --chat-template-file)  // accept vLLM's per-request `chat_template` (rendered in the sandbox)
   bool no_prefix_cache = false;       // prefix caching is on unless this is set
-  std::string draft_model_path;       // speculative decoding with this draft model (same vocabulary)
-  bool lookup = false;                // speculative decoding by prompt lookup (when no draft model is given)
-  int draft_max = 8;                  // most draft tokens per request and step
-  bool draft_fixed = false;           // always draft_max tokens, cost model off (measuring, testing)
-  int64_t draft_vocab = 0;            // the draft proposes only token ids below this (0: all)
+  SpecOptions spec;                   // speculative decoding (engine/spec_options.h)
   RopeOverrides rope;                 // RoPE settings replacing the file's (target and draft)
   KvTypes kv_type;                    // K and V element types of the KV cache
   // > 0: while draining after SIGTERM, when no engine step has finished for this long, the in-flight requests

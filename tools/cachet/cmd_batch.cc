@@ -48,10 +48,10 @@ int run_batch(const BatchOptions& o) {
   cfg.prefix_cache = !o.no_prefix_cache;
   cfg.kv_type = o.kv.types();
   std::unique_ptr<Model> draft;
-  SpecFlags spec = o.spec;
-  spec.rope = o.rope;
-  if (Status s = apply_spec_flags(spec, *lm->model, &cfg, &draft); !s.is_ok()) return fail(s);
-  Engine engine(*lm->model, cfg);
+  if (Status s = load_speculation(o.spec, o.rope, *lm->model, &cfg, &draft); !s.is_ok()) return fail(s);
+  auto created = Engine::create(*lm->model, cfg);
+  if (!created.is_ok()) return fail(created.status());
+  Engine& engine = **created;
   std::ifstream in(o.prompts_file);
   if (!in) return fail(io_error("cannot read " + o.prompts_file));
   std::vector<int32_t> eog;

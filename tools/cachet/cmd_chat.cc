@@ -24,7 +24,7 @@ struct ChatArgs {
   int ctx_size = 4096;
   KvFlags kv;
   bool precise = false;
-  SpecFlags spec;
+  SpecOptions spec;
   RopeOverrides rope;
 };
 
@@ -48,9 +48,7 @@ int chat(ChatArgs a) {
     EngineConfig cfg;
     cfg.kv_type = a.kv.types();
     cfg.n_blocks = (ctx + cfg.block_size - 1) / cfg.block_size * 2;  // this conversation and the cached last turn
-    SpecFlags spec = a.spec;
-    spec.rope = a.rope;
-    if (Status s = apply_spec_flags(spec, **model, &cfg, &draft); !s.is_ok()) return fail(s);
+    if (Status s = load_speculation(a.spec, a.rope, **model, &cfg, &draft); !s.is_ok()) return fail(s);
     auto e = Engine::create(**model, cfg);
     if (!e.is_ok()) return fail(e.status());
     engine = std::move(*e);

@@ -34,7 +34,7 @@ struct RunArgs {
   int parallel = 0;
   std::string kv_memory = "512MiB";
   bool no_prefix_cache = false;
-  SpecFlags spec;
+  SpecOptions spec;
   RopeOverrides rope;
 };
 
@@ -126,9 +126,7 @@ int run(const RunArgs& a) {
     if (!mem.is_ok()) return fail(mem.status());
     cfg.kv_memory_bytes = *mem;
     cfg.kv_type = o.kv_type;
-    SpecFlags spec = a.spec;
-    spec.rope = a.rope;
-    if (Status s = apply_spec_flags(spec, *model, &cfg, &draft); !s.is_ok()) return fail(s);
+    if (Status s = load_speculation(a.spec, a.rope, *model, &cfg, &draft); !s.is_ok()) return fail(s);
     auto e = Engine::create(*model, cfg);
     if (!e.is_ok()) return fail(e.status());
     engine = std::move(*e);

@@ -33,22 +33,8 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_flag("--trust-request-chat-template", o->trust_request_chat_template,
               "accept a 'chat_template' in chat requests (vLLM's field; rendered within the template limits)");
   c->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
-  c->add_option("--draft-model", o->draft_model_path,
-                "speculative decoding with this draft model (same vocabulary, e.g. a low-bit quantization of -m)");
-  c->add_flag("--lookup", o->lookup, "speculative decoding by prompt lookup: drafts copied from the text so far");
-  c->add_option("--draft-max", o->draft_max, "most draft tokens per step (the engine picks fewer when they do not pay)")
-      ->check(CLI::Range(1, 64));
-  c->add_option("--draft-vocab", o->draft_vocab,
-                "the draft model proposes only token ids below N (the frequent start of a BPE vocabulary), skipping most "
-                "of its head; output stays exact (0: every id)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_flag("--draft-fixed", o->draft_fixed,
-              "always draft --draft-max tokens, even when the cost model says it does not pay (measuring, testing)");
+  add_spec_flags(c, &o->spec);
   c->callback([o, kv, kv_memory, exit_code] {
-    if (!o->draft_model_path.empty() && o->lookup) {
-      *exit_code = fail(invalid_argument("give --draft-model or --lookup, not both"));
-      return;
-    }
     server::ServerOptions opts = *o;
     opts.kv_type = kv->types();
     opts.model_path = resolve_model_path(opts.model_path);

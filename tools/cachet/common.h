@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cachet/status.h"
+#include "engine/spec_options.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -79,19 +80,9 @@ int fail(const Status& s);
 // "512MiB", "2GiB", "1000000" (bytes), or "0.25" (a fraction of physical memory).
 Result<int64_t> parse_memory(const std::string& s);
 
-// Speculative decoding flags (run, chat, serve, batch): --draft-model FILE, --lookup, --draft-max K.
-struct SpecFlags {
-  std::string draft_model;
-  RopeOverrides rope;  // the target's RoPE flags, applied to the draft as well
-  bool lookup = false;
-  int draft_max = 8;
-  bool fixed = false;  // always draft draft_max tokens (no cost model): for measuring and testing
-  int64_t draft_vocab = 0;  // the draft's logits only for token ids below this (0: all; LoadOptions::logit_rows)
-  bool any() const { return lookup || !draft_model.empty(); }
-};
-void add_spec_flags(CLI::App* c, SpecFlags* f);
-// Loads the draft model (on the target's threads) into *draft and sets cfg's speculation fields.
-Status apply_spec_flags(const SpecFlags& f, Model& target, EngineConfig* cfg, std::unique_ptr<Model>* draft);
+// Speculative decoding flags (run, chat, serve, batch): --draft-model FILE, --lookup, --draft-max K, --draft-vocab N,
+// --draft-fixed; engine/spec_options.h load_speculation applies them.
+void add_spec_flags(CLI::App* c, SpecOptions* o);
 
 // Many prompts (one per line of a file) through the continuous-batching engine: `cachet batch`, and
 // `cachet run -f FILE --parallel N`.
@@ -101,7 +92,7 @@ struct BatchOptions {
   SamplingParams sampling;
   bool json = false, raw = false;
   bool no_prefix_cache = false;
-  SpecFlags spec;
+  SpecOptions spec;
   RopeOverrides rope;
   KvFlags kv;
 };

@@ -1,0 +1,22 @@
+#include "engine/spec_options.h"
+
+namespace cachet {
+
+Status load_speculation(const SpecOptions& o, const RopeOverrides& rope, Model& target, EngineConfig* cfg,
+                        std::unique_ptr<Model>* draft) {
+  if (!o.draft_model.empty() && o.lookup) return invalid_argument("give --draft-model or --lookup, not both");
+  cfg->draft_max = o.draft_max;
+  cfg->spec_adaptive = !o.fixed;
+  if (o.lookup) cfg->spec = SpecMode::kLookup;
+  if (o.draft_model.empty()) return Status::ok();
+  LoadOptions lo;
+  lo.pool = target.shared_pool();  // one set of threads for both models
+  lo.rope = rope;
+  lo.logit_rows = o.draft_vocab;
+  CACHET_ASSIGN_OR_RETURN(*draft, load_model(o.draft_model, lo));
+  cfg->draft_model = draft->get();
+  cfg->spec = SpecMode::kDraft;
+  return Status::ok();
+}
+
+}  // namespace cachet
