@@ -2,9 +2,14 @@
 
 namespace cachet {
 
+Status SpecOptions::validate() const {
+  if (!draft_model.empty() && lookup) return invalid_argument("give --draft-model or --lookup, not both");
+  return Status::ok();
+}
+
 Status load_speculation(const SpecOptions& o, const RopeOverrides& rope, Model& target, EngineConfig* cfg,
                         std::unique_ptr<Model>* draft) {
-  if (!o.draft_model.empty() && o.lookup) return invalid_argument("give --draft-model or --lookup, not both");
+  CACHET_RETURN_IF_ERROR(o.validate());
   cfg->draft_max = o.draft_max;
   cfg->spec_adaptive = !o.fixed;
   if (o.lookup) cfg->spec = SpecMode::kLookup;

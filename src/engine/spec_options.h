@@ -21,6 +21,8 @@ struct SpecOptions {
   bool fixed = false;       // always draft_max tokens, cost model off (measuring, testing)
   int64_t draft_vocab = 0;  // the draft proposes only token ids below this (0: all; LoadOptions::logit_rows)
   bool any() const { return lookup || !draft_model.empty(); }
+  // Errors: both proposers asked for.
+  Status validate() const;
 };
 
 // Checks o, loads its draft model on the target's threads (with the target's RoPE overrides) into *draft and

@@ -35,6 +35,10 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
   add_spec_flags(c, &o->spec);
   c->callback([o, kv, kv_memory, exit_code] {
+    if (Status s = o->spec.validate(); !s.is_ok()) {
+      *exit_code = fail(s);
+      return;
+    }
     server::ServerOptions opts = *o;
     opts.kv_type = kv->types();
     opts.model_path = resolve_model_path(opts.model_path);
