@@ -312,7 +312,7 @@ TileAt tile_at(KvSequence* seq, int layer, int p, int p1) {
 // walking on to `end` (past the chunk, where the same thread walks the next chunk). The lines go out in
 // `parts` pieces, one before each head's tile is computed: a whole tile's lines at once (~100 for SmolLM2's
 // q8_0 rows) filled the core's miss buffers and stalled it on the prefetch instructions themselves (16k
-// positions, 2 threads: q8_0 620 -> 495 us, f16 810 -> 775 us per layer).
+// positions, 2 threads, per layer: q8_0 617-637 -> 467-474 us, f16 796-830 -> 736-788 us; docs/kv_quant.md).
 class TilePrefetch {
  public:
   TilePrefetch(KvSequence* seq, int layer, int p, int end, int kvh0, int kvh1, size_t k_head, size_t v_head) {
