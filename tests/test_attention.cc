@@ -2,6 +2,7 @@
 // for context lengths 1 to 4096, with GQA; and with every KV element type (kv/kv_type.h), against naive
 // attention over the values the cache holds.
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -157,6 +158,41 @@ TEST(Attention, QueryBlocksEqualTokensAloneBitwise) {
             ASSERT_EQ(alone[i], batch_out[t * H * D + i]) << "token " << t << " window " << window << " element " << i;
         }
       }
+    }
+  }
+}
+
+// Decode tokens of many sequences with many KV heads (8 here, so per-head work items would balance two threads)
+// walk whole rows by chunks; the same token as the last of a prefill block walks per KV head. Bitwise equal.
+TEST(Attention, DecodeBatchWithManyKvHeadsEqualsThePrefillWalkBitwise) {
+  const int max_ctx = 1100, H = 16, KH = 8, D = 64, S = 6;
+  for (KvTypes kv : {KvTypes(KvType::kF16), KvTypes(KvType::kQ8_0), KvTypes(KvType::kQ4_0)}) {
+    std::vector<std::unique_ptr<ContiguousKvCache>> caches;
+    std::vector<KvSequence*> seqs;
+    std::mt19937 rng(5);
+    for (int s = 0; s < S; ++s) {
+      caches.push_back(std::make_unique<ContiguousKvCache>(one_layer(H, KH, D), max_ctx, kv));
+      fill_random(caches.back().get(), KH * D, &rng, D);
+      seqs.push_back(caches.back().get());
+    }
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> q(2 * S * H * D), batch_out(S * H * D), pair_out(2 * H * D);
+    for (auto& x : q) x = 2.0f * nd(rng);
+    std::vector<int32_t> positions(S), seq_index(S);
+    for (int s = 0; s < S; ++s) positions[s] = 300 + 150 * s, seq_index[s] = s;
+    ThreadPool pool(2);
+    AttentionArgs args{q.data(), batch_out.data(), S, positions.data(), seq_index.data(), seqs.data(), 0, H, KH, D};
+    attention(pool, args);
+    for (int s = 0; s < S; ++s) {
+      // Two consecutive tokens of sequence s: a prefill block; the second has the decode token's query.
+      std::vector<float> q2(2 * H * D);
+      std::copy(q.begin() + (S + s) * H * D, q.begin() + (S + s + 1) * H * D, q2.begin());
+      std::copy(q.begin() + s * H * D, q.begin() + (s + 1) * H * D, q2.begin() + H * D);
+      int32_t pos2[] = {positions[s] - 1, positions[s]}, seq2[] = {s, s};
+      AttentionArgs pair{q2.data(), pair_out.data(), 2, pos2, seq2, seqs.data(), 0, H, KH, D};
+      attention(pool, pair);
+      for (int i = 0; i < H * D; ++i)
+        ASSERT_EQ(pair_out[H * D + i], batch_out[s * H * D + i]) << kv_type_name(kv.k) << " seq " << s << " element " << i;
     }
   }
 }

@@ -546,7 +546,13 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
   int64_t work = 0;
   for (int t = 0; t < a.n_tokens; ++t) work += static_cast<int64_t>(a.positions[t] + 1 - lo(t)) * a.n_head;
   const bool inline_only = work <= kAttnInlineWork;
-  if (!inline_only && max_chunks > 1 && heads < 4 * pool.n_threads()) {
+  // Decode tokens (no two of one sequence) walk whole K/V rows by chunks too when their partial states stay
+  // small: a KV head's slice of a block-quantized row (68 bytes of q8_0 at head dim 64) straddles cache lines,
+  // so walking each head alone reads most lines twice.
+  bool decode_only = true;
+  for (int t = 1; t < a.n_tokens && decode_only; ++t) decode_only = a.seq_index[t] != a.seq_index[t - 1];
+  const bool small_partials = heads * max_chunks * static_cast<int64_t>(state_floats) * 4 <= (int64_t{4} << 20);
+  if (!inline_only && max_chunks > 1 && (heads < 4 * pool.n_threads() || (decode_only && small_partials))) {
     // Few heads, deep context: one work item per (token, chunk) covering every KV head, merged in chunk order
     // afterwards (flash-decoding).
     const int64_t items = static_cast<int64_t>(a.n_tokens) * max_chunks;
