@@ -19,6 +19,7 @@
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/synthetic.h"
+#include "spec/draft_model.h"
 #include "spec/lookup.h"
 #include "spec/policy.h"
 #include "spec/verify.h"
@@ -407,6 +408,65 @@ TEST(SpecDraftVocab, HeadSubsetEqualsTheWholeHeadOnItsRows) {
   EXPECT_FALSE(load_model(testing::temp_path("spec_target.gguf"), bad).is_ok());
 }
 
+// A draft model's further passes run only while they pay (DraftModelProposer::PassBudget): a pass dear next
+// to what a token is worth stops every request at its first draft token; a cheap one lets the likely requests
+// (first * cont^j) go on after the unlikely ones stop; without a budget each drafts its k (p_min 0). The draft
+// is always a prefix of the unbudgeted one (the same greedy tokens, fewer of them).
+TEST(SpecDraftModel, FurtherPassesRunOnlyWhileTheyPay) {
+  auto target = synthetic(42, "spec_target.gguf");
+  auto draft = synthetic(7, "spec_other.gguf");
+  const int V = static_cast<int>(target->config().n_vocab);
+  DraftModelConfig dc;
+  dc.n_blocks = 64;
+  dc.p_min = 0.0f;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<std::vector<int32_t>> prompts;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 9 + i; ++t) p.push_back(static_cast<int32_t>(rng() % V));
+    prompts.push_back(std::move(p));
+  }
+  auto propose = [&](const DraftModelProposer::PassBudget& budget, double likely_first, double unlikely_first) {
+    auto d = DraftModelProposer::create(*draft, *target, dc);
+    EXPECT_TRUE(d.is_ok());
+    (*d)->set_pass_budget(budget);
+    std::vector<DraftJob> jobs(prompts.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      jobs[i].id = static_cast<int64_t>(i);
+      jobs[i].tokens = &prompts[i];
+      jobs[i].n_prompt = static_cast<int>(prompts[i].size());
+      jobs[i].params = &greedy;
+      jobs[i].k = 6;
+      jobs[i].first = i < 2 ? likely_first : unlikely_first;
+      jobs[i].cont = 0.9;
+    }
+    EXPECT_TRUE((*d)->propose(jobs).is_ok());
+    std::vector<std::vector<int32_t>> out;
+    for (DraftJob& j : jobs) out.push_back(j.draft);
+    return out;
+  };
+  const auto full = propose({}, 1.0, 1.0);
+  for (const auto& d : full) EXPECT_EQ(d.size(), 6u);
+  DraftModelProposer::PassBudget dear;
+  dear.token_secs = 1e-3;
+  dear.pass_secs = [](int) { return 10e-3; };
+  for (const auto& d : propose(dear, 1.0, 1.0)) EXPECT_EQ(d.size(), 1u);
+  // 1 ms a pass, 1 ms a token, 0.1 ms to verify one: the two unlikely requests (first 0.05: worth 0.05 ms)
+  // leave after their first token; the two likely ones (first 1.0) pay for passes on their own while
+  // 2 * 0.9^j >= 1.2 ms (j <= 4: five tokens).
+  DraftModelProposer::PassBudget cheap;
+  cheap.token_secs = 1e-3;
+  cheap.verify_secs_per_token = 0.1e-3;
+  cheap.pass_secs = [](int) { return 1e-3; };
+  const auto some = propose(cheap, 1.0, 0.05);
+  for (size_t i = 0; i < some.size(); ++i) {
+    EXPECT_EQ(some[i].size(), i < 2 ? 5u : 1u) << i;
+    EXPECT_TRUE(std::equal(some[i].begin(), some[i].end(), full[i].begin())) << i;
+  }
+}
+
 // Sampling with speculation: the same seed gives the same tokens (and other requests in the batch do not
 // change them when k is fixed).
 TEST(SpecEngine, SameSeedSameTokens) {
@@ -554,7 +614,7 @@ TEST(SpecPolicy, GuardComparesDraftingWithPlainStepsAndCatchUpsWaitForProof) {
       for (int n = 1; n <= 9; ++n) p.observe_target(n, (10.0 + 0.1 * n) * 1e-3);
     for (int rep = 0; rep < 6; ++rep) {
       p.observe_draft(1, 1e-3);
-      p.observe_draft(64, 20e-3);
+      p.observe_draft(64, 30e-3);
     }
     return p;
   };
@@ -576,17 +636,17 @@ TEST(SpecPolicy, GuardComparesDraftingWithPlainStepsAndCatchUpsWaitForProof) {
   int drafted = 0;
   for (int i = 0; i < 64; ++i) drafted += loses.choose({0.9}, {true}, 0, 1)[0] > 0;
   EXPECT_EQ(drafted, 2);  // every 32nd
-  // A request 64 tokens behind (a 20 ms catch-up) at a proven batch size drafts; at an unproven one (4
-  // clients, nothing measured there) it spends the credit (0.25 s at start: twelve such catch-ups), then waits
-  // for the credit its steps earn (1/20 of each).
+  // A request 64 tokens behind (a 30 ms catch-up) at a proven batch size drafts; at an unproven one (4
+  // clients, nothing measured there) it spends the credit (0.1 s at start: three such catch-ups), then waits
+  // for the credit its steps earn (1/50 of each).
   const std::vector<int> behind = {64}, left = {1000};
   EXPECT_GT(pays.choose({0.9}, {true}, 0, 1, &behind, &left)[0], 0);
   SpecPolicy fresh = warmed();
   int started = 0;
   for (int i = 0; i < 20; ++i) started += fresh.choose({0.9}, {true}, 0, 4, &behind, &left)[0] > 0;
-  EXPECT_EQ(started, 12);
-  // 10 ms of credit left; each 10 ms step earns 0.5 ms: 20 steps to the next.
-  for (int i = 0; i < 18; ++i) fresh.earn_retry_credit(10e-3);
+  EXPECT_EQ(started, 3);
+  // 10 ms of credit left; each 10 ms step earns 0.2 ms: 100 steps to the next.
+  for (int i = 0; i < 98; ++i) fresh.earn_retry_credit(10e-3);
   EXPECT_EQ(fresh.choose({0.9}, {true}, 0, 4, &behind, &left)[0], 0);
   for (int i = 0; i < 3; ++i) fresh.earn_retry_credit(10e-3);
   EXPECT_GT(fresh.choose({0.9}, {true}, 0, 4, &behind, &left)[0], 0);
@@ -617,7 +677,7 @@ TEST(SpecPolicy, DraftModelRatesLeanOnTheEngineWideRate) {
 }
 
 // A request kept from drafting retries: every 32nd idle step while its draft is caught up; when the draft fell
-// behind, once the engine-wide credit (1/20 of every step's time) covers the catch-up, one budget for all the
+// behind, once the engine-wide credit (1/50 of every step's time) covers the catch-up, one budget for all the
 // requests that wait; a catch-up that only grows while the request waits does not keep it from drafting forever.
 TEST(SpecPolicy, IdleRequestRetriesOnceItsCatchUpIsWorthIt) {
   SpecPolicy p(8);
@@ -629,20 +689,20 @@ TEST(SpecPolicy, IdleRequestRetriesOnceItsCatchUpIsWorthIt) {
   EXPECT_EQ(p.idle_retry(31, 1, 1), 0);
   EXPECT_EQ(p.idle_retry(32, 1, 1), 1);
   EXPECT_EQ(p.idle_retry(32, 8, 1), 1);
-  // 64 tokens behind: a 30 ms catch-up. The starting credit (0.25 s) pays eight at once, leaving 10 ms; then
-  // each 10 ms step earns 0.5 ms: 40 steps to the next, 60 (20 catch-ups' worth of time) to each after it.
+  // 64 tokens behind: a 30 ms catch-up. The starting credit (0.1 s) pays three at once, leaving 10 ms; then
+  // each 10 ms step earns 0.2 ms: 100 steps to the next, 150 (50 catch-ups' worth of time) to each after it.
   int at_once = 0;
   while (p.idle_retry(32, 64, 1) != 0) ++at_once;
-  EXPECT_EQ(at_once, 8);
+  EXPECT_EQ(at_once, 3);
   int steps = 0;
   while (p.idle_retry(32, 64, 1) == 0 && steps < 1000) p.earn_retry_credit(10e-3), ++steps;
-  EXPECT_EQ(steps, 40);
-  // The credit is spent: sixteen requests waiting together retry one at a time, 60 steps apart.
+  EXPECT_NEAR(steps, 100, 1);
+  // The credit is spent: sixteen requests waiting together retry one at a time, 150 steps apart.
   for (int r = 0; r < 16; ++r) {
     int waited = 0;
     while (p.idle_retry(40, 64, 1) == 0 && waited < 1000) p.earn_retry_credit(10e-3), ++waited;
-    EXPECT_GE(waited, 59) << r;
-    EXPECT_LE(waited, 61) << r;
+    EXPECT_GE(waited, 149) << r;
+    EXPECT_LE(waited, 151) << r;
   }
   // Far behind (a catch-up worth more than the credit can hold): after 256 idle steps, on credit not in debt;
   // then the debt is earned back before the next.

@@ -52,8 +52,8 @@ Status Engine::propose_drafts() {
   other_tokens = std::min(other_tokens, cfg_.max_batch_tokens);
 
   std::vector<int> ks(cands.size(), cfg_.draft_max);
+  std::vector<AcceptRates> rates;
   if (cfg_.spec_adaptive) {
-    std::vector<AcceptRates> rates;
     std::vector<bool> uses_draft;
     std::vector<int> catch_up, remaining;
     for (Request* r : cands) {
@@ -131,10 +131,27 @@ Status Engine::propose_drafts() {
       j.n_prompt = r->n_prompt;
       j.params = &r->params;
       j.k = k;
+      if (!rates.empty()) {
+        j.first = rates[i].first;
+        j.cont = rates[i].cont;
+      }
       jobs.push_back(std::move(j));
       owners.push_back(r);
     }
     if (jobs.empty()) continue;
+    if (mode == SpecMode::kDraft) {
+      // Further draft passes only while they pay at this batch size (DraftModelProposer::PassBudget).
+      DraftModelProposer::PassBudget budget;
+      if (cfg_.spec_adaptive && policy_.target_cost().measured() && policy_.draft_cost().measured()) {
+        const int batch = std::max(1, scheduler_->n_running());
+        budget.token_secs = policy_.target_cost().predict(batch) / batch;
+        const int v0 = other_tokens + static_cast<int>(cands.size()), dv = 4 * static_cast<int>(jobs.size());
+        budget.verify_secs_per_token =
+            std::max(0.0, (policy_.target_cost().predict(v0 + dv) - policy_.target_cost().predict(v0)) / dv);
+        budget.pass_secs = [this](int n) { return policy_.draft_time(n); };
+      }
+      draft_->set_pass_budget(std::move(budget));
+    }
     CACHET_RETURN_IF_ERROR(proposer(mode)->propose(jobs));
     if (mode == SpecMode::kDraft)
       for (auto [tokens, secs] : draft_->last_passes()) {

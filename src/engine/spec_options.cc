@@ -4,6 +4,7 @@ namespace cachet {
 
 Status SpecOptions::validate() const {
   if (!draft_model.empty() && lookup) return invalid_argument("give --draft-model or --lookup, not both");
+  if (!(draft_p_min >= 0.0f && draft_p_min <= 1.0f)) return invalid_argument("--draft-p-min is a probability, 0..1");
   return Status::ok();
 }
 
@@ -11,6 +12,7 @@ Status load_speculation(const SpecOptions& o, const RopeOverrides& rope, Model& 
                         std::unique_ptr<Model>* draft) {
   CACHET_RETURN_IF_ERROR(o.validate());
   cfg->draft_max = o.draft_max;
+  cfg->draft_p_min = o.draft_p_min;
   cfg->spec_adaptive = !o.fixed;
   if (o.lookup) cfg->spec = SpecMode::kLookup;
   if (o.draft_model.empty()) return Status::ok();

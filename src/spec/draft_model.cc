@@ -64,6 +64,24 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
   // Pass r feeds each live request's unseen tokens (pass 0: the catch-up; later: its previous draft token)
   // and drafts one more token from the last position's logits.
   for (int pass = 0; !live.empty(); ++pass) {
+    if (pass > 0 && budget_.token_secs > 0 && budget_.pass_secs) {
+      // A request stays in the pass while its next token is worth what it adds (its verification and its
+      // share of a fuller pass); the pass runs while the requests left are worth the whole of it.
+      const int n = static_cast<int>(live.size());
+      const double extra = n > 1 ? std::max(0.0, budget_.pass_secs(n) - budget_.pass_secs(n - 1)) : 0.0;
+      std::vector<Live> kept;
+      double expected = 0;
+      for (Live& l : live) {
+        const DraftJob& j = *l.job;
+        const double p = j.first * std::pow(j.cont, static_cast<double>(j.draft.size()));
+        if (p * budget_.token_secs < budget_.verify_secs_per_token + extra) continue;
+        expected += p;
+        kept.push_back(std::move(l));
+      }
+      const int m = static_cast<int>(kept.size());
+      if (m == 0 || expected * budget_.token_secs < budget_.pass_secs(m) + m * budget_.verify_secs_per_token) break;
+      live = std::move(kept);
+    }
     ForwardBatch b;
     for (const Live& l : live) {
       const int seq = static_cast<int>(b.seqs.size());

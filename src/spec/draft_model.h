@@ -7,6 +7,7 @@
 // chain, with a generator of their own (seeded from the request's seed), and report it as q.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 
@@ -21,7 +22,7 @@ struct DraftModelConfig {
   int n_blocks = 0;      // its KV pool; blocks of block_size tokens
   int block_size = 16;
   KvTypes kv_type;
-  float p_min = 0.5f;    // greedy: stop drafting when the draft's top probability is below this
+  float p_min = 0.2f;    // greedy: stop drafting when the draft's top probability is below this
 };
 
 class DraftModelProposer final : public Proposer {
@@ -32,6 +33,20 @@ class DraftModelProposer final : public Proposer {
   Status propose(std::span<DraftJob> jobs) override;
   void truncate(int64_t id, int n_valid) override;
   void release(int64_t id) override;
+
+  // A pass after the first feeds every request still drafting one more token. A request stays in it while
+  // P(its next draft token is accepted) (DraftJob::first * cont^j) times token_secs (what a token costs without
+  // speculation at this batch size) covers its verification (verify_secs_per_token) and what it adds to the
+  // pass; the pass runs while the sum over the requests left covers pass_secs(requests) plus their
+  // verification. Without it, a batch step ran pass after pass for the one or two requests still confident
+  // (each pass reads all the draft's weights) long after they paid.
+  // token_secs <= 0: no such stop (every request drafts to its k or its p_min stop).
+  struct PassBudget {
+    double token_secs = 0;
+    double verify_secs_per_token = 0;
+    std::function<double(int)> pass_secs;
+  };
+  void set_pass_budget(PassBudget b) { budget_ = std::move(b); }
 
   const KvCacheManager& kv() const { return manager_; }
   // Tokens of the request whose K/V the draft holds (0 before its first draft).
@@ -62,6 +77,7 @@ class DraftModelProposer final : public Proposer {
   std::unordered_map<int64_t, Seq> seqs_;
   std::vector<float> logits_;
   std::vector<std::pair<int, double>> last_passes_;
+  PassBudget budget_;
 };
 
 }  // namespace cachet

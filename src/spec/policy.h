@@ -118,7 +118,7 @@ class SpecPolicy {
   // Without any retry a request that stopped drafting never drafted again (session 24). Never while the guard
   // holds speculation off at this batch size. Returns the retry's draft tokens, 0 while none is due.
   int idle_retry(int idle_steps, int catch_up, int batch);
-  void earn_retry_credit(double step_secs) { retry_credit_ = std::min(retry_credit_ + step_secs / 20.0, 1.0); }
+  void earn_retry_credit(double step_secs) { retry_credit_ = std::min(retry_credit_ + step_secs / 50.0, 1.0); }
   // The guard holds speculation off at this batch size: drafting steps measured slower than plain ones.
   bool guard_holds(int batch) const;
   // Drafting steps at this batch size measured faster than plain ones.
@@ -151,7 +151,7 @@ class SpecPolicy {
     double rate() const { return seconds > 0 ? tokens / seconds : 0.0; }
   };
   Rate drafted_[16], plain_[16];
-  double retry_credit_ = 0.25;  // seconds of catch-up that experiments may spend (idle_retry, choose)
+  double retry_credit_ = 0.1;  // seconds of catch-up that experiments may spend (idle_retry, choose)
   int probe_[16] = {}, retry_[16] = {};
   static int batch_bucket(int batch);
 };

@@ -21,6 +21,9 @@ struct DraftJob {
   int n_prompt = 0;
   const SamplingParams* params = nullptr;
   int k = 0;                                  // most tokens to propose
+  // The engine's estimate that draft token j (0-based) is accepted: first * cont^j (spec/policy.h). A draft
+  // model weighs a further pass by it (DraftModelProposer::set_pass_budget); 1, 1: every token counts whole.
+  double first = 1.0, cont = 1.0;
   // Out: the draft, and per token the draft's distribution when it sampled (temperature > 0). Empty q: the
   // draft is deterministic (all of q's mass on each draft token).
   std::vector<int32_t> draft;

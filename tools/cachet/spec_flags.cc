@@ -15,6 +15,9 @@ void add_spec_flags(CLI::App* c, SpecOptions* f) {
                 "the draft model proposes only token ids below N (the frequent start of a BPE vocabulary), skipping most "
                 "of its head; output stays exact (0: every id)")
       ->check(CLI::NonNegativeNumber);
+  c->add_option("--draft-p-min", f->draft_p_min,
+                "greedy: the draft model stops drafting where its own top probability falls below P (default 0.2)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_flag("--draft-fixed", f->fixed,
               "always draft --draft-max tokens, even when the cost model says it does not pay (measuring, testing)");
 }
