@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "engine/scheduler.h"
+#include "engine/spec_options.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/synthetic.h"
@@ -465,6 +466,33 @@ TEST(SpecDraftModel, FurtherPassesRunOnlyWhileTheyPay) {
     EXPECT_EQ(some[i].size(), i < 2 ? 5u : 1u) << i;
     EXPECT_TRUE(std::equal(some[i].begin(), some[i].end(), full[i].begin())) << i;
   }
+}
+
+// What run, chat, batch and serve accept: one proposer, a p_min that is a probability; load_speculation carries
+// the numbers into the engine's configuration.
+TEST(SpecOptions, ValidatesAndCarriesIntoTheEngineConfig) {
+  SpecOptions o;
+  o.lookup = true;
+  EXPECT_TRUE(o.validate().is_ok());
+  o.draft_model = "d.gguf";
+  EXPECT_FALSE(o.validate().is_ok());
+  o.draft_model.clear();
+  for (float bad : {-0.1f, 1.5f, std::nanf("")}) {
+    o.draft_p_min = bad;
+    EXPECT_FALSE(o.validate().is_ok()) << bad;
+  }
+  o.draft_p_min = 0.35f;
+  o.draft_max = 5;
+  auto target = synthetic(42, "spec_target.gguf");
+  EngineConfig cfg;
+  std::unique_ptr<Model> draft;
+  ASSERT_TRUE(load_speculation(o, RopeOverrides{}, *target, &cfg, &draft).is_ok());
+  EXPECT_EQ(cfg.draft_p_min, 0.35f);
+  EXPECT_EQ(cfg.draft_max, 5);
+  EXPECT_EQ(cfg.spec, SpecMode::kLookup);
+  EXPECT_EQ(draft, nullptr);
+  o.draft_p_min = 2.0f;
+  EXPECT_FALSE(load_speculation(o, RopeOverrides{}, *target, &cfg, &draft).is_ok());
 }
 
 // Sampling with speculation: the same seed gives the same tokens (and other requests in the batch do not
