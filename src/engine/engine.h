@@ -47,7 +47,7 @@ struct EngineConfig {
   SpecMode spec = SpecMode::kOff;
   Model* draft_model = nullptr;
   int draft_max = 8;
-  float draft_p_min = 0.2f;
+  float draft_p_min = kDefaultDraftPMin;
   bool spec_adaptive = true;
 };
 

@@ -18,11 +18,14 @@
 
 namespace cachet {
 
+// Greedy drafts stop below this draft confidence unless told otherwise (--draft-p-min; docs/decisions.md).
+inline constexpr float kDefaultDraftPMin = 0.2f;
+
 struct DraftModelConfig {
   int n_blocks = 0;      // its KV pool; blocks of block_size tokens
   int block_size = 16;
   KvTypes kv_type;
-  float p_min = 0.2f;    // greedy: stop drafting when the draft's top probability is below this
+  float p_min = kDefaultDraftPMin;  // greedy: stop drafting when the draft's top probability is below this
 };
 
 class DraftModelProposer final : public Proposer {
