@@ -21,6 +21,10 @@ import sys
 from compare_llamacpp import ROOT, run_json
 
 
+# Cache types llama.cpp also has; q4r (cachet's own 4-bit scheme) runs in cachet alone.
+LLAMA_KV_TYPES = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}
+
+
 def llama_tg(binary, model, threads, depth, n_gen, kv, fa):
     out = subprocess.run([binary, "-m", model, "-t", str(threads), "-r", "1", "-o", "json", "-p", "0", "-n",
                           str(n_gen), "-d", str(depth), "-ctk", kv, "-ctv", kv, "-fa", fa],
@@ -52,7 +56,7 @@ def main():
                 for kv in types:
                     runs = [("cachet", lambda: run_json([a.bench, "-m", model, "-t", str(a.threads), "-r", "1", "-p",
                                                           str(depth), "-n", str(a.n_gen), "--kv-type", kv])["tg_tok_s"])]
-                    if a.llama_bench:
+                    if a.llama_bench and kv in LLAMA_KV_TYPES:
                         # A quantized V cache needs llama.cpp's flash attention; an f16 one runs both ways and
                         # the faster counts (its CPU flash attention is the slower path for f16 here).
                         for fa in (a.f16_fa.split(",") if kv == "f16" else ["on"]):
