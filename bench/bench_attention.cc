@@ -114,6 +114,10 @@ BENCHMARK(BM_FlashType)
     ->Args({4096, 1, static_cast<int>(KvType::kF16), 1})  // one thread: the tile's cost alone, less noise
     ->Args({4096, 1, static_cast<int>(KvType::kQ8_0), 1})
     ->Args({4096, 1, static_cast<int>(KvType::kQ4_0), 1})
+    // 1k positions: one layer's K/V fits a 1 MB L2 (Zen 4; 4k of f16 rows is 3 MB), the tile's arithmetic alone.
+    ->Args({1024, 1, static_cast<int>(KvType::kF16), 1})
+    ->Args({1024, 1, static_cast<int>(KvType::kQ8_0), 1})
+    ->Args({1024, 1, static_cast<int>(KvType::kQ4_0), 1})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Naive)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();
