@@ -25,41 +25,43 @@ struct Setup {
   ModelConfig cfg;
   std::unique_ptr<ContiguousKvCache> cache;
   std::vector<float> q, out;
-  explicit Setup(int n, KvType t = KvType::kF16) {
+  // n_head query heads over n_head_kv KV heads of size kD (SmolLM2's 9 / 3 unless given).
+  explicit Setup(int n, KvType t = KvType::kF16, int n_head = kH, int n_head_kv = kKH) {
     cfg.n_layer = 1;
-    cfg.n_head = kH;
-    cfg.n_head_kv = kKH;
+    cfg.n_head = n_head;
+    cfg.n_head_kv = n_head_kv;
     cfg.head_dim = kD;
     cache = std::make_unique<ContiguousKvCache>(cfg, n, KvTypes(t));
     std::mt19937 rng(1);
     std::normal_distribution<float> nd;
-    std::vector<float> row(kKH * kD);
+    std::vector<float> row(n_head_kv * kD);
     for (int p = 0; p < n; ++p) {
       for (auto& x : row) x = nd(rng);
-      kv_quantize_row(t, row.data(), cache->k_row(0, p), kKH * kD, kD);
-      kv_quantize_row(t, row.data(), cache->v_row(0, p), kKH * kD, kD);
+      kv_quantize_row(t, row.data(), cache->k_row(0, p), n_head_kv * kD, kD);
+      kv_quantize_row(t, row.data(), cache->v_row(0, p), n_head_kv * kD, kD);
     }
-    q.resize(kH * kD);
+    q.resize(n_head * kD);
     for (auto& x : q) x = nd(rng);
-    out.resize(kH * kD);
+    out.resize(n_head * kD);
   }
 };
 
 // A decode step's attention over n positions, layers' caches of type t visited in turn (30: the KV comes from
 // memory rather than L2, as in a decode step; 1: from cache), one token, SmolLM2's head layout.
-void run_flash(benchmark::State& st, int n, int threads, int n_layers, KvType t) {
+void run_flash(benchmark::State& st, int n, int threads, int n_layers, KvType t, int n_head = kH,
+               int n_head_kv = kKH) {
   std::vector<std::unique_ptr<Setup>> layers;
-  for (int l = 0; l < n_layers; ++l) layers.push_back(std::make_unique<Setup>(n, t));
+  for (int l = 0; l < n_layers; ++l) layers.push_back(std::make_unique<Setup>(n, t, n_head, n_head_kv));
   ThreadPool pool(threads);
   size_t li = 0;
   const int32_t pos = n - 1, seq = 0;
   for (auto _ : st) {
     Setup& s = *layers[li++ % layers.size()];
     KvSequence* seqs[] = {s.cache.get()};
-    attention(pool, {s.q.data(), s.out.data(), 1, &pos, &seq, seqs, 0, kH, kKH, kD});
+    attention(pool, {s.q.data(), s.out.data(), 1, &pos, &seq, seqs, 0, n_head, n_head_kv, kD});
     benchmark::DoNotOptimize(s.out.data());
   }
-  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 2 * kv_row_bytes(t, kKH * kD));
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * 2 * kv_row_bytes(t, n_head_kv * kD));
 }
 
 // range(0) positions in context, range(1) threads, range(2) 1: 30 layers' caches visited in turn (f16).
@@ -73,6 +75,14 @@ void BM_FlashType(benchmark::State& st) {
   const auto t = static_cast<KvType>(st.range(2));
   st.SetLabel(kv_type_name(t));
   run_flash(st, static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), static_cast<int>(st.range(3)), t);
+}
+
+// Llama-3.2-1B's head layout (32 query heads over 8 KV heads: groups of 4), the same ranges as BM_FlashType.
+void BM_FlashGroup4(benchmark::State& st) {
+  const auto t = static_cast<KvType>(st.range(2));
+  st.SetLabel(kv_type_name(t));
+  run_flash(st, static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), static_cast<int>(st.range(3)), t, 32,
+            8);
 }
 
 void BM_Naive(benchmark::State& st) {
@@ -116,6 +126,14 @@ BENCHMARK(BM_FlashType)
     ->Args({4096, 1, static_cast<int>(KvType::kQ4_0), 1})
     // 1k positions: one layer's K/V fits a 1 MB L2 (Zen 4; 4k of f16 rows is 3 MB), the tile's arithmetic alone.
     ->Args({1024, 1, static_cast<int>(KvType::kF16), 1})
+    ->Args({1024, 1, static_cast<int>(KvType::kQ8_0), 1})
+    ->Args({1024, 1, static_cast<int>(KvType::kQ4_0), 1})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FlashGroup4)
+    ->Args({4096, 2, static_cast<int>(KvType::kF16), 16})  // 8.4 MB of f16 K/V a layer, 16 layers: from memory
+    ->Args({4096, 2, static_cast<int>(KvType::kQ8_0), 16})
+    ->Args({4096, 2, static_cast<int>(KvType::kQ4_0), 16})
+    ->Args({1024, 1, static_cast<int>(KvType::kF16), 1})  // 2 MB of f16 K/V: in L2 and L3
     ->Args({1024, 1, static_cast<int>(KvType::kQ8_0), 1})
     ->Args({1024, 1, static_cast<int>(KvType::kQ4_0), 1})
     ->Unit(benchmark::kMicrosecond);
