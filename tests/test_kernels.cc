@@ -289,6 +289,66 @@ TEST(Kernels, AttnTileMatchesScalar) {
   }
 }
 
+// A tile's query heads are split into passes that share each K and V row (up to 3 or 4 heads a pass, by the
+// table's registers); every head's running max, sum and output must be the bits it gets alone.
+TEST(Kernels, AttnTileHeadsDoNotDependOnTheirGroup) {
+  const std::pair<DType, DType> pairs[] = {{DType::kF16, DType::kF16}, {DType::kF32, DType::kF32},
+                                           {DType::kQ8_0, DType::kQ8_0}, {DType::kQ4_0, DType::kQ4_0},
+                                           {DType::kQ8_0, DType::kIQ4_NL}};
+  std::vector<const Kernels*> tables = simd_tables();
+  tables.push_back(&ref::kKernels);
+  for (const Kernels* k : tables) {
+    for (auto [tk, tv] : pairs) {
+      const bool blocks = attn_integer_keys(tk);
+      for (int d : {64, 96}) {
+        const size_t ks = blocks ? (tk == DType::kQ8_0 ? 34u : 18u) * (d / 32) : d * (tk == DType::kF32 ? 4u : 2u);
+        const size_t vs = blocks ? (tv == DType::kQ8_0 ? 34u : 18u) * (d / 32) : d * (tv == DType::kF32 ? 4u : 2u);
+        for (int n : {16, 11}) {
+          std::vector<uint8_t> kc(ks * n * 2), vc(vs * n * 2);
+          auto kv = random_floats(static_cast<size_t>(d) * n * 4, 5 + d + n);
+          auto store = [&](DType t, const float* x, uint8_t* dst) {
+            if (t == DType::kIQ4_NL) {
+              kv_quantize_row(KvType::kQ4R, x, dst, d, d);
+            } else if (t == DType::kQ8_0 || t == DType::kQ4_0) {
+              ASSERT_TRUE(quantize_row(t, x, dst, d).is_ok());
+            } else {
+              ref::kKernels.kv_store(t, x, dst, d);
+            }
+          };
+          for (int i = 0; i < n * 2; ++i) {
+            store(tk, kv.data() + static_cast<size_t>(i) * d, kc.data() + i * ks);
+            store(tv, kv.data() + static_cast<size_t>(n * 2 + i) * d, vc.data() + i * vs);
+          }
+          for (int group = 2; group <= 8; ++group) {
+            auto q = random_floats(static_cast<size_t>(group) * d, 29 + group, -3.0f, 3.0f);
+            std::vector<ActQ8> qq(blocks ? static_cast<size_t>(group) * d / 16 : 1);
+            if (blocks) quantize_query(q.data(), group * d, qq.data());
+            const float inf = std::numeric_limits<float>::infinity();
+            std::vector<float> gm(group, -inf), gl(group, 0), ga(static_cast<size_t>(group) * d, 0);
+            for (int tile = 0; tile < 2; ++tile)
+              k->attn_tile(tk, tv, kc.data() + tile * n * ks, ks, vc.data() + tile * n * vs, vs, n, q.data(),
+                           qq.data(), group, d, 0.3f, 0.0f, gm.data(), gl.data(), ga.data());
+            for (int h = 0; h < group; ++h) {
+              float m = -inf, l = 0;
+              std::vector<float> a(d, 0);
+              for (int tile = 0; tile < 2; ++tile)
+                k->attn_tile(tk, tv, kc.data() + tile * n * ks, ks, vc.data() + tile * n * vs, vs, n,
+                             q.data() + static_cast<size_t>(h) * d, qq.data() + (blocks ? h * d / 16 : 0), 1, d, 0.3f,
+                             0.0f, &m, &l, a.data());
+              const std::string what = std::string(isa_name(k->isa)) + " " + dtype_name(tk) + "/" + dtype_name(tv) +
+                                       " d=" + std::to_string(d) + " n=" + std::to_string(n) +
+                                       " group=" + std::to_string(group) + " head=" + std::to_string(h);
+              ASSERT_EQ(gm[h], m) << what;
+              ASSERT_EQ(gl[h], l) << what;
+              for (int j = 0; j < d; ++j) ASSERT_EQ(ga[static_cast<size_t>(h) * d + j], a[j]) << what << " j=" << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, AttnTileExpIsAccurate) {
   // The vector exponential inside attn_tile, seen through a one-position tile per score: with a single
   // position, p = e^(s - m') with m' the running max, so feeding a first tile with a large score and then
