@@ -203,6 +203,19 @@ TEST(Kernels, KvKernelsMatchScalar) {
   }
 }
 
+// One row of d values as attn_tile reads them in type t.
+void store_kv_row(DType t, const float* x, uint8_t* dst, int d) {
+  if (t == DType::kIQ4_NL) {
+    kv_quantize_row(KvType::kQ4R, x, dst, d, d);  // IQ4_NL blocks (of the turned values)
+  } else if (t == DType::kQ8_0 || t == DType::kQ4_0) {
+    ASSERT_TRUE(quantize_row(t, x, dst, d).is_ok());
+  } else if (t == DType::kBF16) {
+    for (int j = 0; j < d; ++j) reinterpret_cast<uint16_t*>(dst)[j] = f32_to_bf16(x[j]);
+  } else {
+    ref::kKernels.kv_store(t, x, dst, d);
+  }
+}
+
 TEST(Kernels, AttnTileMatchesScalar) {
   // Several tiles in a row per case, so the running max, the correction and the sums are all exercised;
   // float rows padded and misaligned by one element; block rows (Q8_0, Q4_0: whole blocks) padded by a block.
@@ -231,17 +244,7 @@ TEST(Kernels, AttnTileMatchesScalar) {
             auto kv = random_floats(static_cast<size_t>(d) * n * tiles * 2, 11 + d + n);
             uint8_t* kb = kc.data() + ke;
             uint8_t* vb = vc.data() + ve;
-            auto store = [&](DType t, const float* x, uint8_t* dst) {
-              if (t == DType::kIQ4_NL) {
-                kv_quantize_row(KvType::kQ4R, x, dst, d, d);  // IQ4_NL blocks (of the turned values)
-              } else if (t == DType::kQ8_0 || t == DType::kQ4_0) {
-                ASSERT_TRUE(quantize_row(t, x, dst, d).is_ok());
-              } else if (t == DType::kBF16) {
-                for (int j = 0; j < d; ++j) reinterpret_cast<uint16_t*>(dst)[j] = f32_to_bf16(x[j]);
-              } else {
-                ref::kKernels.kv_store(t, x, dst, d);
-              }
-            };
+            auto store = [&](DType t, const float* x, uint8_t* dst) { store_kv_row(t, x, dst, d); };
             for (int i = 0; i < n * tiles; ++i) {
               store(tk, kv.data() + static_cast<size_t>(i) * d, kb + i * ks);
               store(tv, kv.data() + static_cast<size_t>(n * tiles + i) * d, vb + i * vs);
@@ -306,15 +309,7 @@ TEST(Kernels, AttnTileHeadsDoNotDependOnTheirGroup) {
         for (int n : {16, 11}) {
           std::vector<uint8_t> kc(ks * n * 2), vc(vs * n * 2);
           auto kv = random_floats(static_cast<size_t>(d) * n * 4, 5 + d + n);
-          auto store = [&](DType t, const float* x, uint8_t* dst) {
-            if (t == DType::kIQ4_NL) {
-              kv_quantize_row(KvType::kQ4R, x, dst, d, d);
-            } else if (t == DType::kQ8_0 || t == DType::kQ4_0) {
-              ASSERT_TRUE(quantize_row(t, x, dst, d).is_ok());
-            } else {
-              ref::kKernels.kv_store(t, x, dst, d);
-            }
-          };
+          auto store = [&](DType t, const float* x, uint8_t* dst) { store_kv_row(t, x, dst, d); };
           for (int i = 0; i < n * 2; ++i) {
             store(tk, kv.data() + static_cast<size_t>(i) * d, kc.data() + i * ks);
             store(tv, kv.data() + static_cast<size_t>(n * 2 + i) * d, vc.data() + i * vs);
