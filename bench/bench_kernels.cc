@@ -59,7 +59,7 @@ void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
   std::vector<uint16_t> act_bf16(K * n_tokens);
   const bool is_float = packed_is_float(t);
   for (int i = 0; i < n_tokens; ++i) {
-    if (!is_float) k->quantize_act(src.data() + i * K, K, act.data() + i * nb);
+    if (!is_float) k->quantize_act(src.data() + i * K, K, act_blocks_per_scale(t, k->k_sums), act.data() + i * nb);
     if (is_float) k->round_bf16(src.data() + i * K, K, act_bf16.data() + i * K);
   }
   std::vector<float> y(N * n_tokens);

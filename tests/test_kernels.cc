@@ -449,35 +449,45 @@ namespace {
 // The integer path: SIMD == scalar bit for bit, and the scalar one == the plain dot product of the
 // dequantized weights with the dequantized activations (up to float rounding).
 TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
-  for (int64_t n : {32, 64, 32 * 18}) {
-    auto x = random_floats(n, 21 + n, -3.0f, 3.0f);
-    x[5] = 0.0f;
-    std::vector<float> zeros(32, 0.0f);
-    std::vector<ActQ8> ref(n / 32), got(n / 32);
-    ref::kKernels.quantize_act(x.data(), n, ref.data());
-    for (const Kernels* k : simd_tables()) {
-      k->quantize_act(x.data(), n, got.data());
-      ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * sizeof(ActQ8))) << isa_name(k->isa);
-      ActQ8 z;
-      k->quantize_act(zeros.data(), 32, &z);
-      EXPECT_EQ(z.d, 0.0f);
-      EXPECT_EQ(z.sum, 0);
-    }
-    for (size_t b = 0; b < ref.size(); ++b) {
-      int32_t s = 0;
-      for (int i = 0; i < 32; ++i) {
-        s += ref[b].q[i];
-        EXPECT_NEAR(ref[b].q[i] * ref[b].d, x[b * 32 + i], ref[b].d * 0.5f + 1e-7f);
+  for (int bps : {1, 8}) {
+    for (int64_t n : {256, 512, 32 * 18 * 8}) {
+      auto x = random_floats(n, 21 + n, -3.0f, 3.0f);
+      x[5] = 0.0f;
+      x[300 % n] = 7.5f;  // one large value: under bps 8 its super-block's scale is its alone
+      std::vector<float> zeros(32 * bps, 0.0f);
+      std::vector<ActQ8> ref(n / 32), got(n / 32);
+      ref::kKernels.quantize_act(x.data(), n, bps, ref.data());
+      for (const Kernels* k : simd_tables()) {
+        k->quantize_act(x.data(), n, bps, got.data());
+        ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * sizeof(ActQ8))) << isa_name(k->isa) << " " << bps;
+        std::vector<ActQ8> z(bps);
+        k->quantize_act(zeros.data(), 32 * bps, bps, z.data());
+        EXPECT_EQ(z[0].d, 0.0f);
+        EXPECT_EQ(z[0].sum, 0);
       }
-      EXPECT_EQ(s, ref[b].sum);
-      int32_t lo = 0;
-      for (int i = 0; i < 16; ++i) lo += ref[b].q[i];
-      EXPECT_EQ(lo, ref[b].hsum[0]);
-      EXPECT_EQ(s - lo, ref[b].hsum[1]);
+      for (size_t b = 0; b < ref.size(); ++b) {
+        // One scale per run of bps blocks: its largest |x| becomes 127.
+        float amax = 0.0f;
+        const size_t b0 = b / bps * bps;
+        for (size_t i = b0 * 32; i < (b0 + bps) * 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+        EXPECT_EQ(ref[b].d, amax / 127.0f);
+        int32_t s = 0;
+        for (int i = 0; i < 32; ++i) {
+          s += ref[b].q[i];
+          EXPECT_NEAR(ref[b].q[i] * ref[b].d, x[b * 32 + i], ref[b].d * 0.5f + 1e-7f);
+        }
+        EXPECT_EQ(s, ref[b].sum);
+        int32_t lo = 0;
+        for (int i = 0; i < 16; ++i) lo += ref[b].q[i];
+        EXPECT_EQ(lo, ref[b].hsum[0]);
+        EXPECT_EQ(s - lo, ref[b].hsum[1]);
+      }
     }
   }
 }
 
+// Each table against the scalar reference of its own arithmetic (KSums), and both references against the plain
+// dot product of the dequantized operands.
 TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K,
                   DType::kQ5_K, DType::kQ6_K}) {
@@ -490,31 +500,38 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
         repack_group(t, q.data, q.row_bytes, rows, K, FloatPack::kHalfRows, group.data());
         const int T = 17;
         auto x = random_floats(T * K, 8 + K, -2.0f, 2.0f);
-        std::vector<ActQ8> act(T * nb);
-        for (int tok = 0; tok < T; ++tok) ref::kKernels.quantize_act(x.data() + tok * K, K, act.data() + tok * nb);
-        std::vector<float> ref(T * kPackRows);
-        ref::kKernels.packed_dot(t, group.data(), nb, act.data(), nb, T, ref.data(), kPackRows);
-        // Against the plain dot of dequantized operands.
-        std::vector<float> w(K), xa(K);
-        for (int tok = 0; tok < T; ++tok) {
-          for (int64_t b = 0; b < nb; ++b)
-            for (int i = 0; i < 32; ++i) xa[b * 32 + i] = act[tok * nb + b].q[i] * act[tok * nb + b].d;
-          for (int r = 0; r < kPackRows; ++r) {
-            double want = 0;
-            if (r < rows) {
-              ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
-              for (int64_t i = 0; i < K; ++i) want += static_cast<double>(w[i]) * xa[i];
+        for (int i = 0; i < T; ++i) x[i * K + (i * 37) % K] = 6.0f;  // activation outliers, as real ones have
+        for (KSums sums : {KSums::kPerBlock, KSums::kPerSuper}) {
+          if (sums == KSums::kPerSuper && !kq) continue;
+          const int bps = act_blocks_per_scale(t, sums);
+          std::vector<ActQ8> act(T * nb);
+          for (int tok = 0; tok < T; ++tok) ref::kKernels.quantize_act(x.data() + tok * K, K, bps, act.data() + tok * nb);
+          std::vector<float> ref(T * kPackRows);
+          if (sums == KSums::kPerBlock) ref::kKernels.packed_dot(t, group.data(), nb, act.data(), nb, T, ref.data(), kPackRows);
+          else ref::packed_dot_super(t, group.data(), nb, act.data(), nb, T, ref.data(), kPackRows);
+          // Against the plain dot of dequantized operands.
+          std::vector<float> w(K), xa(K);
+          for (int tok = 0; tok < T; ++tok) {
+            for (int64_t b = 0; b < nb; ++b)
+              for (int i = 0; i < 32; ++i) xa[b * 32 + i] = act[tok * nb + b].q[i] * act[tok * nb + b].d;
+            for (int r = 0; r < kPackRows; ++r) {
+              double want = 0;
+              if (r < rows) {
+                ref::kKernels.dequantize_row(t, q.data + r * q.row_bytes, w.data(), K);
+                for (int64_t i = 0; i < K; ++i) want += static_cast<double>(w[i]) * xa[i];
+              }
+              ASSERT_NEAR(ref[tok * kPackRows + r], want, 1e-4 * K)
+                  << dtype_name(t) << " K=" << K << " row " << r << " tok " << tok << " bps " << bps;
             }
-            ASSERT_NEAR(ref[tok * kPackRows + r], want, 1e-4 * K)
-                << dtype_name(t) << " K=" << K << " row " << r << " tok " << tok;
           }
-        }
-        for (const Kernels* k : simd_tables()) {
-          for (int nt : {1, 3, 4, 6, 8, 9, 17}) {  // token counts exercise every register-block width
-            std::vector<float> got(T * kPackRows, -1.0f);
-            k->packed_dot(t, group.data(), nb, act.data(), nb, nt, got.data(), kPackRows);
-            ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
-                << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
+          for (const Kernels* k : simd_tables()) {
+            if (act_blocks_per_scale(t, k->k_sums) != bps) continue;
+            for (int nt : {1, 2, 3, 4, 6, 8, 9, 17}) {  // token counts exercise every register-block width
+              std::vector<float> got(T * kPackRows, -1.0f);
+              k->packed_dot(t, group.data(), nb, act.data(), nb, nt, got.data(), kPackRows);
+              ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
+                  << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
+            }
           }
         }
       }

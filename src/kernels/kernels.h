@@ -49,12 +49,15 @@ struct Kernels {
   // dst[0..n) = src as kv_type (f32 copy or f16 round-to-nearest-even).
   void (*kv_store)(DType kv_type, const float* src, void* dst, int n);
 
-  // The integer path (kernels/packed.h). x[0..n) -> n/32 ActQ8 blocks; bitwise identical in every table.
-  void (*quantize_act)(const float* x, int64_t n, ActQ8* out);
-  // For one packed 16-row group of n_blocks blocks and n_tokens activation rows (x + t * x_stride):
-  // out[t * out_stride + r] = dot(row r, token t) for r < 16. Bitwise identical in every table.
+  // The integer path (kernels/packed.h). x[0..n) -> n/32 ActQ8 blocks, each run of blocks_per_scale blocks
+  // (1 or 8, n a multiple of 32 * blocks_per_scale) sharing one scale; bitwise identical in every table.
+  void (*quantize_act)(const float* x, int64_t n, int blocks_per_scale, ActQ8* out);
+  // For one packed 16-row group of n_blocks blocks and n_tokens activation rows (x + t * x_stride, quantized
+  // with act_blocks_per_scale(t, k_sums)): out[t * out_stride + r] = dot(row r, token t) for r < 16, in this
+  // table's k_sums arithmetic: bitwise equal to ref::packed_dot (kPerBlock) or ref::packed_dot_super.
   void (*packed_dot)(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
                      int n_tokens, float* out, int64_t out_stride);
+  KSums k_sums;
 
   // Packed float weights (F16/BF16, kernels/packed.h): this table's layout and arithmetic for them.
   FloatPack float_pack;
@@ -132,6 +135,9 @@ float* kernel_scratch(int64_t n);
 
 namespace ref {
 extern const Kernels kKernels;
+// packed_dot in KSums::kPerSuper arithmetic (kernels/packed.h), for the K types.
+void packed_dot_super(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
+                      int n_tokens, float* out, int64_t out_stride);
 }
 namespace avx2 {
 extern const Kernels kKernels;

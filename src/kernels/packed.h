@@ -27,6 +27,18 @@
 //   *_0:  acc = fma(isum, d*d_x, acc);         *_1: that, then acc = fma(m, ActQ8::ds, acc)
 //   Q4_K, Q5_K: s = D*float(sc); acc = fma(isum, s*d_x, acc); acc = fma(-(Dmin*float(mn)), ActQ8::ds, acc)
 //   Q6_K: per half h (16 elements, bias 32 times ActQ8::hsum[h]): acc = fma(isum_h, (D*float(sc_h))*d_x, acc)
+//
+// That is KSums::kPerBlock, every table's arithmetic for the 32-block types. For the K types a table may instead
+// take KSums::kPerSuper (Kernels::k_sums; the AVX2 table, where the per-block float work was a fifth of a
+// prefill tile's instructions): the activations of a super-block share one scale (quantize_act with
+// blocks_per_scale 8, as llama.cpp's Q8_K), so its sub-blocks add up in integers and the float work is once per
+// super-block. Per super-block, with d_x its activation scale and isum_j, sum_j as above per 32-block j:
+//   Q4_K, Q5_K: S = sum_j sc_j * isum_j, M = sum_j mn_j * sum_j (exact int32);
+//               acc = fma(float(S), D*d_x, acc); acc = fma(-float(M), Dmin*d_x, acc)
+//   Q6_K:       S = sum_h sc_h * isum_h over its 16 halves (bias included); acc = fma(float(S), D*d_x, acc)
+// A row then differs from the kPerBlock tables by the coarser activation rounding (one scale per 256 elements
+// instead of 32), within the tolerance docs/kernels.md gives; it is the same bits in the scalar reference
+// (ref::packed_dot_super) and whatever the token and thread counts.
 #pragma once
 
 #include <cstddef>
@@ -79,6 +91,8 @@ struct PackedLayout {
 // The two differ by the bf16 rounding of weights and activations (a relative error of up to 2^-9 per product,
 // which averages out over a row: docs/quantize.md measures it as +0.02% perplexity).
 enum class FloatPack { kBf16Pairs, kHalfRows };
+// How a table sums the K types (see above).
+enum class KSums { kPerBlock, kPerSuper };
 
 bool packable(DType t);          // every type below, block or float
 bool packed_is_float(DType t);   // F16, BF16
@@ -99,6 +113,11 @@ constexpr PackedLayout packed_layout(DType t) {
     case DType::kQ6_K: return {8, 32, 32 + 256 + 128, 32, 32 + 256, 32};
     default: return {};
   }
+}
+// The 32-blocks that share one activation scale in a matmul over weights of type t under `sums`: 1, or the
+// super-block's 8 for the K types under kPerSuper.
+constexpr int act_blocks_per_scale(DType t, KSums sums) {
+  return sums == KSums::kPerSuper && packed_layout(t).blocks > 1 ? packed_layout(t).blocks : 1;
 }
 // Bytes of one packed 16-row group of rows of k elements (`fp` matters for the float types only).
 size_t packed_group_bytes(DType t, int64_t k, FloatPack fp);

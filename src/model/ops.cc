@@ -144,7 +144,8 @@ const void* packed_activations(ThreadPool& pool, DType t, const float* x, int n_
   const int64_t nb = K / 32;
   if (t_act.size() < static_cast<size_t>(n_tokens * nb)) t_act.resize(n_tokens * nb);
   ActQ8* act = t_act.data();
-  over_tokens([&](int64_t i) { k.quantize_act(x + i * K, K, act + i * nb); });
+  const int bps = act_blocks_per_scale(t, k.k_sums);
+  over_tokens([&](int64_t i) { k.quantize_act(x + i * K, K, bps, act + i * nb); });
   return act;
 }
 
@@ -642,9 +643,13 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
 void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const float* x, int n_tokens) {
   const int64_t K = outs.begin()->w->ne[0];
   bool fused = outs.size() <= 8;
-  const bool is_float = packed_is_float(outs.begin()->w->type);
+  const DType t0 = outs.begin()->w->type;
+  const bool is_float = packed_is_float(t0);
+  // One set of activations for all: the same kind, and for the block types the same scale grouping.
+  const KSums sums = kernels().k_sums;
   for (const MatmulOut& o : outs)
-    fused = fused && o.w->packed && o.w->ne[0] == K && packed_is_float(o.w->type) == is_float;
+    fused = fused && o.w->packed && o.w->ne[0] == K && packed_is_float(o.w->type) == is_float &&
+            (is_float || act_blocks_per_scale(o.w->type, sums) == act_blocks_per_scale(t0, sums));
   if (!fused) {
     for (const MatmulOut& o : outs) matmul(pool, *o.w, x, n_tokens, o.y);
     return;

@@ -290,12 +290,15 @@ void kv_store(DType t, const float* src, void* dst, int n) {
   }
 }
 
-void quantize_act(const float* x, int64_t n, ActQ8* out) {
+void quantize_act(const float* x, int64_t n, int blocks_per_scale, ActQ8* out) {
+  float d = 0.0f;
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float d = amax / 127.0f;
+    if (b % blocks_per_scale == 0) {
+      float amax = 0.0f;
+      for (int i = 0; i < 32 * blocks_per_scale; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      d = amax / 127.0f;
+    }
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
@@ -367,6 +370,46 @@ void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x,
   }
 }
 
+}  // namespace
+
+void packed_dot_super(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
+                      int n_tokens, float* out, int64_t out_stride) {
+  t = packed_as(t);
+  const PackedLayout l = packed_layout(t);
+  CACHET_CHECK(l.blocks > 1 && n_blocks % l.blocks == 0);
+  for (int tok = 0; tok < n_tokens; ++tok) {
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0.0f;
+      for (int64_t sb = 0; sb < n_blocks / l.blocks; ++sb) {
+        const uint8_t* sup = group + sb * l.super_bytes();
+        const ActQ8* xs = x + tok * x_stride + sb * l.blocks;
+        const float dx = xs[0].d;
+        int32_t s = 0, m = 0;
+        for (int j = 0; j < l.blocks; ++j) {
+          const uint8_t* blk = sup + l.header + j * l.block_bytes;
+          if (t == DType::kQ6_K) {
+            for (int h = 0; h < 2; ++h) {
+              int32_t isum = 0;
+              for (int e = 16 * h; e < 16 * h + 16; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xs[j].q[e];
+              s += static_cast<int8_t>(blk[16 * h + r]) * isum;
+            }
+          } else {
+            int32_t isum = 0;
+            for (int e = 0; e < 32; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xs[j].q[e];
+            s += blk[r] * isum;
+            m += blk[16 + r] * xs[j].sum;
+          }
+        }
+        acc = std::fma(static_cast<float>(s), f16_at(sup, r) * dx, acc);
+        if (t != DType::kQ6_K) acc = std::fma(-static_cast<float>(m), f16_at(sup + 32, r) * dx, acc);
+      }
+      out[tok * out_stride + r] = acc;
+    }
+  }
+}
+
+namespace {
+
 void round_bf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16_daz(x[i]);
 }
@@ -409,6 +452,7 @@ void packed_dot_half(DType t, const uint8_t* group, int64_t k, const float* x, i
 
 constinit const Kernels kKernels = {Isa::kScalar,       1,          dequantize_row,  dot_rows,        gemm_nt,
                                     kv_scores,          kv_accumulate, kv_store,     quantize_act,    packed_dot,
+                                    KSums::kPerBlock,
                                     FloatPack::kHalfRows, round_bf16, packed_dot_bf16, packed_dot_half, attn_tile,
                                     silu_mul,           gelu_mul};
 
