@@ -453,7 +453,11 @@ TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
     for (int64_t n : {256, 512, 32 * 18 * 8}) {
       auto x = random_floats(n, 21 + n, -3.0f, 3.0f);
       x[5] = 0.0f;
-      x[300 % n] = 7.5f;  // one large value: under bps 8 its super-block's scale is its alone
+      // One large value (under bps 8 the first super-block's scale is its alone) and blocks far below it.
+      for (int64_t i = 32; i < 64; ++i) x[i] *= 0.6f;
+      for (int64_t i = 64; i < 96; ++i) x[i] *= 0.05f;
+      x[10] = 7.5f;
+      bool seen[4] = {};
       std::vector<float> zeros(32 * bps, 0.0f);
       std::vector<ActQ8> ref(n / 32), got(n / 32);
       ref::kKernels.quantize_act(x.data(), n, bps, ref.data());
@@ -466,11 +470,18 @@ TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
         EXPECT_EQ(z[0].sum, 0);
       }
       for (size_t b = 0; b < ref.size(); ++b) {
-        // One scale per run of bps blocks: its largest |x| becomes 127.
-        float amax = 0.0f;
+        // One scale per block (bps 1: its largest |x| becomes 127), or per run of 8 blocks the largest block's,
+        // the others' that divided by the largest power of two up to 8 that keeps their quants within 127.
+        float amax = 0.0f, block = 0.0f;
         const size_t b0 = b / bps * bps;
         for (size_t i = b0 * 32; i < (b0 + bps) * 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-        EXPECT_EQ(ref[b].d, amax / 127.0f);
+        for (size_t i = b * 32; i < b * 32 + 32; ++i) block = std::max(block, std::fabs(x[i]));
+        const int k = ref[b].shift;
+        ASSERT_LE(k, bps == 1 ? 0 : 3);
+        EXPECT_EQ(ref[b].d, amax / 127.0f / static_cast<float>(1 << (bps == 1 ? 0 : 3 - k))) << b;
+        if (bps == 8 && k > 0) EXPECT_GT(block, amax / static_cast<float>(1 << (4 - k))) << b;  // no finer fits
+        seen[k] = true;
+        if (bps == 8 && k < 3) EXPECT_LE(block, amax / static_cast<float>(1 << (3 - k))) << b;
         int32_t s = 0;
         for (int i = 0; i < 32; ++i) {
           s += ref[b].q[i];
@@ -482,6 +493,7 @@ TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
         EXPECT_EQ(lo, ref[b].hsum[0]);
         EXPECT_EQ(s - lo, ref[b].hsum[1]);
       }
+      if (bps == 8) EXPECT_TRUE(seen[0] && seen[1] && seen[2] && seen[3]) << "every shift exercised, n=" << n;
     }
   }
 }
@@ -507,8 +519,8 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
           std::vector<ActQ8> act(T * nb);
           for (int tok = 0; tok < T; ++tok) ref::kKernels.quantize_act(x.data() + tok * K, K, bps, act.data() + tok * nb);
           std::vector<float> ref(T * kPackRows);
-          if (sums == KSums::kPerBlock) ref::kKernels.packed_dot(t, group.data(), nb, act.data(), nb, T, ref.data(), kPackRows);
-          else ref::packed_dot_super(t, group.data(), nb, act.data(), nb, T, ref.data(), kPackRows);
+          if (super_sums(t, sums)) ref::packed_dot_super(t, group.data(), nb, act.data(), nb, T, ref.data(), kPackRows);
+          else ref::kKernels.packed_dot(t, group.data(), nb, act.data(), nb, T, ref.data(), kPackRows);
           // Against the plain dot of dequantized operands.
           std::vector<float> w(K), xa(K);
           for (int tok = 0; tok < T; ++tok) {

@@ -29,10 +29,11 @@ void quantize_query(const float* x, int64_t n, ActQ8* out) {
     }
     hi.d = d * kQueryHiScale;
     lo.d = d;
-    hi.sum = sum_hi;
-    lo.sum = sum_lo;
+    hi.sum = static_cast<int16_t>(sum_hi);
+    lo.sum = static_cast<int16_t>(sum_lo);
     hi.ds = lo.ds = 0.0f;
     hi.hsum[0] = hi.hsum[1] = lo.hsum[0] = lo.hsum[1] = 0;
+    hi.shift = lo.shift = 0;
   }
 }
 

@@ -54,7 +54,8 @@ struct Kernels {
   void (*quantize_act)(const float* x, int64_t n, int blocks_per_scale, ActQ8* out);
   // For one packed 16-row group of n_blocks blocks and n_tokens activation rows (x + t * x_stride, quantized
   // with act_blocks_per_scale(t, k_sums)): out[t * out_stride + r] = dot(row r, token t) for r < 16, in this
-  // table's k_sums arithmetic: bitwise equal to ref::packed_dot (kPerBlock) or ref::packed_dot_super.
+  // table's k_sums arithmetic: bitwise equal to ref::packed_dot_super where super_sums(t, k_sums), else to
+  // ref::packed_dot.
   void (*packed_dot)(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
                      int n_tokens, float* out, int64_t out_stride);
   KSums k_sums;
@@ -135,7 +136,8 @@ float* kernel_scratch(int64_t n);
 
 namespace ref {
 extern const Kernels kKernels;
-// packed_dot in KSums::kPerSuper arithmetic (kernels/packed.h), for the K types.
+// packed_dot in KSums::kPerSuper arithmetic (kernels/packed.h), for the types it sums per super-block
+// (super_sums: Q4_K, Q5_K) on activations quantized with blocks_per_scale 8.
 void packed_dot_super(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
                       int n_tokens, float* out, int64_t out_stride);
 }

@@ -30,15 +30,19 @@
 //
 // That is KSums::kPerBlock, every table's arithmetic for the 32-block types. For the K types a table may instead
 // take KSums::kPerSuper (Kernels::k_sums; the AVX2 table, where the per-block float work was a fifth of a
-// prefill tile's instructions): the activations of a super-block share one scale (quantize_act with
-// blocks_per_scale 8, as llama.cpp's Q8_K), so its sub-blocks add up in integers and the float work is once per
-// super-block. Per super-block, with d_x its activation scale and isum_j, sum_j as above per 32-block j:
-//   Q4_K, Q5_K: S = sum_j sc_j * isum_j, M = sum_j mn_j * sum_j (exact int32);
-//               acc = fma(float(S), D*d_x, acc); acc = fma(-float(M), Dmin*d_x, acc)
-//   Q6_K:       S = sum_h sc_h * isum_h over its 16 halves (bias included); acc = fma(float(S), D*d_x, acc)
-// A row then differs from the kPerBlock tables by the coarser activation rounding (one scale per 256 elements
-// instead of 32), within the tolerance docs/kernels.md gives; it is the same bits in the scalar reference
-// (ref::packed_dot_super) and whatever the token and thread counts.
+// prefill tile's instructions): the scales of a super-block's activation blocks are its largest scale d_S times
+// 2^-e_j, e_j in 0..3 (quantize_act with blocks_per_scale 8; act_scale_shift), so its sub-blocks add up in
+// integers and the float work is once per super-block. llama.cpp's Q8_K takes one scale per 256 elements; the
+// powers of two give a block far below the super-block's peak up to 3 more bits, which keeps the int8 path's
+// error below llama.cpp's (tests/python/test_architectures.py). Per super-block, with k_j = 3 - e_j
+// (ActQ8::shift), u = d_S / 8 (= d_j 2^-k_j, exactly) and isum_j, sum_j as above per 32-block j:
+//   Q4_K, Q5_K: S = sum_j sc_j * isum_j * 2^k_j, M = sum_j mn_j * sum_j * 2^k_j (exact int32);
+//               acc = fma(float(S), D*u, acc); acc = fma(-float(M), Dmin*u, acc)
+// Q6_K (and Q3_K in its layout) takes the same activations (one matmul may feed Q4_K and Q6_K weights) in the
+// per-block arithmetic above, each block with its own d_x (super_sums).
+// A row then differs from the kPerBlock tables by the activation rounding, within the tolerance
+// docs/numerics.md gives; it is the same bits in the scalar reference (ref::packed_dot_super) and whatever the
+// token and thread counts.
 #pragma once
 
 #include <cstddef>
@@ -53,9 +57,11 @@ constexpr int kPackRows = 16;
 // One quantized activation block: x[i] ~ d * q[i].
 struct ActQ8 {
   float d;
-  int32_t sum;       // sum of q
   float ds;          // d * float(sum), for the zero-point terms
+  int16_t sum;       // sum of q (at most 32 * 127 in magnitude)
   int16_t hsum[2];   // sums of q[0..16) and q[16..32), for Q6_K's per-half bias
+  uint8_t shift;     // super-block activations (KSums::kPerSuper): k, with d = u 2^k; else 0
+  uint8_t pad = 0;
   int8_t q[32];
 };
 static_assert(sizeof(ActQ8) == 48);
@@ -118,6 +124,21 @@ constexpr PackedLayout packed_layout(DType t) {
 // super-block's 8 for the K types under kPerSuper.
 constexpr int act_blocks_per_scale(DType t, KSums sums) {
   return sums == KSums::kPerSuper && packed_layout(t).blocks > 1 ? packed_layout(t).blocks : 1;
+}
+// Whether a matmul over weights of type t sums per super-block under `sums` (Q4_K and Q5_K under kPerSuper;
+// Q6_K and Q3_K keep the per-block arithmetic, on the same activations).
+constexpr bool super_sums(DType t, KSums sums) {
+  return sums == KSums::kPerSuper && (t == DType::kQ4_K || t == DType::kQ5_K);
+}
+// Super-block activations (kernels/packed.h, KSums::kPerSuper): the shift e_j of a block whose largest |x| is
+// a_j, in a super-block whose largest is A and whose scale is d_S = A / 127: the largest e in 0..3 with
+// a_j <= A 2^-e (so the block's quants stay within 127 at scale d_S 2^-e); 0 when d_S is so small that d_S 2^-3
+// could be subnormal.
+inline int act_scale_shift(float a_j, float A, float d_S) {
+  if (!(d_S >= 0x1p-100f)) return 0;
+  int e = 0;
+  while (e < 3 && a_j <= A * (0.5f / static_cast<float>(1 << e))) ++e;
+  return e;
 }
 // Bytes of one packed 16-row group of rows of k elements (`fp` matters for the float types only).
 size_t packed_group_bytes(DType t, int64_t k, FloatPack fp);

@@ -290,16 +290,25 @@ void kv_store(DType t, const float* src, void* dst, int n) {
   }
 }
 
+float block_amax(const float* xb) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+  return amax;
+}
+
 void quantize_act(const float* x, int64_t n, int blocks_per_scale, ActQ8* out) {
-  float d = 0.0f;
+  float A = 0.0f, dS = 0.0f, idS = 0.0f;
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     if (b % blocks_per_scale == 0) {
-      float amax = 0.0f;
-      for (int i = 0; i < 32 * blocks_per_scale; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      d = amax / 127.0f;
+      A = 0.0f;
+      for (int j = 0; j < blocks_per_scale; ++j) A = std::max(A, block_amax(xb + 32 * j));
+      dS = A / 127.0f;
+      idS = dS != 0.0f ? 1.0f / dS : 0.0f;
     }
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    // One scale per block (blocks_per_scale 1), or the super-block's times a power of two (packed.h).
+    const int e = blocks_per_scale == 1 ? 0 : act_scale_shift(block_amax(xb), A, dS);
+    const float d = dS / static_cast<float>(1 << e), id = idS * static_cast<float>(1 << e);
     int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
       int q = static_cast<int>(std::nearbyint(xb[i] * id));  // round half to even, as cvtps2dq
@@ -309,10 +318,12 @@ void quantize_act(const float* x, int64_t n, int blocks_per_scale, ActQ8* out) {
     int32_t lo = 0;
     for (int i = 0; i < 16; ++i) lo += out[b].q[i];
     out[b].d = d;
-    out[b].sum = sum;
+    out[b].sum = static_cast<int16_t>(sum);
     out[b].ds = d * static_cast<float>(sum);
     out[b].hsum[0] = static_cast<int16_t>(lo);
     out[b].hsum[1] = static_cast<int16_t>(sum - lo);
+    out[b].shift = static_cast<uint8_t>(blocks_per_scale == 1 ? 0 : 3 - e);
+    out[b].pad = 0;
   }
 }
 
@@ -374,34 +385,27 @@ void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x,
 
 void packed_dot_super(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride,
                       int n_tokens, float* out, int64_t out_stride) {
-  t = packed_as(t);
+  CACHET_CHECK(super_sums(t, KSums::kPerSuper));
   const PackedLayout l = packed_layout(t);
-  CACHET_CHECK(l.blocks > 1 && n_blocks % l.blocks == 0);
+  CACHET_CHECK(n_blocks % l.blocks == 0);
   for (int tok = 0; tok < n_tokens; ++tok) {
     for (int r = 0; r < kPackRows; ++r) {
       float acc = 0.0f;
       for (int64_t sb = 0; sb < n_blocks / l.blocks; ++sb) {
         const uint8_t* sup = group + sb * l.super_bytes();
         const ActQ8* xs = x + tok * x_stride + sb * l.blocks;
-        const float dx = xs[0].d;
+        const float u = xs[0].d / static_cast<float>(1 << xs[0].shift);
         int32_t s = 0, m = 0;
         for (int j = 0; j < l.blocks; ++j) {
           const uint8_t* blk = sup + l.header + j * l.block_bytes;
-          if (t == DType::kQ6_K) {
-            for (int h = 0; h < 2; ++h) {
-              int32_t isum = 0;
-              for (int e = 16 * h; e < 16 * h + 16; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xs[j].q[e];
-              s += static_cast<int8_t>(blk[16 * h + r]) * isum;
-            }
-          } else {
-            int32_t isum = 0;
-            for (int e = 0; e < 32; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xs[j].q[e];
-            s += blk[r] * isum;
-            m += blk[16 + r] * xs[j].sum;
-          }
+          const int32_t p2 = 1 << xs[j].shift;
+          int32_t isum = 0;
+          for (int e = 0; e < 32; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xs[j].q[e];
+          s += blk[r] * isum * p2;
+          m += blk[16 + r] * xs[j].sum * p2;
         }
-        acc = std::fma(static_cast<float>(s), f16_at(sup, r) * dx, acc);
-        if (t != DType::kQ6_K) acc = std::fma(-static_cast<float>(m), f16_at(sup + 32, r) * dx, acc);
+        acc = std::fma(static_cast<float>(s), f16_at(sup, r) * u, acc);
+        acc = std::fma(-static_cast<float>(m), f16_at(sup + 32, r) * u, acc);
       }
       out[tok * out_stride + r] = acc;
     }
