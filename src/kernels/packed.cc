@@ -99,11 +99,19 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       u->m = b4->dmin;
       const uint8_t* qs = t == DType::kQ4_K ? b4->qs : b5->qs;
       for (int j = 0; j < 8; ++j) q4k_scale_min(b4->scales, j, &u->sc[j], &u->mn[j]);
-      for (int e = 0; e < kQKK; ++e) {
-        const int pr = e / 64, k = e / 32 % 2, l = e % 32;
-        int q = k == 0 ? qs[32 * pr + l] & 0x0f : qs[32 * pr + l] >> 4;
-        if (t == DType::kQ5_K) q |= ((b5->qh[l] >> (2 * pr + k)) & 1) << 4;
-        u->q[e] = static_cast<uint8_t>(q);
+      // Element 64 pr + l is the low nibble of qs[32 pr + l], 64 pr + 32 + l its high one (plain loops that
+      // vectorize: per-element index arithmetic was most of a Q4_K model's load time).
+      for (int pr = 0; pr < 4; ++pr)
+        for (int l = 0; l < 32; ++l) {
+          u->q[64 * pr + l] = qs[32 * pr + l] & 0x0f;
+          u->q[64 * pr + 32 + l] = qs[32 * pr + l] >> 4;
+        }
+      if (t == DType::kQ5_K) {
+        for (int pr = 0; pr < 4; ++pr)
+          for (int l = 0; l < 32; ++l) {
+            u->q[64 * pr + l] |= static_cast<uint8_t>(((b5->qh[l] >> (2 * pr)) & 1) << 4);
+            u->q[64 * pr + 32 + l] |= static_cast<uint8_t>(((b5->qh[l] >> (2 * pr + 1)) & 1) << 4);
+          }
       }
       return;
     }
@@ -123,11 +131,16 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       const auto& b = reinterpret_cast<const BlockQ6_K*>(row)[sb];
       u->d = b.d;
       for (int j = 0; j < 16; ++j) u->sc[j] = b.scales[j];
-      for (int e = 0; e < kQKK; ++e) {
-        const int h = e / 128, s = e / 32 % 4, l = e % 32;
-        const uint8_t lo = b.ql[64 * h + 32 * (s % 2) + l];
-        u->q[e] = static_cast<uint8_t>((s < 2 ? lo & 0x0f : lo >> 4) | ((b.qh[32 * h + l] >> (2 * s)) & 3) << 4);
-      }
+      // Element 128 h + 32 s + l: a nibble of ql[64 h + 32 (s % 2) + l] (low for s < 2) and bits 2s, 2s + 1 of
+      // qh[32 h + l].
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t lo0 = b.ql[64 * h + l], lo1 = b.ql[64 * h + 32 + l], hi = b.qh[32 * h + l];
+          u->q[128 * h + l] = static_cast<uint8_t>((lo0 & 0x0f) | (hi & 3) << 4);
+          u->q[128 * h + 32 + l] = static_cast<uint8_t>((lo1 & 0x0f) | ((hi >> 2) & 3) << 4);
+          u->q[128 * h + 64 + l] = static_cast<uint8_t>((lo0 >> 4) | ((hi >> 4) & 3) << 4);
+          u->q[128 * h + 96 + l] = static_cast<uint8_t>((lo1 >> 4) | ((hi >> 6) & 3) << 4);
+        }
       return;
     }
     default: CACHET_CHECK(false);
@@ -200,19 +213,28 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
           reinterpret_cast<uint16_t*>(blk)[r] = u.d;
           if (t == DType::kQ4_1 || t == DType::kQ5_1) reinterpret_cast<uint16_t*>(blk + 32)[r] = u.m;
         }
+        // Row r's 4 bytes of each vector, built whole and stored at once (a read-modify-write per element and
+        // bit plane was most of a K-quant model's load time).
         uint8_t* qs = blk + l.qs;
-        for (int e = 0; e < 32; ++e) {
-          const int s = e / 4, i = e % 4;
-          if (!nibbles) {
-            qs[s * 64 + r * 4 + i] = q[e];
-            continue;
+        if (!nibbles) {
+          for (int s = 0; s < 8; ++s) std::memcpy(qs + s * 64 + r * 4, q + 4 * s, 4);
+          continue;
+        }
+        uint8_t nib[16];  // byte 4s + i: element 4s + i low, element 16 + 4s + i (step s + 4) high
+        for (int j = 0; j < 16; ++j) nib[j] = static_cast<uint8_t>((q[j] & 0x0f) | (q[16 + j] & 0x0f) << 4);
+        for (int s = 0; s < 4; ++s) std::memcpy(qs + s * 64 + r * 4, nib + 4 * s, 4);
+        if (q6) {
+          for (int v = 0; v < 2; ++v) {
+            uint8_t hb[4] = {0, 0, 0, 0};
+            for (int w = 0; w < 4; ++w)
+              for (int i = 0; i < 4; ++i) hb[i] |= static_cast<uint8_t>(((q[4 * (4 * v + w) + i] >> 4) & 3) << (2 * w));
+            std::memcpy(blk + l.hi + v * 64 + r * 4, hb, 4);
           }
-          qs[(s % 4) * 64 + r * 4 + i] |= static_cast<uint8_t>((q[e] & 0x0f) << (s < 4 ? 0 : 4));
-          if (q6) {
-            blk[l.hi + (s / 4) * 64 + r * 4 + i] |= static_cast<uint8_t>(((q[e] >> 4) & 3) << (2 * (s % 4)));
-          } else if (l.hi != 0) {
-            blk[l.hi + r * 4 + i] |= static_cast<uint8_t>(((q[e] >> 4) & 1) << s);
-          }
+        } else if (l.hi != 0) {
+          uint8_t hb[4] = {0, 0, 0, 0};
+          for (int s = 0; s < 8; ++s)
+            for (int i = 0; i < 4; ++i) hb[i] |= static_cast<uint8_t>(((q[4 * s + i] >> 4) & 1) << s);
+          std::memcpy(blk + l.hi + r * 4, hb, 4);
         }
       }
     }
