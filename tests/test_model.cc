@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include "engine/generate.h"
+#include "kernels/kernels.h"
+#include "kernels/quantize.h"
 #include "kv/kv_cache.h"
+#include "model/ops.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "tests/test_util.h"
@@ -200,6 +203,49 @@ TEST(Model, BadBatchesAreErrors) {
   EXPECT_FALSE(m->forward(ForwardBatch::single(&c, {-1}, 0, false), logits.data()).is_ok());
   auto empty = generate(*m, {}, GenerateOptions{});
   EXPECT_FALSE(empty.is_ok());
+}
+
+// matmul_multi shares one quantized input only between weights that read the same activations (on the AVX2
+// table the K types quantize theirs per super-block, the others per 32-block): over a mix of types, fused or
+// not, every output is bitwise what matmul() gives it alone, at every token count. Runs on every table
+// (scripts/test_isa_levels.sh runs the Model tests under each).
+TEST(Model, MatmulMultiOverMixedTypesEqualsOneAtATime) {
+  constexpr int64_t K = 512, N = 40;
+  ThreadPool pool(2);
+  const DType types[] = {DType::kQ4_K, DType::kQ8_0, DType::kQ6_K, DType::kQ5_K, DType::kQ4_0};
+  std::vector<std::vector<uint8_t>> raw;
+  std::vector<AlignedBuffer<uint8_t>> packed(std::size(types));
+  std::vector<TensorView> w(std::size(types));
+  for (size_t i = 0; i < std::size(types); ++i) {
+    const size_t rb = *row_bytes(types[i], K);
+    raw.emplace_back(rb * N);
+    const auto src = testing::random_floats(K * N, 90 + i);
+    for (int64_t r = 0; r < N; ++r) ASSERT_TRUE(quantize_row(types[i], src.data() + r * K, raw[i].data() + r * rb, K).is_ok());
+    w[i].type = types[i];
+    w[i].ne = {K, N, 1, 1};
+    w[i].data = raw[i].data();
+    w[i].row_bytes = rb;
+    pack_weight(pool, &w[i], &packed[i]);
+    ASSERT_NE(w[i].packed, nullptr);
+  }
+  for (int n : {1, 3, 9}) {
+    auto x = testing::random_floats(n * K, 7 + n, -2.0f, 2.0f);
+    x[5] = 9.0f;  // an outlier: super-block activation scales differ from per-block ones
+    std::vector<std::vector<float>> alone(std::size(types), std::vector<float>(n * N));
+    for (size_t i = 0; i < std::size(types); ++i) matmul(pool, w[i], x.data(), n, alone[i].data());
+    // Each call's outputs checked on their own: Q8_0 after a K type, a K type after Q8_0, K types together.
+    const std::vector<std::vector<int>> calls = {{0, 1, 2}, {1, 0, 3}, {2, 3, 0}, {4, 1}};
+    for (const auto& c : calls) {
+      std::vector<std::vector<float>> y(c.size(), std::vector<float>(n * N, -1.0f));
+      std::vector<MatmulOut> outs;
+      for (size_t j = 0; j < c.size(); ++j) outs.push_back({&w[c[j]], y[j].data()});
+      if (outs.size() == 3) matmul_multi(pool, {outs[0], outs[1], outs[2]}, x.data(), n);
+      else matmul_multi(pool, {outs[0], outs[1]}, x.data(), n);
+      for (size_t j = 0; j < c.size(); ++j)
+        EXPECT_EQ(0, std::memcmp(alone[c[j]].data(), y[j].data(), n * N * sizeof(float)))
+            << dtype_name(types[c[j]]) << " in call " << c[0] << c[1] << " n=" << n << " on " << isa_name(kernels().isa);
+    }
+  }
 }
 
 }  // namespace
