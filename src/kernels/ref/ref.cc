@@ -297,6 +297,7 @@ float block_amax(const float* xb) {
 }
 
 void quantize_act(const float* x, int64_t n, int blocks_per_scale, ActQ8* out) {
+  CACHET_CHECK(blocks_per_scale >= 1 && n % (32 * blocks_per_scale) == 0);
   float A = 0.0f, dS = 0.0f, idS = 0.0f;
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
