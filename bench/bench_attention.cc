@@ -128,6 +128,11 @@ BENCHMARK(BM_FlashType)
     ->Args({1024, 1, static_cast<int>(KvType::kF16), 1})
     ->Args({1024, 1, static_cast<int>(KvType::kQ8_0), 1})
     ->Args({1024, 1, static_cast<int>(KvType::kQ4_0), 1})
+    // 16k, one thread: from memory (30 layers) and from L3 (one layer, 6.7 MB of q8_0): the walk's memory stalls.
+    ->Args({16384, 1, static_cast<int>(KvType::kF16), 30})
+    ->Args({16384, 1, static_cast<int>(KvType::kQ8_0), 30})
+    ->Args({16384, 1, static_cast<int>(KvType::kF16), 1})
+    ->Args({16384, 1, static_cast<int>(KvType::kQ8_0), 1})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_FlashGroup4)
     ->Args({4096, 2, static_cast<int>(KvType::kF16), 16})  // 8.4 MB of f16 K/V a layer, 16 layers: from memory
