@@ -25,6 +25,27 @@ namespace cachet {
 enum class Isa { kScalar, kAvx2, kAvxVnni, kAvx512, kAvx512Bf16, kAmx };
 const char* isa_name(Isa isa);
 
+// The rows attn_chunk reads: 1 <= n <= kAttnTileMax positions per tile, row i's K at k + i * k_stride + k_off
+// and V at v + i * v_stride + v_off (k, v: the rows' starts; the offsets: this KV head's bytes in a row).
+struct AttnTile {
+  const uint8_t* k;
+  const uint8_t* v;
+  size_t k_stride, v_stride;
+  int n;
+};
+struct AttnChunk {
+  const AttnTile* tiles;
+  int n_tiles;
+  size_t k_off, v_off;
+  // What the caller reads next (the next head of this chunk, the next chunk), only prefetched: the walk asks for
+  // the K and V lines of its head some tiles ahead (at most kAttnPrefetchTiles), running on into these (at
+  // next_k_off, next_v_off).
+  const AttnTile* next = nullptr;
+  int n_next = 0;
+  size_t next_k_off = 0, next_v_off = 0;
+  bool prefetch = true;  // false: no prefetch at all (the rows are in cache already)
+};
+
 struct Kernels {
   Isa isa;
   // Lane width of the f32 accumulation; gemm tiles pad k to a multiple of it.
@@ -97,6 +118,15 @@ struct Kernels {
   void (*attn_tile)(DType k_type, DType v_type, const void* k, size_t k_stride, const void* v, size_t v_stride,
                     int n, const float* q, const ActQ8* qq, int group, int d, float scale, float softcap, float* m,
                     float* l, float* acc);
+  // One chunk of flash attention for one KV head's group (the unit the attention walks merge, kAttnChunkRows
+  // positions at most): the tiles' rows from a fresh state, so m[g] = the largest score, l[g] = sum_i e^(s_i - m),
+  // acc[g] = sum_i e^(s_i - m) v_i. Scores and types as attn_tile; tables read the rows as a run of attn_tile calls
+  // (the same bits), except the AVX-512 tables with block-quantized keys and values, which take two passes: every
+  // score first, then one exponential per score against the chunk's largest and the values' weights rounded to
+  // int16 per block against the chunk's largest scale, summed over the whole chunk in int32
+  // (x86/attn_chunk_int.inc; within docs/numerics.md's bound of the run of tiles).
+  void (*attn_chunk)(DType k_type, DType v_type, const AttnChunk& c, const float* q, const ActQ8* qq,
+                     int group, int d, float scale, float softcap, float* m, float* l, float* acc);
 
   // g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i], i < n.
   void (*silu_mul)(float* g, const float* u, int64_t n);
@@ -122,6 +152,12 @@ constexpr bool attn_integer_keys(DType k) { return k == DType::kQ8_0 || k == DTy
 
 // Positions per attn_tile call, at most.
 constexpr int kAttnTileMax = 16;
+// Positions per attn_chunk call, at most (16 whole tiles).
+constexpr int kAttnChunkRows = 256;
+
+// Tiles ahead of the one being computed whose lines attn_chunk prefetches, at most (AttnChunk::next needs
+// this many tiles).
+constexpr int kAttnPrefetchTiles = 4;
 // Head size of block-quantized (32-element) keys and values attn_tile reads, at most: 16 blocks.
 constexpr int kAttnMaxBlockHeadDim = 512;
 

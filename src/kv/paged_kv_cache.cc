@@ -11,6 +11,9 @@ namespace cachet {
 KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, KvTypes types)
     : types_(types), block_size_(block_size), n_blocks_(n_blocks) {
   CACHET_CHECK(kv_types_fit(cfg, types).is_ok());
+  // Whole attention tiles per block (16 positions, kernels.h kAttnTileMax), so a chunk's tiles never straddle
+  // one; or one block only (a contiguous cache mirrored on tensor-parallel ranks: one span from position 0).
+  CACHET_CHECK(block_size > 0 && (block_size % 16 == 0 || n_blocks == 1));
   k_row_bytes_ = kv_row_bytes(types.k, cfg.kv_dim());
   v_row_bytes_ = kv_row_bytes(types.v, cfg.kv_dim());
   k_.resize(cfg.n_layer);

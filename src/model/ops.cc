@@ -307,6 +307,22 @@ TileAt tile_at(KvSequence* seq, int layer, int p, int p1) {
   return {sp, off, std::min({kAttnTile - p % kAttnTile, sp.n - off, p1 - p})};
 }
 
+// The tiles of positions [p0, p1) as attn_chunk reads them (tile_at's cuts), at most `cap` (fewer: only the
+// first of them, a prefetch's); their number. A chunk's positions are at most kChunkTiles tiles: spans are whole
+// tiles (KvBlockStorage checks its block size).
+constexpr int kChunkTiles = kAttnChunkRows / kAttnTile;
+int chunk_tiles(KvSequence* seq, int layer, int p0, int p1, AttnTile* out, int cap = kChunkTiles) {
+  int n = 0, p = p0;
+  for (; p < p1 && n < cap; ++n) {
+    const auto [sp, off, nt] = tile_at(seq, layer, p, p1);
+    out[n] = {sp.k + static_cast<size_t>(off) * sp.k_stride, sp.v + static_cast<size_t>(off) * sp.v_stride,
+              sp.k_stride, sp.v_stride, nt};
+    p += nt;
+  }
+  CACHET_CHECK(cap < kChunkTiles || p >= p1);
+  return n;
+}
+
 // A K/V walk from memory runs at well under the read bandwidth (bench_attention, 30 layers' caches): the rows
 // of KV heads [kvh0, kvh1) of the tile kAttnPrefetch tiles after position p are asked for into L2, looked up
 // through the cache (a paged cache's next blocks too: with 16-position blocks a tile is a whole span) and
@@ -382,9 +398,30 @@ struct CacheLayout {
 template <typename QueryOf, typename StateOf>
 void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int kvh0, int kvh1, QueryOf q, int group,
                   float scale, int p0, int p1, int pf_end, StateOf st) {
-  for (int h = kvh0; h < kvh1; ++h) reset_state(st(h), group, a.head_dim);
   const CacheLayout cl(seq->types(), a.head_dim);
   const auto& [types, k_head, v_head, direct, row] = cl;
+  if (direct) {
+    // The kernel walks one head's chunk at a time; the rows of the heads after it stay in L2 (a chunk of SmolLM2's
+    // q8_0 K and V is 104 KB). Its prefetch runs on into the next head, then into the thread's next chunk.
+    AttnTile tiles[kChunkTiles], next[kAttnPrefetchTiles];
+    const int nt = chunk_tiles(seq, a.layer, p0, p1, tiles);
+    const int nn = chunk_tiles(seq, a.layer, p1, pf_end, next, kAttnPrefetchTiles);
+    for (int h = kvh0; h < kvh1; ++h) {
+      AttnChunk c{tiles, nt, h * k_head, h * v_head};
+      if (h + 1 < kvh1) {
+        c.next = tiles, c.n_next = std::min(nt, kAttnPrefetchTiles), c.next_k_off = (h + 1) * k_head;
+        c.next_v_off = (h + 1) * v_head;
+      } else {
+        c.next = next, c.n_next = nn, c.next_k_off = kvh0 * k_head, c.next_v_off = kvh0 * v_head;
+      }
+      const HeadState s = st(h);
+      const QueryRows qr = q(h);
+      k.attn_chunk(kv_layout(types.k), kv_layout(types.v), c, qr.f, qr.qq, group, a.head_dim, scale, a.softcap, s.m,
+                   s.l, s.acc);
+    }
+    return;
+  }
+  for (int h = kvh0; h < kvh1; ++h) reset_state(st(h), group, a.head_dim);
   for (int p = p0; p < p1;) {
     const auto [sp, off, nt] = tile_at(seq, a.layer, p, p1);
     const TilePrefetch pf(seq, a.layer, p, pf_end, kvh0, kvh1, k_head, v_head);
@@ -394,11 +431,6 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
       const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + h * v_head;
       const HeadState s = st(h);
       const QueryRows qr = q(h);
-      if (direct) {
-        k.attn_tile(kv_layout(types.k), kv_layout(types.v), kt, sp.k_stride, vt, sp.v_stride, nt, qr.f, qr.qq, group,
-                    a.head_dim, scale, a.softcap, s.m, s.l, s.acc);
-        continue;
-      }
       widen_tile(types, kt, vt, sp, nt, a.head_dim);
       const float* kbuf = t_tile.data();
       const float* vbuf = kbuf + static_cast<size_t>(kAttnTile) * a.head_dim;
@@ -416,44 +448,59 @@ struct BlockQuery {
   int p0, p1;  // empty (p0 >= p1): the token has no positions in this chunk
 };
 
-// attend_chunk for one KV head and several tokens of one sequence (a prefill's query block): the union of their
-// position ranges is walked tile by tile, and each tile, once in L1, serves every token whose range it meets.
+// attend_chunk for one KV head and several tokens of one sequence (a prefill's query block), within one chunk.
 // Each token gets the pieces a walk of its own range would cut (tiles end at absolute multiples of kAttnTile and
 // at span ends; its own range clips the first and last), in the same order: results equal a token walked alone.
+// Kernel-read types: the chunk's tiles once, each token's call reads them from L2. Widened types: the union of
+// the ranges tile by tile, each tile widened once and, in L1, serving every token whose range it meets.
 void attend_tokens(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int kvh, std::span<BlockQuery> qs,
                    int group, float scale) {
   int lo = std::numeric_limits<int>::max(), hi = 0;
-  for (const BlockQuery& b : qs) {
-    reset_state(b.st, group, a.head_dim);
+  for (const BlockQuery& b : qs)
     if (b.p0 < b.p1) lo = std::min(lo, b.p0), hi = std::max(hi, b.p1);
-  }
   const CacheLayout cl(seq->types(), a.head_dim);
   const auto& [types, k_head, v_head, direct, row] = cl;
+  if (direct) {
+    AttnTile tiles[kChunkTiles], mine[kChunkTiles];
+    const int nt = lo < hi ? chunk_tiles(seq, a.layer, lo, hi, tiles) : 0;
+    bool first = true;
+    for (const BlockQuery& b : qs) {
+      if (b.p0 >= b.p1) {
+        reset_state(b.st, group, a.head_dim);
+        continue;
+      }
+      int n = 0;
+      for (int j = 0, p = lo; j < nt; p += tiles[j++].n) {
+        const int s0 = std::max(p, b.p0), s1 = std::min(p + tiles[j].n, b.p1);
+        if (s0 >= s1) continue;
+        const AttnTile& t = tiles[j];
+        const size_t skip = static_cast<size_t>(s0 - p);
+        mine[n++] = {t.k + skip * t.k_stride, t.v + skip * t.v_stride, t.k_stride, t.v_stride, s1 - s0};
+      }
+      AttnChunk c{mine, n, kvh * k_head, kvh * v_head};
+      c.prefetch = first;  // the first token's walk brings the chunk in
+      k.attn_chunk(kv_layout(types.k), kv_layout(types.v), c, b.q.f, b.q.qq, group, a.head_dim, scale, a.softcap,
+                   b.st.m, b.st.l, b.st.acc);
+      first = false;
+    }
+    return;
+  }
+  for (const BlockQuery& b : qs) reset_state(b.st, group, a.head_dim);
   for (int p = lo; p < hi;) {
     const auto [sp, off, nt] = tile_at(seq, a.layer, p, hi);
     TilePrefetch(seq, a.layer, p, hi, kvh, kvh + 1, k_head, v_head).part(0, 1);
     const uint8_t* kt = sp.k + static_cast<size_t>(off) * sp.k_stride + kvh * k_head;
     const uint8_t* vt = sp.v + static_cast<size_t>(off) * sp.v_stride + kvh * v_head;
-    const float* kbuf = nullptr;  // the widened tile (mixed type pairs)
-    const float* vbuf = nullptr;
-    if (!direct) {
-      widen_tile(types, kt, vt, sp, nt, a.head_dim);
-      kbuf = t_tile.data();
-      vbuf = kbuf + static_cast<size_t>(kAttnTile) * a.head_dim;
-    }
+    widen_tile(types, kt, vt, sp, nt, a.head_dim);
+    const float* kbuf = t_tile.data();
+    const float* vbuf = kbuf + static_cast<size_t>(kAttnTile) * a.head_dim;
     for (const BlockQuery& b : qs) {
       const int s0 = std::max(p, b.p0), s1 = std::min(p + nt, b.p1);
       if (s0 >= s1) continue;
       const int skip = s0 - p;
-      if (direct) {
-        k.attn_tile(kv_layout(types.k), kv_layout(types.v), kt + skip * sp.k_stride, sp.k_stride,
-                    vt + skip * sp.v_stride, sp.v_stride, s1 - s0, b.q.f, b.q.qq, group, a.head_dim, scale, a.softcap,
-                    b.st.m, b.st.l, b.st.acc);
-      } else {
-        k.attn_tile(DType::kF32, DType::kF32, kbuf + static_cast<size_t>(skip) * a.head_dim, row,
-                    vbuf + static_cast<size_t>(skip) * a.head_dim, row, s1 - s0, b.q.f, nullptr, group, a.head_dim,
-                    scale, a.softcap, b.st.m, b.st.l, b.st.acc);
-      }
+      k.attn_tile(DType::kF32, DType::kF32, kbuf + static_cast<size_t>(skip) * a.head_dim, row,
+                  vbuf + static_cast<size_t>(skip) * a.head_dim, row, s1 - s0, b.q.f, nullptr, group, a.head_dim,
+                  scale, a.softcap, b.st.m, b.st.l, b.st.acc);
     }
     p += nt;
   }

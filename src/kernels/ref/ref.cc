@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "base/check.h"
 #include "base/fp16.h"
@@ -270,6 +271,19 @@ void attn_tile(DType tk, DType tv, const void* k, size_t k_stride, const void* v
   }
 }
 
+// The chunk as a run of tiles from a fresh state (kernels.h attn_chunk); prefetch hints are ignored.
+void attn_chunk(DType tk, DType tv, const AttnChunk& c, const float* q, const ActQ8* qq, int group, int d, float scale,
+                float softcap, float* m, float* l, float* acc) {
+  std::fill(acc, acc + static_cast<size_t>(group) * d, 0.0f);
+  std::fill(m, m + group, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + group, 0.0f);
+  for (int j = 0; j < c.n_tiles; ++j) {
+    const AttnTile& t = c.tiles[j];
+    attn_tile(tk, tv, t.k + c.k_off, t.k_stride, t.v + c.v_off, t.v_stride, t.n, q, qq, group, d, scale, softcap, m, l,
+              acc);
+  }
+}
+
 void silu_mul(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
@@ -459,6 +473,7 @@ constinit const Kernels kKernels = {Isa::kScalar,       1,          dequantize_r
                                     kv_scores,          kv_accumulate, kv_store,     quantize_act,    packed_dot,
                                     KSums::kPerBlock,
                                     FloatPack::kHalfRows, round_bf16, packed_dot_bf16, packed_dot_half, attn_tile,
+                                    attn_chunk,
                                     silu_mul,           gelu_mul};
 
 }  // namespace cachet::ref
