@@ -14,29 +14,19 @@
 #include "kernels/kernels.h"
 #include "kernels/quantize.h"
 #include "kv/kv_type.h"
+#include "tests/kv_rows.h"
 #include "tests/test_util.h"
 
 namespace cachet {
 namespace {
 
 using testing::random_floats;
+using testing::store_kv_row;
 
 size_t row_bytes(DType t, int d) {
   if (t == DType::kQ8_0) return static_cast<size_t>(d / 32) * 34;
   if (t == DType::kQ4_0 || t == DType::kIQ4_NL) return static_cast<size_t>(d / 32) * 18;
   return static_cast<size_t>(d) * (t == DType::kF32 ? 4 : 2);
-}
-
-void store_row(DType t, const float* x, uint8_t* dst, int d) {
-  if (t == DType::kIQ4_NL) {
-    kv_quantize_row(KvType::kQ4R, x, dst, d, d);
-  } else if (t == DType::kQ8_0 || t == DType::kQ4_0) {
-    ASSERT_TRUE(quantize_row(t, x, dst, d).is_ok());
-  } else if (t == DType::kBF16) {
-    for (int j = 0; j < d; ++j) reinterpret_cast<uint16_t*>(dst)[j] = f32_to_bf16(x[j]);
-  } else {
-    ref::kKernels.kv_store(t, x, dst, d);
-  }
 }
 
 // A cache of `rows` positions of n_kv heads (rows of every head, as the caches lay them out) and the tiles of
@@ -57,8 +47,8 @@ struct Chunk {
       for (int h = 0; h < n_kv; ++h) {
         const float* kx = x.data() + (static_cast<size_t>(p) * n_kv + h) * d;
         const float* vx = kx + static_cast<size_t>(p1) * n_kv * d;
-        store_row(tk, kx, k.data() + p * ks + h * row_bytes(tk, d), d);
-        store_row(tv, vx, v.data() + p * vs + h * row_bytes(tv, d), d);
+        store_kv_row(tk, kx, k.data() + p * ks + h * row_bytes(tk, d), d);
+        store_kv_row(tv, vx, v.data() + p * vs + h * row_bytes(tv, d), d);
         for (int j = 0; j < d; ++j) vmax = std::max(vmax, std::fabs(vx[j]));
       }
     for (int p = p0; p < p1;) {

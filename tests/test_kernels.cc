@@ -12,12 +12,14 @@
 #include "kernels/packed.h"
 #include "kernels/quantize.h"
 #include "kv/kv_type.h"
+#include "tests/kv_rows.h"
 #include "tests/test_util.h"
 
 namespace cachet {
 namespace {
 
 using testing::random_floats;
+using testing::store_kv_row;
 
 const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                         DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
@@ -200,19 +202,6 @@ TEST(Kernels, KvKernelsMatchScalar) {
         }
       }
     }
-  }
-}
-
-// One row of d values as attn_tile reads them in type t.
-void store_kv_row(DType t, const float* x, uint8_t* dst, int d) {
-  if (t == DType::kIQ4_NL) {
-    kv_quantize_row(KvType::kQ4R, x, dst, d, d);  // IQ4_NL blocks (of the turned values)
-  } else if (t == DType::kQ8_0 || t == DType::kQ4_0) {
-    ASSERT_TRUE(quantize_row(t, x, dst, d).is_ok());
-  } else if (t == DType::kBF16) {
-    for (int j = 0; j < d; ++j) reinterpret_cast<uint16_t*>(dst)[j] = f32_to_bf16(x[j]);
-  } else {
-    ref::kKernels.kv_store(t, x, dst, d);
   }
 }
 
