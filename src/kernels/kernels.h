@@ -37,13 +37,18 @@ struct AttnChunk {
   const AttnTile* tiles;
   int n_tiles;
   size_t k_off, v_off;
-  // What the caller reads next (the next head of this chunk, the next chunk), only prefetched: the walk asks for
-  // the K and V lines of its head some tiles ahead (at most kAttnPrefetchTiles), running on into these (at
-  // next_k_off, next_v_off).
+  // What the caller reads next (the next chunk), only prefetched: the walk asks for the K and V lines of its heads
+  // ahead of use, running on into these tiles (up to a chunk's; heads [0, n_heads) at next_k_off, next_v_off).
   const AttnTile* next = nullptr;
   int n_next = 0;
   size_t next_k_off = 0, next_v_off = 0;
   bool prefetch = true;  // false: no prefetch at all (the rows are in cache already)
+  // KV heads [0, n_heads) (at most kAttnChunkHeads) in one call: head h's K at k_off + h * k_head in a row (V:
+  // v_off + h * v_head), its query rows at q + h * q_stride floats (qq + h * q_stride / 16), its state at
+  // m, l, acc + h * state_stride floats. Each head's result is the bits of a call for it alone; one call lets a
+  // kernel read whole rows front to back (a q8_0 head's 68 bytes straddle cache lines).
+  int n_heads = 1;
+  size_t k_head = 0, v_head = 0, q_stride = 0, state_stride = 0;
 };
 
 struct Kernels {
@@ -118,13 +123,14 @@ struct Kernels {
   void (*attn_tile)(DType k_type, DType v_type, const void* k, size_t k_stride, const void* v, size_t v_stride,
                     int n, const float* q, const ActQ8* qq, int group, int d, float scale, float softcap, float* m,
                     float* l, float* acc);
-  // One chunk of flash attention for one KV head's group (the unit the attention walks merge, kAttnChunkRows
-  // positions at most): the tiles' rows from a fresh state, so m[g] = the largest score, l[g] = sum_i e^(s_i - m),
-  // acc[g] = sum_i e^(s_i - m) v_i. Scores and types as attn_tile; tables read the rows as a run of attn_tile calls
-  // (the same bits), except the AVX-512 tables with block-quantized keys and values, which take two passes: every
-  // score first, then one exponential per score against the chunk's largest and the values' weights rounded to
-  // int16 per block against the chunk's largest scale, summed over the whole chunk in int32
-  // (x86/attn_chunk_int.inc; within docs/numerics.md's bound of the run of tiles).
+  // One chunk of flash attention for the groups of c.n_heads KV heads (the unit the attention walks merge,
+  // kAttnChunkRows positions at most): per head, the tiles' rows from a fresh state, so m[g] = the largest score,
+  // l[g] = sum_i e^(s_i - m), acc[g] = sum_i e^(s_i - m) v_i. Scores and types as attn_tile; tables read the rows
+  // as a run of attn_tile calls per head (the same bits), except the AVX-512 tables with block-quantized keys and
+  // values, which take two passes: every score of every head first (whole K rows), then one exponential per score
+  // against the chunk's largest and the values' weights rounded to int16 per block against the chunk's largest
+  // scale, summed over the whole chunk in int32 (x86/attn_chunk.inc; within docs/numerics.md's bound of the run
+  // of tiles).
   void (*attn_chunk)(DType k_type, DType v_type, const AttnChunk& c, const float* q, const ActQ8* qq,
                      int group, int d, float scale, float softcap, float* m, float* l, float* acc);
 
@@ -155,9 +161,10 @@ constexpr int kAttnTileMax = 16;
 // Positions per attn_chunk call, at most (16 whole tiles).
 constexpr int kAttnChunkRows = 256;
 
-// Tiles ahead of the one being computed whose lines attn_chunk prefetches, at most (AttnChunk::next needs
-// this many tiles).
+// Tiles ahead of the one being computed whose lines a run of attn_tile calls prefetches, at most.
 constexpr int kAttnPrefetchTiles = 4;
+// KV heads per attn_chunk call, at most (AttnChunk::n_heads).
+constexpr int kAttnChunkHeads = 8;
 // Head size of block-quantized (32-element) keys and values attn_tile reads, at most: 16 blocks.
 constexpr int kAttnMaxBlockHeadDim = 512;
 

@@ -401,21 +401,31 @@ void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int
   const CacheLayout cl(seq->types(), a.head_dim);
   const auto& [types, k_head, v_head, direct, row] = cl;
   if (direct) {
-    // The kernel walks one head's chunk at a time; the rows of the heads after it stay in L2 (a chunk of SmolLM2's
-    // q8_0 K and V is 104 KB). Its prefetch runs on into the next head, then into the thread's next chunk.
-    AttnTile tiles[kChunkTiles], next[kAttnPrefetchTiles];
+    // Up to kAttnChunkHeads KV heads a call: the kernel may read whole rows. q(h) and st(h) are a fixed stride
+    // apart from head to head (checked). Its prefetch runs on into the thread's next chunk.
+    AttnTile tiles[kChunkTiles], next[kChunkTiles];
     const int nt = chunk_tiles(seq, a.layer, p0, p1, tiles);
-    const int nn = chunk_tiles(seq, a.layer, p1, pf_end, next, kAttnPrefetchTiles);
-    for (int h = kvh0; h < kvh1; ++h) {
-      AttnChunk c{tiles, nt, h * k_head, h * v_head};
-      if (h + 1 < kvh1) {
-        c.next = tiles, c.n_next = std::min(nt, kAttnPrefetchTiles), c.next_k_off = (h + 1) * k_head;
-        c.next_v_off = (h + 1) * v_head;
+    const int nn = chunk_tiles(seq, a.layer, p1, pf_end, next);
+    for (int h0 = kvh0; h0 < kvh1; h0 += kAttnChunkHeads) {
+      const int n = std::min(kAttnChunkHeads, kvh1 - h0);
+      const QueryRows qr = q(h0);
+      const HeadState s = st(h0);
+      AttnChunk c{tiles, nt, h0 * k_head, h0 * v_head};
+      c.n_heads = n, c.k_head = k_head, c.v_head = v_head;
+      if (n > 1) {
+        c.q_stride = static_cast<size_t>(q(h0 + 1).f - qr.f);
+        c.state_stride = static_cast<size_t>(st(h0 + 1).acc - s.acc);
+      }
+      for (int h = 1; h < n; ++h) {
+        const HeadState sh = st(h0 + h);
+        CACHET_CHECK(q(h0 + h).f == qr.f + h * c.q_stride && sh.acc == s.acc + h * c.state_stride &&
+                      sh.m == s.m + h * c.state_stride && sh.l == s.l + h * c.state_stride);
+      }
+      if (h0 + n < kvh1) {
+        c.next = tiles, c.n_next = nt, c.next_k_off = (h0 + n) * k_head, c.next_v_off = (h0 + n) * v_head;
       } else {
         c.next = next, c.n_next = nn, c.next_k_off = kvh0 * k_head, c.next_v_off = kvh0 * v_head;
       }
-      const HeadState s = st(h);
-      const QueryRows qr = q(h);
       k.attn_chunk(kv_layout(types.k), kv_layout(types.v), c, qr.f, qr.qq, group, a.head_dim, scale, a.softcap, s.m,
                    s.l, s.acc);
     }

@@ -271,16 +271,22 @@ void attn_tile(DType tk, DType tv, const void* k, size_t k_stride, const void* v
   }
 }
 
-// The chunk as a run of tiles from a fresh state (kernels.h attn_chunk); prefetch hints are ignored.
+// Per head, the chunk as a run of tiles from a fresh state (kernels.h attn_chunk); prefetch hints are ignored.
 void attn_chunk(DType tk, DType tv, const AttnChunk& c, const float* q, const ActQ8* qq, int group, int d, float scale,
                 float softcap, float* m, float* l, float* acc) {
-  std::fill(acc, acc + static_cast<size_t>(group) * d, 0.0f);
-  std::fill(m, m + group, -std::numeric_limits<float>::infinity());
-  std::fill(l, l + group, 0.0f);
-  for (int j = 0; j < c.n_tiles; ++j) {
-    const AttnTile& t = c.tiles[j];
-    attn_tile(tk, tv, t.k + c.k_off, t.k_stride, t.v + c.v_off, t.v_stride, t.n, q, qq, group, d, scale, softcap, m, l,
-              acc);
+  for (int h = 0; h < c.n_heads; ++h) {
+    const size_t ko = c.k_off + h * c.k_head, vo = c.v_off + h * c.v_head, so = h * c.state_stride;
+    const float* qh = q + h * c.q_stride;
+    const ActQ8* qqh = qq != nullptr ? qq + h * c.q_stride / 16 : nullptr;
+    float *mh = m + so, *lh = l + so, *ah = acc + so;
+    std::fill(ah, ah + static_cast<size_t>(group) * d, 0.0f);
+    std::fill(mh, mh + group, -std::numeric_limits<float>::infinity());
+    std::fill(lh, lh + group, 0.0f);
+    for (int j = 0; j < c.n_tiles; ++j) {
+      const AttnTile& t = c.tiles[j];
+      attn_tile(tk, tv, t.k + ko, t.k_stride, t.v + vo, t.v_stride, t.n, qh, qqh, group, d, scale, softcap, mh, lh,
+                ah);
+    }
   }
 }
 
