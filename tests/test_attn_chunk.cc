@@ -1,7 +1,7 @@
-// attn_chunk (kernels.h): a chunk of attention tiles for one KV head's group from a fresh state. Every table
-// against the scalar one (a run of attn_tile calls), on chunks cut as the walks cut them (a partial first and last
-// tile, whole tiles between, up to a whole chunk of 256 positions), and every head bitwise the same whatever group
-// it is computed in.
+// attn_chunk (kernels.h): a chunk of attention tiles for KV heads' groups from a fresh state. Every table against
+// the scalar one (a run of attn_tile calls), on chunks cut as the walks cut them (a partial first and last tile,
+// whole tiles between, up to a whole chunk of 256 positions), and every head bitwise the same whatever group it is
+// computed in and whatever KV heads share its call.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -149,6 +149,54 @@ TEST(AttnChunk, HeadsDoNotDependOnTheirGroup) {
             ASSERT_EQ(all.m[h], one.m[0]) << what;
             ASSERT_EQ(all.l[h], one.l[0]) << what;
             for (int j = 0; j < d; ++j) ASSERT_EQ(all.acc[static_cast<size_t>(h) * d + j], one.acc[j]) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Several KV heads a call (AttnChunk::n_heads, the decode walk's whole rows): each head's bits are those of a call
+// for it alone, whatever heads share the call, their strides and the prefetch hints.
+TEST(AttnChunk, SeveralHeadsACallEqualEachHeadAlone) {
+  for (const Kernels* k : supported_kernels()) {
+    for (auto [tk, tv] : kPairs) {
+      const bool blocks = attn_integer_keys(tk);
+      for (int d : {64, 128}) {
+        for (int n_kv : {3, 8}) {
+          const Chunk c(tk, tv, d, n_kv, 7, 250, 11 + d + n_kv);
+          for (int group : {1, 3, 5}) {
+            // Heads [h0, h0 + n) of the rows; queries group x d apart plus a gap, states with a gap too.
+            const int h0 = n_kv == 8 ? 0 : 1, n = n_kv - h0;
+            const size_t q_stride = static_cast<size_t>(group) * d + 32;
+            const size_t st_stride = static_cast<size_t>(group) * d + 2 * group + 16;
+            auto q = random_floats(q_stride * n, 5 + group, -3.0f, 3.0f);
+            std::vector<ActQ8> qq(blocks ? q.size() / 16 : 0);
+            if (blocks) quantize_query(q.data(), static_cast<int64_t>(q.size()), qq.data());
+            std::vector<float> st(st_stride * n, std::nanf(""));
+            AttnChunk all = c.head(h0);
+            all.n_heads = n, all.k_head = row_bytes(tk, d), all.v_head = row_bytes(tv, d);
+            all.q_stride = q_stride, all.state_stride = st_stride;
+            all.next = c.tiles.data(), all.n_next = static_cast<int>(c.tiles.size());
+            float* acc = st.data();
+            float* m = acc + static_cast<size_t>(group) * d;
+            float* l = m + group;
+            k->attn_chunk(tk, tv, all, q.data(), blocks ? qq.data() : nullptr, group, d, 0.3f, 0.0f, m, l, acc);
+            for (int h = 0; h < n; ++h) {
+              const std::vector<float> qh(q.begin() + h * q_stride, q.begin() + h * q_stride + group * d);
+              std::vector<ActQ8> qqh;
+              if (blocks) qqh.assign(qq.begin() + h * q_stride / 16, qq.begin() + (h * q_stride + group * d) / 16);
+              const Out one = run(*k, c, h0 + h, qh, qqh, group, 0.0f);
+              const std::string what = std::string(isa_name(k->isa)) + " " + dtype_name(tk) + "/" +
+                                       dtype_name(tv) + " d=" + std::to_string(d) + " n_kv=" + std::to_string(n_kv) +
+                                       " group=" + std::to_string(group) + " head=" + std::to_string(h);
+              const size_t so = h * st_stride;
+              for (int g = 0; g < group; ++g) {
+                ASSERT_EQ(m[so + g], one.m[g]) << what;
+                ASSERT_EQ(l[so + g], one.l[g]) << what;
+              }
+              for (int j = 0; j < group * d; ++j) ASSERT_EQ(acc[so + j], one.acc[j]) << what << " j=" << j;
+            }
           }
         }
       }
