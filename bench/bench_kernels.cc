@@ -40,21 +40,25 @@ void BM_Gemm(benchmark::State& st, const Kernels* k) {
 }
 
 // The integer path: one thread, a K = 576 x N = 1536 weight (1536 x 576 for the K-quants, whose rows are
-// 256-element super-blocks) packed in 16-row groups, n_tokens activation rows.
+// 256-element super-blocks) packed in 16-row groups, n_tokens activation rows; with a second argument C > 1,
+// C copies of it walked in turn (C = 64: 40-60 MB, from memory, as a decode or a speculative verify reads).
 // Reports integer multiply-adds per second (K * N * n_tokens per call).
 void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
   const bool kq = traits(t).block_size == 256;
   const int64_t K = kq ? 1536 : 576, N = kq ? 576 : 1536;
   const int n_tokens = static_cast<int>(st.range(0));
+  const int64_t copies = st.range(1);
   const size_t rb = *row_bytes(t, K);
   std::vector<uint8_t> w(rb * N);
   std::vector<float> src(K * n_tokens);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
   for (int64_t r = 0; r < N; ++r) (void)quantize_row(t, src.data(), w.data() + r * rb, K);
   const int64_t nb = K / 32, gb = static_cast<int64_t>(packed_group_bytes(t, K, k->float_pack));
-  std::vector<uint8_t> packed(gb * (N / kPackRows));
+  std::vector<uint8_t> packed(gb * (N / kPackRows) * copies);
   for (int64_t g = 0; g < N / kPackRows; ++g)
     repack_group(t, w.data() + g * kPackRows * rb, rb, kPackRows, K, k->float_pack, packed.data() + g * gb);
+  for (int64_t c = 1; c < copies; ++c)
+    std::copy(packed.begin(), packed.begin() + gb * (N / kPackRows), packed.begin() + c * gb * (N / kPackRows));
   std::vector<ActQ8> act(nb * n_tokens);
   std::vector<uint16_t> act_bf16(K * n_tokens);
   const bool is_float = packed_is_float(t);
@@ -64,9 +68,10 @@ void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
   }
   std::vector<float> y(N * n_tokens);
   for (auto _ : st) {
-    for (int64_t g = 0; g < N / kPackRows; ++g) {
+    for (int64_t gc = 0; gc < N / kPackRows * copies; ++gc) {
+      const int64_t g = gc % (N / kPackRows);
       float* out = y.data() + g * kPackRows;
-      const uint8_t* grp = packed.data() + g * gb;
+      const uint8_t* grp = packed.data() + gc * gb;
       if (!is_float) {
         k->packed_dot(t, grp, nb, act.data(), nb, n_tokens, out, N);
       } else if (k->float_pack == FloatPack::kHalfRows) {
@@ -77,8 +82,8 @@ void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
     }
     benchmark::DoNotOptimize(y.data());
   }
-  st.counters["MAC/s"] =
-      benchmark::Counter(static_cast<double>(K) * N * n_tokens * st.iterations(), benchmark::Counter::kIsRate);
+  st.counters["MAC/s"] = benchmark::Counter(static_cast<double>(K) * N * n_tokens * copies * st.iterations(),
+                                             benchmark::Counter::kIsRate);
 }
 
 // The thread pool's dispatch + join: one parallel_for over 2 items doing nothing (the per-matmul overhead a
@@ -102,7 +107,9 @@ int register_all() {
     for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
                     DType::kQ6_K, DType::kF16, DType::kBF16}) {
       std::string name = std::string("packed_dot/") + isa_name(k->isa) + "/" + dtype_name(t);
-      benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)->Arg(1)->Arg(8)->Arg(16)->Arg(64);
+      benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)
+          ->Args({1, 1})->Args({8, 1})->Args({16, 1})->Args({64, 1})
+          ->Args({1, 64})->Args({2, 64})->Args({4, 64})->Args({5, 64})->Args({6, 64})->Args({8, 64})->Args({9, 64});
     }
     std::string name = std::string("gemm_nt/") + isa_name(k->isa);
     benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k)->Args({64, 64, 576})->Args({128, 64, 2048});

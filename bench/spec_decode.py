@@ -109,8 +109,10 @@ def run(port, sessions, clients, max_tokens):
 
 def start(engine, a, clients):
     port = free_port()
+    engine, _, tag = engine.partition("@")  # "cachet-lookup@old": the same engine from --cachet-old (A/B)
     if engine.startswith("cachet"):
-        cmd = [str(ROOT / "build" / "cachet"), "serve", "-m", a.target, "--port", str(port), "-t", str(a.threads),
+        binary = a.cachet_old if tag == "old" else str(ROOT / "build" / "cachet")
+        cmd = [binary, "serve", "-m", a.target, "--port", str(port), "-t", str(a.threads),
                "--parallel", str(clients), "--kv-memory", "1GiB", "-c", "4096", "--draft-max", str(a.draft_max)]
         if engine == "cachet-lookup":
             cmd.append("--lookup")
@@ -155,6 +157,7 @@ def main():
     ap.add_argument("--draft-max", type=int, default=8)
     ap.add_argument("--draft-vocab", type=int, default=0, help="cachet's --draft-vocab (0: the whole vocabulary)")
     ap.add_argument("--llama-server", default=str(pathlib.Path.home() / ".cache/cachet/llama.cpp/native/bin/llama-server"))
+    ap.add_argument("--cachet-old", default="", help="another cachet binary, for engines named ENGINE@old (A/B)")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()
     rows = []
@@ -185,8 +188,9 @@ def main():
           "decode tok/s per request | vs off | acceptance |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        name, at, tag = r["engine"].partition("@")
         base = next(x for x in rows if x["workload"] == r["workload"] and x["batch"] == r["batch"]
-                    and x["engine"] == r["engine"].split("-")[0] + "-off")
+                    and x["engine"] == name.split("-")[0] + "-off" + at + tag)
         accs = f"{r['acceptance']:.0%}" if r["acceptance"] is not None else ""
         print(f"| {r['workload']} | {r['batch']} | {r['engine']} | {r['tok_s']:.1f} | {r['tok_s'] / base['tok_s']:.2f}x | "
               f"{r['decode']:.1f} | {r['decode'] / base['decode']:.2f}x | {accs} |")

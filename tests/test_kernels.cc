@@ -527,7 +527,7 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
           }
           for (const Kernels* k : simd_tables()) {
             if (act_blocks_per_scale(t, k->k_sums) != bps) continue;
-            for (int nt : {1, 2, 3, 4, 6, 8, 9, 17}) {  // token counts exercise every register-block width
+            for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17}) {  // every walk width (even_walks: 17 = 6 + 6 + 5)
               std::vector<float> got(T * kPackRows, -1.0f);
               k->packed_dot(t, group.data(), nb, act.data(), nb, nt, got.data(), kPackRows);
               ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
