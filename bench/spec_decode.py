@@ -116,8 +116,10 @@ def start(engine, a, clients):
                "--parallel", str(clients), "--kv-memory", "1GiB", "-c", "4096", "--draft-max", str(a.draft_max)]
         if engine == "cachet-lookup":
             cmd.append("--lookup")
-        elif engine == "cachet-draft":
+        elif engine in ("cachet-draft", "cachet-draft-ownkv"):
             cmd += ["--draft-model", a.draft, "--draft-vocab", str(a.draft_vocab)]
+            if engine == "cachet-draft-ownkv":  # a same-shape draft with a cache of its own (--draft-own-kv)
+                cmd.append("--draft-own-kv")
     else:
         cmd = [a.llama_server, "-m", a.target, "--port", str(port), "-t", str(a.threads), "--parallel", str(clients),
                "-c", str(4096 * clients), "--log-disable"]
@@ -189,8 +191,10 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         name, at, tag = r["engine"].partition("@")
-        base = next(x for x in rows if x["workload"] == r["workload"] and x["batch"] == r["batch"]
-                    and x["engine"] == name.split("-")[0] + "-off" + at + tag)
+        same = [x for x in rows if x["workload"] == r["workload"] and x["batch"] == r["batch"]]
+        # The same binary's off run; without one (an @old engine beside the new off only), the new off.
+        base = next((x for x in same if x["engine"] == name.split("-")[0] + "-off" + at + tag),
+                    next(x for x in same if x["engine"] == name.split("-")[0] + "-off"))
         accs = f"{r['acceptance']:.0%}" if r["acceptance"] is not None else ""
         print(f"| {r['workload']} | {r['batch']} | {r['engine']} | {r['tok_s']:.1f} | {r['tok_s'] / base['tok_s']:.2f}x | "
               f"{r['decode']:.1f} | {r['decode'] / base['decode']:.2f}x | {accs} |")

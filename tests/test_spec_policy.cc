@@ -202,6 +202,23 @@ TEST(SpecPolicy, IdleRequestRetriesOnceItsCatchUpIsWorthIt) {
   EXPECT_EQ(p.idle_retry(32, 4, 1), 1);
 }
 
+// Probes per batch size: every 16th step drafts nothing (plain_probe), every 16th half-way between lets one
+// request draft a token more (explore_probe); they never fall on the same step.
+TEST(SpecPolicy, PlainAndExploreProbesTakeTurns) {
+  SpecPolicy p(8);
+  int plain = 0, explore = 0;
+  for (int step = 1; step <= 64; ++step) {
+    const bool a = p.plain_probe(1), b = p.explore_probe(1);
+    EXPECT_FALSE(a && b) << step;
+    plain += a;
+    explore += b;
+    EXPECT_EQ(b, step % 16 == 8) << step;
+  }
+  EXPECT_EQ(plain, 4);
+  EXPECT_EQ(explore, 4);
+  EXPECT_FALSE(p.explore_probe(16));  // each batch size counts its own steps
+}
+
 // The scheduler with drafts on a random stream: drafts appended, scheduled with everything else, rolled back
 // by a random accepted count; every invariant holds each step and all blocks come back.
 TEST(SpecScheduler, RandomDraftsAndRollbacksKeepEveryInvariant) {
@@ -229,6 +246,15 @@ TEST(SpecScheduler, RandomDraftsAndRollbacksKeepEveryInvariant) {
       if (r->num_computed + 1 == static_cast<int>(r->tokens.size()) && rng() % 2) {
         len[r] = static_cast<int>(r->tokens.size());
         r->n_draft = 1 + static_cast<int>(rng() % 6);
+        if (rng() % 2) {
+          // A draft model reading the target's cache: room for its own rows, given back before schedule().
+          const int before = s.kv().num_tokens(r->id);
+          if (s.reserve(r, len[r] + r->n_draft - 1)) {
+            EXPECT_GE(s.kv().num_tokens(r->id), len[r] + r->n_draft - 1);
+            s.rollback(r, before);
+          }
+          EXPECT_EQ(s.kv().num_tokens(r->id), before);
+        }
         for (int k = 0; k < r->n_draft; ++k) r->tokens.push_back(static_cast<int32_t>(rng() % 9));
       }
     const std::vector<ScheduledWork> w = s.schedule();

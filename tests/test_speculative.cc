@@ -250,17 +250,17 @@ TEST(SpecEngine, SampledSequencesFollowTheTargetExactly) {
     for (int i = 0; i < n_req / 2; ++i) ++broken[dq(rng)];
     EXPECT_FALSE(chi_square(broken, exact).fits()) << s.name;
     EXPECT_EQ((*e)->counters().blocks_used, 0);
-    EXPECT_EQ((*e)->draft_proposer()->kv().pool().n_used(), 0);
+    if (const KvCacheManager* kv = (*e)->draft_proposer()->own_kv()) EXPECT_EQ(kv->pool().n_used(), 0);
   }
 }
 
-std::unique_ptr<Model> synthetic(uint64_t seed, const std::string& name, int64_t logit_rows = 0) {
+std::unique_ptr<Model> synthetic(uint64_t seed, const std::string& name, int64_t logit_rows = 0, int n_layer = 2) {
   SyntheticSpec s;
   s.type = DType::kQ4_0;
   s.embd_type = DType::kQ8_0;
   s.n_head = 4;
   s.n_head_kv = 2;
-  s.n_layer = 2;
+  s.n_layer = n_layer;
   s.seed = seed;
   const std::string path = testing::temp_path(name);
   EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
@@ -308,8 +308,11 @@ struct Served {
   EngineCounters counters;
 };
 
-Served serve(Model& m, Model* draft, const std::vector<Job>& js, bool spec, bool adaptive, int max_running) {
+// own_kv: the draft keeps a cache of its own even when it could read the target's (same shape).
+Served serve(Model& m, Model* draft, const std::vector<Job>& js, bool spec, bool adaptive, int max_running,
+             bool own_kv = false) {
   EngineConfig cfg;
+  cfg.draft_own_kv = own_kv;
   cfg.n_blocks = 120;
   cfg.draft_model = draft;
   cfg.draft_max = 5;
@@ -341,7 +344,11 @@ Served serve(Model& m, Model* draft, const std::vector<Job>& js, bool spec, bool
   }
   out.counters = (*e)->counters();
   EXPECT_EQ(out.counters.blocks_used, out.counters.blocks_cached) << "no block leaked";
-  if (draft) EXPECT_EQ((*e)->draft_proposer()->kv().pool().n_used(), 0) << "no draft block leaked";
+  if (draft) {
+    EXPECT_EQ((*e)->draft_proposer()->shares_target_kv(), !own_kv && draft->config() == m.config());
+    if (const KvCacheManager* kv = (*e)->draft_proposer()->own_kv())
+      EXPECT_EQ(kv->pool().n_used(), 0) << "no draft block leaked";
+  }
   return out;
 }
 
@@ -356,21 +363,27 @@ TEST(SpecEngine, GreedyWithSpeculationEqualsGreedyWithoutBitwise) {
   const int V = static_cast<int>(target->config().n_vocab);
   const std::vector<Job> js = spec_jobs(32, V, 99, /*sampled=*/false);
   const Served base = serve(*target, nullptr, js, false, false, 32);
+  // Each draft both reading the target's cache (same shape) and keeping its own.
   for (Model* draft : {same.get(), other.get(), same_subset.get()}) {
     for (bool adaptive : {false, true}) {
-      const Served s = serve(*target, draft, js, true, adaptive, 32);
-      for (size_t i = 0; i < js.size(); ++i) {
-        EXPECT_EQ(s.ids[i], base.ids[i]) << "request " << i << " mode " << static_cast<int>(js[i].mode);
-        EXPECT_TRUE(s.logits[i] == base.logits[i]) << "request " << i;
+      for (bool own_kv : {false, true}) {
+        const Served s = serve(*target, draft, js, true, adaptive, 32, own_kv);
+        for (size_t i = 0; i < js.size(); ++i) {
+          EXPECT_EQ(s.ids[i], base.ids[i]) << "request " << i << " mode " << static_cast<int>(js[i].mode);
+          EXPECT_TRUE(s.logits[i] == base.logits[i]) << "request " << i;
+        }
+        EXPECT_GT(s.counters.spec_accepted_tokens, 0);
+        if (draft == other.get() && !adaptive)
+          EXPECT_LT(s.counters.spec_accepted_tokens, s.counters.spec_draft_tokens);
       }
-      EXPECT_GT(s.counters.spec_accepted_tokens, 0);
-      if (draft == other.get() && !adaptive) EXPECT_LT(s.counters.spec_accepted_tokens, s.counters.spec_draft_tokens);
     }
   }
   // Alone (one request at a time).
   for (size_t i = 0; i < 6; ++i) {
-    const Served s = serve(*target, other.get(), {js[i]}, true, false, 1);
-    EXPECT_EQ(s.ids[0], base.ids[i]) << "request " << i << " alone";
+    for (bool own_kv : {false, true}) {
+      const Served s = serve(*target, other.get(), {js[i]}, true, false, 1, own_kv);
+      EXPECT_EQ(s.ids[0], base.ids[i]) << "request " << i << " alone";
+    }
   }
 }
 
@@ -488,8 +501,33 @@ TEST(SpecOptions, ValidatesAndCarriesIntoTheEngineConfig) {
   EXPECT_EQ(cfg.draft_max, 5);
   EXPECT_EQ(cfg.spec, SpecMode::kLookup);
   EXPECT_EQ(draft, nullptr);
+  EXPECT_FALSE(cfg.draft_own_kv);
+  o.draft_own_kv = true;
+  ASSERT_TRUE(load_speculation(o, RopeOverrides{}, *target, &cfg, &draft).is_ok());
+  EXPECT_TRUE(cfg.draft_own_kv);
   o.draft_p_min = 2.0f;
   EXPECT_FALSE(load_speculation(o, RopeOverrides{}, *target, &cfg, &draft).is_ok());
+}
+
+// A draft reads the target's cache only when it has the target's shape exactly; the engine picks that by
+// itself for such a draft and keeps a pool for the draft otherwise.
+TEST(SpecDraftModel, ReadsTheTargetsCacheOnlyWithItsShape) {
+  auto target = synthetic(42, "spec_target.gguf");
+  auto same_shape = synthetic(7, "spec_other.gguf");
+  auto deeper = synthetic(7, "spec_deeper.gguf", 0, /*n_layer=*/3);
+  DraftModelConfig dc;
+  dc.share_target_kv = true;
+  EXPECT_TRUE(DraftModelProposer::create(*same_shape, *target, dc).is_ok());
+  EXPECT_FALSE(DraftModelProposer::create(*deeper, *target, dc).is_ok());
+  for (Model* d : {same_shape.get(), deeper.get()}) {
+    EngineConfig cfg;
+    cfg.n_blocks = 32;
+    cfg.draft_model = d;
+    auto e = Engine::create(*target, cfg);
+    ASSERT_TRUE(e.is_ok());
+    EXPECT_EQ((*e)->draft_proposer()->shares_target_kv(), d == same_shape.get());
+    EXPECT_EQ((*e)->draft_proposer()->own_kv() == nullptr, d == same_shape.get());
+  }
 }
 
 // Sampling with speculation: the same seed gives the same tokens (and other requests in the batch do not
@@ -499,12 +537,14 @@ TEST(SpecEngine, SameSeedSameTokens) {
   auto other = synthetic(7, "spec_other.gguf");
   const int V = static_cast<int>(target->config().n_vocab);
   const std::vector<Job> js = spec_jobs(12, V, 5, /*sampled=*/true);
-  const Served a = serve(*target, other.get(), js, true, false, 12);
-  const Served b = serve(*target, other.get(), js, true, false, 12);
-  EXPECT_EQ(a.ids, b.ids);
-  for (size_t i = 0; i < 4; ++i) {
-    const Served alone = serve(*target, other.get(), {js[i]}, true, false, 1);
-    EXPECT_EQ(alone.ids[0], a.ids[i]) << "request " << i;
+  for (bool own_kv : {false, true}) {
+    const Served a = serve(*target, other.get(), js, true, false, 12, own_kv);
+    const Served b = serve(*target, other.get(), js, true, false, 12, own_kv);
+    EXPECT_EQ(a.ids, b.ids);
+    for (size_t i = 0; i < 4; ++i) {
+      const Served alone = serve(*target, other.get(), {js[i]}, true, false, 1, own_kv);
+      EXPECT_EQ(alone.ids[0], a.ids[i]) << "request " << i;
+    }
   }
 }
 
@@ -516,9 +556,10 @@ TEST(SpecEngine, RollbackLeavesTheCacheAsWithoutSpeculation) {
   const int V = static_cast<int>(target->config().n_vocab);
   std::vector<Job> js = spec_jobs(6, V, 17, false);
   for (auto& j : js) j.p.max_tokens = 200;
-  auto run = [&](bool spec, const std::map<size_t, int>* until, std::map<size_t, int>* computed,
+  auto run = [&](bool spec, bool own_kv, const std::map<size_t, int>* until, std::map<size_t, int>* computed,
                  std::map<size_t, std::vector<uint8_t>>* kv) {
     EngineConfig cfg;
+    cfg.draft_own_kv = own_kv;
     cfg.n_blocks = 200;
     cfg.draft_model = other.get();
     cfg.draft_max = 6;
@@ -549,13 +590,17 @@ TEST(SpecEngine, RollbackLeavesTheCacheAsWithoutSpeculation) {
     ASSERT_EQ(computed->size(), js.size());
     if (spec) EXPECT_LT((*e)->counters().spec_accepted_tokens, (*e)->counters().spec_draft_tokens);
   };
-  std::map<size_t, int> n_spec, n_base;
-  std::map<size_t, std::vector<uint8_t>> kv_spec, kv_base;
-  run(true, nullptr, &n_spec, &kv_spec);
-  run(false, &n_spec, &n_base, &kv_base);
-  for (size_t i = 0; i < js.size(); ++i) {
-    ASSERT_GT(n_spec[i], static_cast<int>(js[i].prompt.size()) + 39);
-    EXPECT_TRUE(kv_spec[i] == kv_base[i]) << "request " << i << ", " << n_spec[i] << " positions";
+  // The draft writes its own rows into the target's cache when it reads it (own_kv false): those too must be
+  // gone or overwritten.
+  for (bool own_kv : {false, true}) {
+    std::map<size_t, int> n_spec, n_base;
+    std::map<size_t, std::vector<uint8_t>> kv_spec, kv_base;
+    run(true, own_kv, nullptr, &n_spec, &kv_spec);
+    run(false, own_kv, &n_spec, &n_base, &kv_base);
+    for (size_t i = 0; i < js.size(); ++i) {
+      ASSERT_GT(n_spec[i], static_cast<int>(js[i].prompt.size()) + 39);
+      EXPECT_TRUE(kv_spec[i] == kv_base[i]) << "request " << i << ", " << n_spec[i] << " positions, own_kv " << own_kv;
+    }
   }
 }
 

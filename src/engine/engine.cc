@@ -43,7 +43,8 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg), polic
   if (cfg_.draft_model) {
     // The draft tracks the same sequences as the target: as many token slots as the target's pool.
     DraftModelConfig dc;
-    dc.n_blocks = cfg_.n_blocks;
+    dc.share_target_kv = !cfg_.draft_own_kv && cfg_.draft_model->config() == c;
+    dc.n_blocks = dc.share_target_kv ? 0 : cfg_.n_blocks;
     dc.block_size = cfg_.block_size;
     dc.kv_type = cfg_.kv_type;
     dc.p_min = cfg_.draft_p_min;

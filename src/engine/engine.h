@@ -49,6 +49,10 @@ struct EngineConfig {
   int draft_max = 8;
   float draft_p_min = kDefaultDraftPMin;
   bool spec_adaptive = true;
+  // A draft model of the target's exact shape (a requantization) reads the target's KV cache
+  // (DraftModelConfig::share_target_kv) unless this is set: then it keeps a pool of its own, as a draft of
+  // another shape must.
+  bool draft_own_kv = false;
 };
 
 enum class RequestFinish { kNone, kStop, kLength, kAborted };

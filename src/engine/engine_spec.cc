@@ -63,7 +63,9 @@ Status Engine::propose_drafts() {
           r->acceptance.rates(mode_acceptance_[static_cast<int>(r->spec)].rates(unmeasured_prior()), weight));
       uses_draft.push_back(r->spec == SpecMode::kDraft);
       const int len = static_cast<int>(r->tokens.size());
-      catch_up.push_back(r->spec == SpecMode::kDraft ? len - draft_->computed(r->id) : 0);
+      // A draft reading the target's cache is never behind: it feeds the last token only.
+      const int behind = r->spec != SpecMode::kDraft ? 0 : draft_->shares_target_kv() ? 1 : len - draft_->computed(r->id);
+      catch_up.push_back(behind);
       // Tokens still to come: at most max_tokens, and about what outputs here have run to (at least 16 more).
       const int left = r->params.max_tokens - (len - r->n_prompt);
       const int typical = output_len_ > 0 ? std::max(16, static_cast<int>(output_len_) - (len - r->n_prompt)) : left;
@@ -80,6 +82,13 @@ Status Engine::propose_drafts() {
         ks[i] = retry;
         cands[i]->spec_idle = 0;
       }
+    }
+    // Now and then one drafting request drafts a token more than chosen (SpecPolicy::explore_probe).
+    if (policy_.explore_probe(batch)) {
+      int most = -1;
+      for (size_t i = 0; i < ks.size(); ++i)
+        if (ks[i] > 0 && ks[i] < cfg_.draft_max && (most < 0 || ks[i] > ks[most])) most = static_cast<int>(i);
+      if (most >= 0) ++ks[most];
     }
     // A kind nobody drafts with is measured by nobody: a draft model judged poor once would never again be
     // caught up on a prompt, so its engine-wide rate (every new request's prior) would stay at that one reading.
@@ -120,6 +129,7 @@ Status Engine::propose_drafts() {
   for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft}) {
     std::vector<DraftJob> jobs;
     std::vector<Request*> owners;
+    std::vector<std::pair<Request*, int>> reserved;  // slots made for a draft in the target's cache: tokens before
     for (size_t i = 0; i < cands.size(); ++i) {
       Request* r = cands[i];
       const int room = r->params.max_tokens - (static_cast<int>(r->tokens.size()) - r->n_prompt) - 1;
@@ -134,6 +144,14 @@ Status Engine::propose_drafts() {
       if (!rates.empty()) {
         j.first = rates[i].first;
         j.cont = rates[i].cont;
+      }
+      if (mode == SpecMode::kDraft && draft_->shares_target_kv()) {
+        // The draft's rows of this step go to the target's slots past the last token (the verification
+        // overwrites them); without room for them (a full pool) the request does not draft now.
+        const int before = scheduler_->kv().num_tokens(r->id);
+        if (!scheduler_->reserve(r, static_cast<int>(r->tokens.size()) + k - 1)) continue;
+        reserved.emplace_back(r, before);
+        j.target_kv = r->view.get();
       }
       jobs.push_back(std::move(j));
       owners.push_back(r);
@@ -152,7 +170,9 @@ Status Engine::propose_drafts() {
       }
       draft_->set_pass_budget(std::move(budget));
     }
-    CACHET_RETURN_IF_ERROR(proposer(mode)->propose(jobs));
+    const Status proposed = proposer(mode)->propose(jobs);
+    for (auto [r, before] : reserved) scheduler_->rollback(r, before);  // schedule() makes room for the verify
+    CACHET_RETURN_IF_ERROR(proposed);
     if (mode == SpecMode::kDraft)
       for (auto [tokens, secs] : draft_->last_passes()) {
         policy_.observe_draft(tokens, secs);

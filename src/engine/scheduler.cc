@@ -62,6 +62,11 @@ void Scheduler::rollback(SchedRequest* r, int n_tokens) {
   r->num_computed = std::min(r->num_computed, n_tokens);
 }
 
+bool Scheduler::reserve(SchedRequest* r, int n_tokens) {
+  const int grow = n_tokens - manager_.num_tokens(r->id);
+  return grow <= 0 || manager_.append(r->id, grow);
+}
+
 void Scheduler::finish(SchedRequest* r) {
   release(r);
   running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());

@@ -64,6 +64,10 @@ class Scheduler {
   void fork(SchedRequest* parent, SchedRequest* child);
   // Speculation rejected positions: r keeps the K/V of its first n_tokens only (blocks past them go back).
   void rollback(SchedRequest* r, int n_tokens);
+  // Slots for r's positions below n_tokens, without preempting anyone (false, nothing changed, when the pool
+  // is short): a draft model reading the target's cache writes its own rows past the computed positions.
+  // Undone by rollback(r, r->num_computed) before the next schedule().
+  bool reserve(SchedRequest* r, int n_tokens);
   // Finished or aborted: gives its whole computed blocks to the prefix cache and frees the rest.
   void finish(SchedRequest* r);
 

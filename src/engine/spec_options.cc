@@ -13,6 +13,7 @@ Status load_speculation(const SpecOptions& o, const RopeOverrides& rope, Model& 
   CACHET_RETURN_IF_ERROR(o.validate());
   cfg->draft_max = o.draft_max;
   cfg->draft_p_min = o.draft_p_min;
+  cfg->draft_own_kv = o.draft_own_kv;
   cfg->spec_adaptive = !o.fixed;
   if (o.lookup) cfg->spec = SpecMode::kLookup;
   if (o.draft_model.empty()) return Status::ok();

@@ -21,6 +21,7 @@ struct SpecOptions {
   bool fixed = false;       // always draft_max tokens, cost model off (measuring, testing)
   int64_t draft_vocab = 0;  // the draft proposes only token ids below this (0: all; LoadOptions::logit_rows)
   float draft_p_min = kDefaultDraftPMin;  // greedy: a draft model stops when its top probability is below this
+  bool draft_own_kv = false;  // a draft of the target's shape keeps its own cache (EngineConfig::draft_own_kv)
   bool any() const { return lookup || !draft_model.empty(); }
   // Errors: both proposers asked for; draft_p_min outside [0, 1].
   Status validate() const;

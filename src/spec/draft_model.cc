@@ -12,22 +12,28 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(Model& dr
     return invalid_argument("the draft model's vocabulary has " + std::to_string(draft.config().n_vocab) +
                             " tokens but the target's has " + std::to_string(target.config().n_vocab) +
                             ": a draft must share the target's tokenizer");
-  if (cfg.n_blocks <= 0 || cfg.block_size <= 0 || cfg.block_size % 16 != 0)
+  if (cfg.share_target_kv) {
+    if (!(draft.config() == target.config()))
+      return invalid_argument("a draft model that reads the target's KV cache must have the target's shape "
+                              "exactly (a requantization of it)");
+  } else if (cfg.n_blocks <= 0 || cfg.block_size <= 0 || cfg.block_size % 16 != 0) {
     return invalid_argument("draft KV pool: n_blocks > 0 and block_size a multiple of 16");
+  }
   return std::unique_ptr<DraftModelProposer>(new DraftModelProposer(draft, cfg));
 }
 
-DraftModelProposer::DraftModelProposer(Model& draft, DraftModelConfig cfg)
-    : model_(draft),
-      cfg_(cfg),
-      storage_(std::make_unique<KvBlockStorage>(draft.config(), cfg.n_blocks, cfg.block_size, cfg.kv_type)),
-      manager_(cfg.n_blocks, cfg.block_size,
-               [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); }) {}
+DraftModelProposer::DraftModelProposer(Model& draft, DraftModelConfig cfg) : model_(draft), cfg_(cfg) {
+  if (cfg.share_target_kv) return;
+  storage_ = std::make_unique<KvBlockStorage>(draft.config(), cfg.n_blocks, cfg.block_size, cfg.kv_type);
+  manager_ = std::make_unique<KvCacheManager>(cfg.n_blocks, cfg.block_size, [this](BlockId a, BlockId b, int n) {
+    storage_->copy_block(a, b, n);
+  });
+}
 
 DraftModelProposer::Seq& DraftModelProposer::seq(const DraftJob& j) {
   Seq& s = seqs_[j.id];
-  if (!s.view) {
-    s.view = std::make_unique<PagedKvSequence>(*storage_, manager_, j.id);
+  if (!s.sampler) {
+    if (manager_) s.view = std::make_unique<PagedKvSequence>(*storage_, *manager_, j.id);
     SamplingParams p = *j.params;
     p.seed = p.seed ^ 0x9E3779B97F4A7C15ull;  // the draft's own generator, not the target's
     p.logprobs = -1;
@@ -42,6 +48,7 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
   struct Live {
     DraftJob* job;
     Seq* s;
+    KvSequence* kv;                // its own pool's view, or the target's cache of the request
     std::vector<int32_t> history;  // tokens, then the draft so far
   };
   std::vector<Live> live;
@@ -51,15 +58,22 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
     if (j.k <= 0) continue;
     Seq& s = seq(j);
     const int len = static_cast<int>(j.tokens->size());
+    if (!manager_) {
+      // The target's cache: computed up to the last token, room made for k - 1 drafted tokens fed back.
+      CACHET_CHECK(j.target_kv && j.target_kv->capacity() >= len + j.k - 1);
+      s.computed = len - 1;
+      live.push_back({&j, &s, j.target_kv, *j.tokens});
+      continue;
+    }
     s.computed = std::min(s.computed, len - 1);  // the last token is fed again: its logits are the first draft's
-    if (manager_.has(j.id)) manager_.truncate(j.id, std::min(manager_.num_tokens(j.id), s.computed));
+    if (manager_->has(j.id)) manager_->truncate(j.id, std::min(manager_->num_tokens(j.id), s.computed));
     // Room for the catch-up and k - 1 drafted tokens fed back; without it this request does not draft now.
-    const int grow = len + j.k - 1 - manager_.num_tokens(j.id);
-    if (!manager_.append(j.id, grow)) {
+    const int grow = len + j.k - 1 - manager_->num_tokens(j.id);
+    if (!manager_->append(j.id, grow)) {
       release(j.id);
       continue;
     }
-    live.push_back({&j, &s, *j.tokens});
+    live.push_back({&j, &s, s.view.get(), *j.tokens});
   }
   // Pass r feeds each live request's unseen tokens (pass 0: the catch-up; later: its previous draft token)
   // and drafts one more token from the last position's logits.
@@ -85,7 +99,7 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
     ForwardBatch b;
     for (const Live& l : live) {
       const int seq = static_cast<int>(b.seqs.size());
-      b.seqs.push_back(l.s->view.get());
+      b.seqs.push_back(l.kv);
       const int len = static_cast<int>(l.history.size());
       for (int p = l.s->computed; p < len; ++p) {
         b.token_ids.push_back(l.history[p]);
@@ -132,10 +146,11 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
     }
     live = std::move(next);
   }
-  // Blocks reserved for draft tokens never fed (an early stop) go back.
-  for (DraftJob& j : jobs)
-    if (auto it = seqs_.find(j.id); it != seqs_.end() && manager_.has(j.id))
-      manager_.truncate(j.id, std::min(manager_.num_tokens(j.id), it->second.computed));
+  // Blocks reserved for draft tokens never fed (an early stop) go back (the target's: the engine's to undo).
+  if (manager_)
+    for (DraftJob& j : jobs)
+      if (auto it = seqs_.find(j.id); it != seqs_.end() && manager_->has(j.id))
+        manager_->truncate(j.id, std::min(manager_->num_tokens(j.id), it->second.computed));
   return Status::ok();
 }
 
@@ -143,16 +158,23 @@ void DraftModelProposer::truncate(int64_t id, int n_valid) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
   it->second.computed = std::min(it->second.computed, n_valid);
-  if (manager_.has(id)) manager_.truncate(id, std::min(manager_.num_tokens(id), it->second.computed));
+  if (manager_ && manager_->has(id)) manager_->truncate(id, std::min(manager_->num_tokens(id), it->second.computed));
 }
 
 std::vector<std::pair<int, double>> DraftModelProposer::calibrate() {
   constexpr int64_t kScratch = -1;  // request ids are >= 0
   std::vector<std::pair<int, double>> out;
   constexpr int kCatchUp = 64;
-  if (!manager_.append(kScratch, kCatchUp)) return out;
+  if (manager_ && !manager_->append(kScratch, kCatchUp)) return out;
   {
-    PagedKvSequence view(*storage_, manager_, kScratch);
+    // Reading the target's cache, the draft's passes attend as they would over a paged one of its own.
+    std::unique_ptr<KvSequence> scratch;
+    if (manager_) {
+      scratch = std::make_unique<PagedKvSequence>(*storage_, *manager_, kScratch);
+    } else {
+      scratch = std::make_unique<ContiguousKvCache>(model_.config(), kCatchUp, cfg_.kv_type);
+    }
+    KvSequence& view = *scratch;
     for (int rep = 0; rep < 3; ++rep) {
       // A drafting pass carries one token per request, each with its logits (1 and 4 requests); a catch-up pass
       // (a prompt) many tokens and one row of logits. The catch-up is timed once: on a CPU where the target's
@@ -170,12 +192,12 @@ std::vector<std::pair<int, double>> DraftModelProposer::calibrate() {
       }
     }
   }
-  manager_.free(kScratch);
+  if (manager_) manager_->free(kScratch);
   return out;
 }
 
 void DraftModelProposer::release(int64_t id) {
-  manager_.free(id);
+  if (manager_) manager_->free(id);
   seqs_.erase(id);
 }
 

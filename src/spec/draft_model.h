@@ -1,7 +1,9 @@
 // A draft model proposes: any model with the target's vocabulary (a low-bit `cachet quantize` of the target,
 // a smaller model of the same family). It keeps its own paged KV cache per request, catches up on the
 // tokens it has not seen (the prompt, then each step's accepted tokens) and drafts k tokens autoregressively;
-// every drafted position is one batched forward pass over all drafting requests. Greedy requests draft the
+// every drafted position is one batched forward pass over all drafting requests. A draft of exactly the
+// target's shape (a requantization: equal ModelConfig) instead reads the target's own cache
+// (share_target_kv): no second pool, no catch-up prefill of each prompt, never behind. Greedy requests draft the
 // draft's best token, and stop early when the draft's own confidence falls below p_min (llama.cpp's
 // --draft-p-min rule); sampling requests draw from the draft's distribution after the request's own sampler
 // chain, with a generator of their own (seeded from the request's seed), and report it as q.
@@ -25,12 +27,17 @@ struct DraftModelConfig {
   int n_blocks = 0;      // its KV pool; blocks of block_size tokens
   int block_size = 16;
   KvTypes kv_type;
+  // Attend over the target's K/V (DraftJob::target_kv) instead of a pool of its own (n_blocks unused): the
+  // draft's K/V of a computed position would be the target's up to its weights' rounding, so it is the
+  // target's; only the draft's own tokens of this step get rows of its own, in the target's slots past its
+  // computed positions, which the verification overwrites before reading. Requires draft config == target's.
+  bool share_target_kv = false;
   float p_min = kDefaultDraftPMin;  // greedy: stop drafting when the draft's top probability is below this
 };
 
 class DraftModelProposer final : public Proposer {
  public:
-  // Errors: the vocabularies differ.
+  // Errors: the vocabularies differ; share_target_kv with a draft not of the target's shape.
   static Result<std::unique_ptr<DraftModelProposer>> create(Model& draft, const Model& target,
                                                             DraftModelConfig cfg);
   Status propose(std::span<DraftJob> jobs) override;
@@ -51,8 +58,10 @@ class DraftModelProposer final : public Proposer {
   };
   void set_pass_budget(PassBudget b) { budget_ = std::move(b); }
 
-  const KvCacheManager& kv() const { return manager_; }
-  // Tokens of the request whose K/V the draft holds (0 before its first draft).
+  // Its own pool's block tables (null when it reads the target's cache).
+  const KvCacheManager* own_kv() const { return manager_.get(); }
+  bool shares_target_kv() const { return cfg_.share_target_kv; }
+  // Tokens of the request whose K/V the draft holds (0 before its first draft; own pool only).
   int computed(int64_t id) const {
     auto it = seqs_.find(id);
     return it == seqs_.end() ? 0 : it->second.computed;
@@ -75,8 +84,8 @@ class DraftModelProposer final : public Proposer {
 
   Model& model_;
   DraftModelConfig cfg_;
-  std::unique_ptr<KvBlockStorage> storage_;
-  KvCacheManager manager_;
+  std::unique_ptr<KvBlockStorage> storage_;  // own pool (both null with share_target_kv)
+  std::unique_ptr<KvCacheManager> manager_;
   std::unordered_map<int64_t, Seq> seqs_;
   std::vector<float> logits_;
   std::vector<std::pair<int, double>> last_passes_;

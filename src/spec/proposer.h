@@ -13,6 +13,8 @@
 
 namespace cachet {
 
+class KvSequence;
+
 enum class SpecMode { kOff, kLookup, kDraft };
 
 struct DraftJob {
@@ -24,6 +26,11 @@ struct DraftJob {
   // The engine's estimate that draft token j (0-based) is accepted: first * cont^j (spec/policy.h). A draft
   // model weighs a further pass by it (DraftModelProposer::set_pass_budget); 1, 1: every token counts whole.
   double first = 1.0, cont = 1.0;
+  // The request's own K/V in the target's cache, for a draft model that reads it instead of keeping a cache of
+  // its own (DraftModelConfig::share_target_kv): positions below tokens->size() - 1 hold the target's K/V, and
+  // the engine has made room up to position tokens->size() + k - 2 for the draft's own rows, which the target's
+  // verification overwrites before it reads them. Null otherwise.
+  KvSequence* target_kv = nullptr;
   // Out: the draft, and per token the draft's distribution when it sampled (temperature > 0). Empty q: the
   // draft is deterministic (all of q's mass on each draft token).
   std::vector<int32_t> draft;

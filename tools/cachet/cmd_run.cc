@@ -154,7 +154,10 @@ int run(const RunArgs& a) {
                  r.tbt_mean_ms(), r.tbt_percentile_ms(50), r.tbt_percentile_ms(99));
     if (engine)
       std::fprintf(stderr, "speculative (%s): %lld draft tokens verified, %lld accepted (%.1f%%)\n",
-                   a.spec.lookup ? "lookup" : "draft model", static_cast<long long>(r.spec_draft_tokens),
+                   a.spec.lookup                                  ? "lookup"
+                   : engine->draft_proposer()->shares_target_kv() ? "draft model, reading the target's KV cache"
+                                                                  : "draft model, its own KV cache",
+                   static_cast<long long>(r.spec_draft_tokens),
                    static_cast<long long>(r.spec_accepted_tokens),
                    r.spec_draft_tokens ? 100.0 * r.spec_accepted_tokens / r.spec_draft_tokens : 0.0);
   } else {
@@ -170,6 +173,8 @@ int run(const RunArgs& a) {
                           {"draft_max", a.spec.draft_max},
                           {"proposed", r.spec_draft_tokens},
                           {"accepted", r.spec_accepted_tokens}};
+    if (engine && !a.spec.lookup)
+      j["speculative"]["draft_kv"] = engine->draft_proposer()->shares_target_kv() ? "target" : "own";
     if (o.sampling.logprobs >= 0) {
       nlohmann::json lp = nlohmann::json::array();
       for (const auto& sm : r.samples) {

@@ -81,7 +81,7 @@ int fail(const Status& s);
 Result<int64_t> parse_memory(const std::string& s);
 
 // Speculative decoding flags (run, chat, serve, batch): --draft-model FILE, --lookup, --draft-max K, --draft-vocab N,
-// --draft-p-min P, --draft-fixed; engine/spec_options.h load_speculation applies them.
+// --draft-p-min P, --draft-own-kv, --draft-fixed; engine/spec_options.h load_speculation applies them.
 void add_spec_flags(CLI::App* c, SpecOptions* o);
 
 // Many prompts (one per line of a file) through the continuous-batching engine: `cachet batch`, and

@@ -18,6 +18,9 @@ void add_spec_flags(CLI::App* c, SpecOptions* f) {
   c->add_option("--draft-p-min", f->draft_p_min,
                 "greedy: the draft model stops drafting where its own top probability falls below P (default 0.2)")
       ->check(CLI::Range(0.0, 1.0));
+  c->add_flag("--draft-own-kv", f->draft_own_kv,
+              "the draft model keeps a KV cache of its own even when it has -m's shape (by default such a draft, a "
+              "requantization of -m, reads -m's cache: no second pool, no draft prefill of each prompt)");
   c->add_flag("--draft-fixed", f->fixed,
               "always draft --draft-max tokens, even when the cost model says it does not pay (measuring, testing)");
 }
