@@ -37,12 +37,18 @@ def test_run_with_speculation_gives_the_same_tokens_and_reports_counts(cachet_bi
     assert "speculative" not in base
     # --draft-fixed: every step drafts (this draft is as costly as the default model, so the cost model
     # rightly never runs it on its own; the adaptive run must still give the same tokens).
+    # A requantization of the model reads the model's KV cache unless --draft-own-kv.
     for flags in (["--lookup"], ["--draft-model", draft_model, "--draft-fixed"],
+                  ["--draft-model", draft_model, "--draft-fixed", "--draft-own-kv"],
                   ["--draft-model", draft_model, "--draft-max", "2", "--draft-fixed"], ["--draft-model", draft_model]):
         got = run_json(cachet_bin, default_model, "-p", REWRITE, "-n", "96", *flags)
         assert got["token_ids"] == base["token_ids"], flags
         assert got["text"] == base["text"]
         s = got["speculative"]
+        if "--draft-model" in flags:
+            assert s["draft_kv"] == ("own" if "--draft-own-kv" in flags else "target"), (flags, s)
+        else:
+            assert "draft_kv" not in s
         if flags[-1] == draft_model:
             assert 0 <= s["accepted"] <= s["proposed"], (flags, s)
         else:
