@@ -599,7 +599,8 @@ TEST(SpecEngine, RollbackLeavesTheCacheAsWithoutSpeculation) {
     run(false, own_kv, &n_spec, &n_base, &kv_base);
     for (size_t i = 0; i < js.size(); ++i) {
       ASSERT_GT(n_spec[i], static_cast<int>(js[i].prompt.size()) + 39);
-      EXPECT_TRUE(kv_spec[i] == kv_base[i]) << "request " << i << ", " << n_spec[i] << " positions, own_kv " << own_kv;
+      EXPECT_TRUE(kv_spec[i] == kv_base[i])
+          << "request " << i << ", " << n_spec[i] << " positions, own_kv " << own_kv;
     }
   }
 }

@@ -64,7 +64,8 @@ Status Engine::propose_drafts() {
       uses_draft.push_back(r->spec == SpecMode::kDraft);
       const int len = static_cast<int>(r->tokens.size());
       // A draft reading the target's cache is never behind: it feeds the last token only.
-      const int behind = r->spec != SpecMode::kDraft ? 0 : draft_->shares_target_kv() ? 1 : len - draft_->computed(r->id);
+      int behind = 0;
+      if (r->spec == SpecMode::kDraft) behind = draft_->shares_target_kv() ? 1 : len - draft_->computed(r->id);
       catch_up.push_back(behind);
       // Tokens still to come: at most max_tokens, and about what outputs here have run to (at least 16 more).
       const int left = r->params.max_tokens - (len - r->n_prompt);
