@@ -130,10 +130,7 @@ bool SpecPolicy::plain_probe(int batch) {
   return ++c % 16 == 0;
 }
 
-bool SpecPolicy::explore_probe(int batch) {
-  int& c = explore_[batch_bucket(batch)];
-  return ++c % 16 == 8;
-}
+bool SpecPolicy::explore_probe(int batch) const { return probe_[batch_bucket(batch)] % 16 == 8; }
 
 std::vector<int> SpecPolicy::choose(const std::vector<AcceptRates>& rates, const std::vector<bool>& uses_draft_model,
                                     int other_tokens, int batch, const std::vector<int>* catch_up,

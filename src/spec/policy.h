@@ -107,11 +107,11 @@ class SpecPolicy {
   // True every 16th call per batch size: that step drafts nothing, so the plain rate the guard compares against
   // stays measured while drafting pays.
   bool plain_probe(int batch);
-  // True every 16th call per batch size, half-way between plain probes: that step one drafting request drafts a
-  // token more than chosen. Longer verifies' cost and the acceptance of later draft tokens (`cont`) are learned
+  // True on every 16th step per batch size, half-way between plain probes (it reads plain_probe's step count, so
+  // ask it after plain_probe in the same step): that step one drafting request drafts a token more than chosen. Longer verifies' cost and the acceptance of later draft tokens (`cont`) are learned
   // only at the sizes chosen; without this, a calibration pass that met a slow moment held k at 1 for a whole
   // run (t(3) measured 16 ms at startup, 11.6 when run; session 34).
-  bool explore_probe(int batch);
+  bool explore_probe(int batch) const;
   // A request the policy keeps from drafting still tries now and then, so its acceptance rate (and the draft's
   // cost) stay measured as its text and the load change: one token every 32nd idle step while its draft is
   // caught up (at most 8 tokens behind). A draft model that fell behind while its request did not draft needs
@@ -157,7 +157,7 @@ class SpecPolicy {
   };
   Rate drafted_[16], plain_[16];
   double retry_credit_ = 0.1;  // seconds of catch-up that experiments may spend (idle_retry, choose)
-  int probe_[16] = {}, retry_[16] = {}, explore_[16] = {};
+  int probe_[16] = {}, retry_[16] = {};
   static int batch_bucket(int batch);
 };
 
