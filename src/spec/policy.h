@@ -108,9 +108,10 @@ class SpecPolicy {
   // stays measured while drafting pays.
   bool plain_probe(int batch);
   // True on every 16th step per batch size, half-way between plain probes (it reads plain_probe's step count, so
-  // ask it after plain_probe in the same step): that step one drafting request drafts a token more than chosen. Longer verifies' cost and the acceptance of later draft tokens (`cont`) are learned
-  // only at the sizes chosen; without this, a calibration pass that met a slow moment held k at 1 for a whole
-  // run (t(3) measured 16 ms at startup, 11.6 when run; session 34).
+  // ask it after plain_probe in the same step): that step one drafting request drafts a token more than chosen.
+  // Longer verifies' cost and the acceptance of later draft tokens (`cont`) are learned only at the sizes chosen;
+  // without this, a calibration pass that met a slow moment held k at 1 for a whole run (t(3) measured 16 ms at
+  // startup, 11.6 when run; session 34).
   bool explore_probe(int batch) const;
   // A request the policy keeps from drafting still tries now and then, so its acceptance rate (and the draft's
   // cost) stay measured as its text and the load change: one token every 32nd idle step while its draft is
