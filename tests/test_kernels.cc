@@ -493,13 +493,14 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K,
                   DType::kQ5_K, DType::kQ6_K}) {
     const bool kq = traits(t).block_size == 256;
-    for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1536} : std::vector<int64_t>{32, 96, 576}) {
+    // 2304 and 2080: rows longer than a decode walk's prefetch distance (4 KiB), 65 blocks an odd count.
+    for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1536, 2304} : std::vector<int64_t>{32, 96, 576, 2080}) {
       for (int rows : {16, 5}) {
         const int64_t nb = K / 32;
         QuantRows q = make_rows(t, rows, K, 40 + K + rows, 0);
         std::vector<uint8_t> group(packed_group_bytes(t, K, FloatPack::kHalfRows));
         repack_group(t, q.data, q.row_bytes, rows, K, FloatPack::kHalfRows, group.data());
-        const int T = 17;
+        const int T = 37;
         auto x = random_floats(T * K, 8 + K, -2.0f, 2.0f);
         for (int i = 0; i < T; ++i) x[i * K + (i * 37) % K] = 6.0f;  // activation outliers, as real ones have
         for (KSums sums : {KSums::kPerBlock, KSums::kPerSuper}) {
@@ -527,7 +528,8 @@ TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
           }
           for (const Kernels* k : simd_tables()) {
             if (act_blocks_per_scale(t, k->k_sums) != bps) continue;
-            for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17}) {  // every walk width (even_walks: 17 = 6 + 6 + 5)
+            // Every walk width (even_walks: 17 = 6 + 6 + 5) and runs of several walks (37: 8 + 8 + 7 + 7 + 7).
+            for (int nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 19, 32, 37}) {
               std::vector<float> got(T * kPackRows, -1.0f);
               k->packed_dot(t, group.data(), nb, act.data(), nb, nt, got.data(), kPackRows);
               ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
