@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
@@ -54,13 +55,14 @@ void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
   for (int64_t r = 0; r < N; ++r) (void)quantize_row(t, src.data(), w.data() + r * rb, K);
   const int64_t nb = K / 32, gb = static_cast<int64_t>(packed_group_bytes(t, K, k->float_pack));
-  std::vector<uint8_t> packed(gb * (N / kPackRows) * copies);
+  AlignedBuffer<uint8_t> packed(gb * (N / kPackRows) * copies);
   for (int64_t g = 0; g < N / kPackRows; ++g)
     repack_group(t, w.data() + g * kPackRows * rb, rb, kPackRows, K, k->float_pack, packed.data() + g * gb);
   for (int64_t c = 1; c < copies; ++c)
-    std::copy(packed.begin(), packed.begin() + gb * (N / kPackRows), packed.begin() + c * gb * (N / kPackRows));
-  std::vector<ActQ8> act(nb * n_tokens);
-  std::vector<uint16_t> act_bf16(K * n_tokens);
+    std::copy(packed.data(), packed.data() + gb * (N / kPackRows), packed.data() + c * gb * (N / kPackRows));
+  // 64-byte aligned as the engine's packed weights and activation buffers are (an AMX tile row of 64 bytes then spans one line).
+  AlignedBuffer<ActQ8> act(nb * n_tokens);
+  AlignedBuffer<uint16_t> act_bf16(K * n_tokens);
   const bool is_float = packed_is_float(t);
   for (int i = 0; i < n_tokens; ++i) {
     if (!is_float) k->quantize_act(src.data() + i * K, K, act_blocks_per_scale(t, k->k_sums), act.data() + i * nb);
@@ -108,7 +110,7 @@ int register_all() {
                     DType::kQ6_K, DType::kF16, DType::kBF16}) {
       std::string name = std::string("packed_dot/") + isa_name(k->isa) + "/" + dtype_name(t);
       benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)
-          ->Args({1, 1})->Args({8, 1})->Args({16, 1})->Args({64, 1})
+          ->Args({1, 1})->Args({8, 1})->Args({16, 1})->Args({64, 1})->Args({128, 1})
           ->Args({1, 64})->Args({2, 64})->Args({4, 64})->Args({5, 64})->Args({6, 64})->Args({8, 64})->Args({9, 64});
     }
     std::string name = std::string("gemm_nt/") + isa_name(k->isa);
