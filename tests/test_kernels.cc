@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include "base/cpu_features.h"
 #include "base/fp16.h"
 #include "kernels/attn_query.h"
 #include "kernels/kernels.h"
@@ -597,42 +596,6 @@ TEST(PackedKernels, PackedBf16DotMatchesScalarBitwiseAndDouble) {
             ASSERT_EQ(0, std::memcmp(ref.data(), got.data(), nt * kPackRows * sizeof(float)))
                 << isa_name(k->isa) << " " << dtype_name(t) << " K=" << K << " nt=" << nt;
           }
-      }
-    }
-  }
-}
-
-// The AMX table's integer path (AMX-INT8: TDPBSSD per block of 16 tokens) in the engine's shapes: 64 tokens as
-// the matmul driver passes them, activation rows wider than the row (x_stride > n_blocks) and starting mid-buffer,
-// outputs N floats apart, rows longer than one pass of unpacked blocks (64). Bitwise the scalar reference's.
-TEST(PackedKernels, PackedDotAmxTilesBitwiseInEngineShapes) {
-  const Kernels* amx = nullptr;
-  for (const Kernels* k : simd_tables())
-    if (k->isa == Isa::kAmx) amx = k;
-  if (!amx || !cpu_features().amx_int8) GTEST_SKIP() << "no AMX-INT8 on this CPU";
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K}) {
-    const bool kq = traits(t).block_size == 256;
-    for (int64_t K : kq ? std::vector<int64_t>{256, 2048, 4352} : std::vector<int64_t>{64, 2048, 4128}) {
-      const int64_t nb = K / 32, x_stride = nb + 3, N = 48;
-      QuantRows q = make_rows(t, kPackRows, K, 77 + K, 0);
-      std::vector<uint8_t> group(packed_group_bytes(t, K, FloatPack::kHalfRows));
-      repack_group(t, q.data, q.row_bytes, kPackRows, K, FloatPack::kHalfRows, group.data());
-      const int T = 70;
-      auto x = random_floats(T * K, 5 + K, -3.0f, 3.0f);
-      std::vector<ActQ8> act(T * x_stride);
-      for (int tok = 0; tok < T; ++tok) amx->quantize_act(x.data() + tok * K, K, 1, act.data() + tok * x_stride);
-      std::vector<float> ref(T * kPackRows);
-      ref::kKernels.packed_dot(t, group.data(), nb, act.data(), x_stride, T, ref.data(), kPackRows);
-      for (int nt : {16, 31, 32, 48, 64}) {
-        for (int first : {0, 5}) {
-          std::vector<float> got(nt * N, -1.0f);
-          amx->packed_dot(t, group.data(), nb, act.data() + first * x_stride, x_stride, nt, got.data() + 16, N);
-          for (int tok = 0; tok < nt; ++tok)
-            ASSERT_EQ(0, std::memcmp(ref.data() + (first + tok) * kPackRows, got.data() + tok * N + 16,
-                                     kPackRows * sizeof(float)))
-                << dtype_name(t) << " K=" << K << " nt=" << nt << " first=" << first << " token " << tok;
-        }
       }
     }
   }

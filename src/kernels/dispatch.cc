@@ -38,14 +38,12 @@ bool amx_usable(const CpuFeatures& f) {
 #endif
 }
 
-// Built on first use, after the checks above said yes: the AVX512_BF16 table with AMX's packed float kernel,
-// and its integer one where the CPU has AMX-INT8.
+// Built on first use, after the checks above said yes: the AVX512_BF16 table with AMX's packed float kernel.
 const Kernels* amx_table() {
   static const Kernels k = [] {
     Kernels t = avx512_bf16::kKernels;
     t.isa = Isa::kAmx;
     t.packed_dot_bf16 = amx::packed_dot_bf16;
-    if (cpu_features().amx_int8) t.packed_dot = amx::packed_dot;
     return t;
   }();
   return &k;

@@ -196,15 +196,12 @@ extern const Kernels kKernels;
 namespace avx512_bf16 {
 extern const Kernels kKernels;
 }
-// The AMX table is the AVX512_BF16 one with these tile kernels (x86/amx.cc); dispatch builds it on first use.
-// packed_dot_bf16 sums in the tiles' own order: equal to the scalar one within 1e-6 of the sum of |products|
-// (tested), not bitwise, and to itself whatever the token and thread counts. packed_dot (AMX-INT8 only) is
-// bitwise equal to the scalar reference, as every table's integer path is.
+// The AMX table is the AVX512_BF16 one with this packed_dot_bf16 (x86/amx.cc); dispatch builds it on first use.
+// Its sums are in the tiles' own order: equal to the scalar one within 1e-6 of the sum of |products| (tested), not
+// bitwise, and to itself whatever the token and thread counts.
 namespace amx {
 void packed_dot_bf16(const uint8_t* group, int64_t n_pairs, const uint32_t* x, int64_t x_stride, int n_tokens,
                      float* out, int64_t out_stride);
-void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x, int64_t x_stride, int n_tokens,
-                float* out, int64_t out_stride);
 }
 
 }  // namespace cachet
