@@ -111,7 +111,7 @@ int register_all() {
       std::string name = std::string("packed_dot/") + isa_name(k->isa) + "/" + dtype_name(t);
       benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)
           ->Args({1, 1})->Args({8, 1})->Args({16, 1})->Args({64, 1})->Args({128, 1})
-          ->Args({1, 64})->Args({2, 64})->Args({4, 64})->Args({5, 64})->Args({6, 64})->Args({8, 64})->Args({9, 64});
+          ->Args({1, 64})->Args({2, 64})->Args({4, 64})->Args({5, 64})->Args({6, 64})->Args({8, 64})->Args({9, 64})->Args({64, 64});
     }
     std::string name = std::string("gemm_nt/") + isa_name(k->isa);
     benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k)->Args({64, 64, 576})->Args({128, 64, 2048});
