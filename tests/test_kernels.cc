@@ -22,7 +22,8 @@ using testing::random_floats;
 using testing::store_kv_row;
 
 const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                        DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                        DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                        DType::kIQ4_NL, DType::kIQ4_XS};
 
 std::vector<const Kernels*> simd_tables() {
   std::vector<const Kernels*> v;
@@ -414,10 +415,12 @@ TEST(Quantize, RoundTripErrorIsBounded) {
       case DType::kQ5_1: bound = 1.0f / 31; break;
       default: break;
     }
-    if (traits(t).block_size == 256) {
+    if (traits(t).block_size == 256 || t == DType::kIQ4_NL) {
       // K-quants: the 6/8-bit sub-block scales make the worst case loose; hold the RMS error instead, to
-      // within 25% of a uniform quantizer's over [-1, 1] with 2^bits levels (step^2 / 12).
-      const int bits = t == DType::kQ3_K ? 3 : t == DType::kQ4_K ? 4 : t == DType::kQ5_K ? 5 : 6;
+      // within 25% of a uniform quantizer's over [-1, 1] with 2^bits levels (step^2 / 12). IQ4_*: 16 levels
+      // denser near 0 (for Gaussian weights), held to the same bound on these uniform values.
+      const int bits = t == DType::kQ3_K ? 3 : t == DType::kQ4_K || t == DType::kIQ4_NL || t == DType::kIQ4_XS ? 4
+                       : t == DType::kQ5_K ? 5 : 6;
       const double step = 2.0 / ((1 << bits) - 1);
       double se = 0;
       for (size_t i = 0; i < x.size(); ++i) se += (x[i] - y[i]) * (x[i] - y[i]);
@@ -491,7 +494,7 @@ TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
 // dot product of the dequantized operands.
 TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
     const bool kq = traits(t).block_size == 256;
     // 2304 and 2080: rows longer than a decode walk's prefetch distance (4 KiB), 65 blocks an odd count.
     for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1536, 2304} : std::vector<int64_t>{32, 96, 576, 2080}) {

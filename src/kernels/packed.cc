@@ -17,6 +17,7 @@ bool packable(DType t) {
     case DType::kF16: case DType::kBF16:
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
     case DType::kQ3_K: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kIQ4_NL: case DType::kIQ4_XS:
       return true;
     default:
       return false;
@@ -50,6 +51,28 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       const auto& b = reinterpret_cast<const BlockQ8_0*>(row)[sb];
       u->d = b.d;
       for (int e = 0; e < 32; ++e) u->q[e] = static_cast<uint8_t>(b.qs[e] + 128);
+      return;
+    }
+    case DType::kIQ4_NL: {
+      // As Q8_0: the grid value + 128 as the unsigned quant, the block's own scale.
+      const auto& b = reinterpret_cast<const BlockQ4_0*>(row)[sb];
+      u->d = b.d;
+      for (int e = 0; e < 16; ++e) {
+        u->q[e] = static_cast<uint8_t>(kIq4nlGrid[b.qs[e] & 0x0f] + 128);
+        u->q[e + 16] = static_cast<uint8_t>(kIq4nlGrid[b.qs[e] >> 4] + 128);
+      }
+      return;
+    }
+    case DType::kIQ4_XS: {
+      // As Q8_0, per 32-element sub-block j of super-block sb / 8: the scale d * (ls_j - 32) rounded to f16
+      // (packed_as), the grid value + 128 as the unsigned quant.
+      const auto& b = reinterpret_cast<const BlockIQ4_XS*>(row)[sb / 8];
+      const int j = static_cast<int>(sb % 8);
+      u->d = f32_to_fp16(fp16_to_f32(b.d) * static_cast<float>(iq4xs_scale(b, j)));
+      for (int e = 0; e < 16; ++e) {
+        u->q[e] = static_cast<uint8_t>(kIq4nlGrid[b.qs[16 * j + e] & 0x0f] + 128);
+        u->q[e + 16] = static_cast<uint8_t>(kIq4nlGrid[b.qs[16 * j + e] >> 4] + 128);
+      }
       return;
     }
     case DType::kQ4_0:
@@ -182,7 +205,7 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
   const int64_t n_super = k / (32 * l.blocks);
   CACHET_CHECK(n_super * 32 * l.blocks == k);
   const bool is_k = l.blocks > 1;
-  const bool nibbles = t != DType::kQ8_0;
+  const bool nibbles = packed_as(t) != DType::kQ8_0;
   const bool q6 = packed_as(t) == DType::kQ6_K;
   std::memset(dst, 0, packed_group_bytes(t, k, fp));
   Unpacked u;

@@ -1,5 +1,5 @@
 // Packed weights for the integer decode/prefill path of the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q3_K, Q4_K, Q5_K, Q6_K).
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS).
 //
 // At load time a matrix is repacked into groups of 16 rows. Within a group, each 32-element block stores
 // the 16 rows' scales side by side and their quants interleaved so that one 64-byte load holds 4 consecutive
@@ -102,10 +102,16 @@ enum class KSums { kPerBlock, kPerSuper };
 
 bool packable(DType t);          // every type below, block or float
 bool packed_is_float(DType t);   // F16, BF16
-// The type whose packed layout and kernel a type uses: itself, except Q3_K, which is repacked into Q6_K's
-// layout (q + 28 as the 6-bit quant, the 6-bit scale - 32 as the signed scale: the same weights exactly),
-// reading 1.9x the bytes of the file but running the integer kernels instead of the float path.
-constexpr DType packed_as(DType t) { return t == DType::kQ3_K ? DType::kQ6_K : t; }
+// The type whose packed layout and kernel a type uses: itself, except
+// - Q3_K, repacked into Q6_K's layout (q + 28 as the 6-bit quant, the 6-bit scale - 32 as the signed scale: the
+//   same weights exactly), reading 1.9x the bytes of the file;
+// - IQ4_NL and IQ4_XS, repacked into Q8_0's: each code's grid value as the int8 quant, with the block's f16
+//   scale (IQ4_NL: its own, exactly; IQ4_XS: d * (ls - 32) rounded to f16, a relative change of at most 2^-11
+//   per 32-block, far inside the int8 activations' rounding), reading 1.9x / 2x the bytes of the file;
+// so that they run the integer kernels instead of the float path (docs/quantize.md).
+constexpr DType packed_as(DType t) {
+  return t == DType::kQ3_K ? DType::kQ6_K : t == DType::kIQ4_NL || t == DType::kIQ4_XS ? DType::kQ8_0 : t;
+}
 // Block types only; a type without a packed layout is a caller's bug (checked in packed_group_bytes).
 constexpr PackedLayout packed_layout(DType t) {
   switch (packed_as(t)) {

@@ -103,6 +103,21 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// IQ4_XS: a super-block of 256 in 8 sub-blocks of 32, each an IQ4_NL block's codes (element l < 16 the low
+// nibble of qs[16j + l], l >= 16 the high one of qs[16j + l - 16]) with a 6-bit scale: w = d*(ls_j - 32)*grid[c].
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;     // bits 2j, 2j+1: the high 2 bits of ls_j
+  uint8_t scales_l[4];   // nibble j % 2 of byte j / 2: the low 4 bits of ls_j
+  uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// Sub-block j's signed scale ls_j - 32 (-32..31) of an IQ4_XS block.
+inline int iq4xs_scale(const BlockIQ4_XS& b, int j) {
+  return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+
 // Sub-block j's (scale, min) of a Q4_K / Q5_K block: 6 bits each, packed in 12 bytes.
 inline void q4k_scale_min(const uint8_t* s, int j, int* sc, int* m) {
   if (j < 4) {

@@ -22,6 +22,70 @@ void quantize_q8_0(const float* x, BlockQ8_0* b) {
   for (int j = 0; j < kQK; ++j) b->qs[j] = static_cast<int8_t>(std::lround(x[j] * id));
 }
 
+// IQ4_NL codes for x at scale d (the nearest of the 16 levels); returns the least-squares scale for those codes
+// (sum g x / sum g^2), or d when every level is 0.
+float iq4_codes(const float* x, int n, float d, uint8_t* codes) {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  double gx = 0, gg = 0;
+  for (int j = 0; j < n; ++j) {
+    const float v = x[j] * id;
+    int best = 0;
+    for (int c = 1; c < 16; ++c)
+      if (std::fabs(v - kIq4nlGrid[c]) < std::fabs(v - kIq4nlGrid[best])) best = c;
+    codes[j] = static_cast<uint8_t>(best);
+    gx += static_cast<double>(kIq4nlGrid[best]) * x[j];
+    gg += static_cast<double>(kIq4nlGrid[best]) * kIq4nlGrid[best];
+  }
+  return gg > 0 ? static_cast<float>(gx / gg) : d;
+}
+
+// The signed scale of one 32-block on the IQ4_NL levels: the value of largest magnitude on -127 (either sign:
+// the levels are asymmetric), then refit by least squares once.
+float iq4_block_scale(const float* x, uint8_t* codes) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  if (amax == 0.0f) return 0.0f;
+  return iq4_codes(x, kQK, iq4_codes(x, kQK, max / -127.0f, codes), codes);
+}
+
+void nibbles_of(const uint8_t* codes, uint8_t* qs) {
+  for (int j = 0; j < kQK / 2; ++j) qs[j] = static_cast<uint8_t>(codes[j] | codes[j + kQK / 2] << 4);
+}
+
+void quantize_iq4_nl(const float* x, BlockQ4_0* b) {
+  uint8_t codes[kQK];
+  const uint16_t d = f32_to_fp16(iq4_block_scale(x, codes));
+  b->d = d;
+  iq4_codes(x, kQK, fp16_to_f32(d), codes);  // the codes for the stored scale
+  nibbles_of(codes, b->qs);
+}
+
+// IQ4_XS: each sub-block's scale as for IQ4_NL, then one d per super-block with the 6-bit ls_j - 32 = the
+// sub-block's scale / d (|ls_j - 32| <= 31), and the codes again for the stored d * (ls_j - 32).
+void quantize_iq4_xs(const float* x, BlockIQ4_XS* b) {
+  std::memset(b, 0, sizeof(*b));
+  uint8_t codes[kQK];
+  float s[kQKK / kQK], smax = 0.0f;
+  for (int j = 0; j < kQKK / kQK; ++j) {
+    s[j] = iq4_block_scale(x + kQK * j, codes);
+    smax = std::max(smax, std::fabs(s[j]));
+  }
+  b->d = f32_to_fp16(smax / 31.0f);
+  const float d = fp16_to_f32(b->d), id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < kQKK / kQK; ++j) {
+    const int ls = std::clamp(static_cast<int>(std::lround(s[j] * id)), -32, 31) + 32;
+    b->scales_l[j / 2] |= static_cast<uint8_t>((ls & 0x0f) << (4 * (j % 2)));
+    b->scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * j));
+    iq4_codes(x + kQK * j, kQK, d * static_cast<float>(ls - 32), codes);
+    nibbles_of(codes, b->qs + 16 * j);
+  }
+}
+
 void quantize_q4_0(const float* x, BlockQ4_0* b) {
   // The value of largest magnitude maps to -8, so its sign picks the side with the extra level.
   float amax = 0.0f, max = 0.0f;
@@ -314,6 +378,12 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
       return Status::ok();
     case DType::kQ3_K:
       for (int64_t i = 0; i < n / kQKK; ++i) quantize_q3_k(src + i * kQKK, static_cast<BlockQ3_K*>(dst) + i);
+      return Status::ok();
+    case DType::kIQ4_NL:
+      for (int64_t i = 0; i < n / kQK; ++i) quantize_iq4_nl(src + i * kQK, static_cast<BlockQ4_0*>(dst) + i);
+      return Status::ok();
+    case DType::kIQ4_XS:
+      for (int64_t i = 0; i < n / kQKK; ++i) quantize_iq4_xs(src + i * kQKK, static_cast<BlockIQ4_XS*>(dst) + i);
       return Status::ok();
     default:
       return unimplemented(std::string("quantizing to ") + dtype_name(t) + " is not supported yet");

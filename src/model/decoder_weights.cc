@@ -67,11 +67,6 @@ Status vector_to_f32(TensorView* t, int64_t n, std::vector<AlignedBuffer<float>>
   return Status::ok();
 }
 
-Status optional_vector(TensorView* t, int64_t n, std::vector<AlignedBuffer<float>>* owned, int64_t layer,
-                       const std::string& what) {
-  return t->data ? vector_to_f32(t, n, owned, layer, what) : Status::ok();
-}
-
 // n_expert matrices of [ne0, ne1] stacked in a 3-D tensor, one view each.
 Status split_experts(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t n_expert,
                      int64_t layer, std::vector<TensorView>* out) {

@@ -99,6 +99,22 @@ def kl_rows(ref, other):
 @pytest.mark.parametrize("wtype", ["Q4_K", "Q6_K"])
 @pytest.mark.parametrize("name", ARCHS)
 def test_quantized_matches_numpy_and_int8_path_is_no_worse_than_llama_cpp(cachet_bin, tmp_path, name, wtype):
+    check_quantized(cachet_bin, tmp_path, name, wtype)
+
+
+# The IQ4 types (read by cachet on the Q8_0 kernels, kernels/packed.h): one architecture, and llama.cpp's own
+# reading of the file held close to the numpy reference's (gguf-py's decoders), so that "no worse than
+# llama.cpp" cannot pass because llama.cpp read the blocks differently. IQ4_NL: both engines quantize the
+# activations per 32-block (llama.cpp's q8_0), the same arithmetic up to rounding, so within 10% of its KL
+# (measured 1.19e-4 vs 1.16e-4); IQ4_XS: llama.cpp's activations share a scale per 256 (q8_K), ours per 32.
+@pytest.mark.parametrize("wtype,slack", [("IQ4_NL", 1.1), ("IQ4_XS", 1.0)])
+def test_iq4_matches_numpy_and_int8_path_is_no_worse_than_llama_cpp(cachet_bin, tmp_path, wtype, slack):
+    theirs = check_quantized(cachet_bin, tmp_path, "llama3", wtype, slack)
+    assert theirs <= 0.01, f"{wtype}: llama.cpp's mean KL from the numpy reference is {theirs:.3g}"
+
+
+def check_quantized(cachet_bin, tmp_path, name, wtype, slack=1.0):
+    """--precise == numpy within 1e-3; the default path's mean KL from exact <= slack x llama.cpp's (returned)."""
     path = synth(cachet_bin, tmp_path, name, wtype)
     m = Model.load(str(path))
     m.quantize_activations = False
@@ -121,7 +137,9 @@ def test_quantized_matches_numpy_and_int8_path_is_no_worse_than_llama_cpp(cachet
         kept.append(well.mean())
     assert np.mean(kept) >= 0.75, f"{name}: only {np.mean(kept):.0%} of positions are well-conditioned"
     ours, theirs = float(np.mean(ours_kl)), float(np.mean(theirs_kl))
-    assert ours <= theirs, f"{name} {wtype}: mean KL {ours:.3g} from exact > llama.cpp's {theirs:.3g}"
+    assert ours <= slack * theirs, \
+        f"{name} {wtype}: mean KL {ours:.3g} from exact > {slack} x llama.cpp's {theirs:.3g}"
+    return theirs
 
 
 def test_rope_freqs_and_windows_change_the_logits(cachet_bin, tmp_path):

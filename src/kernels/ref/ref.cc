@@ -78,6 +78,30 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::kIQ4_NL: {
+      auto* b = static_cast<const BlockQ4_0*>(src);
+      for (int64_t i = 0; i < n / kQK; ++i) {
+        const float d = fp16_to_f32(b[i].d);
+        for (int j = 0; j < kQK / 2; ++j) {
+          dst[i * kQK + j] = static_cast<float>(kIq4nlGrid[b[i].qs[j] & 0x0f]) * d;
+          dst[i * kQK + j + kQK / 2] = static_cast<float>(kIq4nlGrid[b[i].qs[j] >> 4]) * d;
+        }
+      }
+      return;
+    }
+    case DType::kIQ4_XS:
+      for (int64_t i = 0; i < n / kQKK; ++i) {
+        const auto& b = static_cast<const BlockIQ4_XS*>(src)[i];
+        const float d = fp16_to_f32(b.d);
+        for (int j = 0; j < kQKK / kQK; ++j) {
+          const float dl = d * static_cast<float>(iq4xs_scale(b, j));
+          for (int l = 0; l < kQK / 2; ++l) {
+            dst[i * kQKK + kQK * j + l] = dl * static_cast<float>(kIq4nlGrid[b.qs[16 * j + l] & 0x0f]);
+            dst[i * kQKK + kQK * j + l + 16] = dl * static_cast<float>(kIq4nlGrid[b.qs[16 * j + l] >> 4]);
+          }
+        }
+      }
+      return;
     case DType::kQ2_K:
       for (int64_t i = 0; i < n / kQKK; ++i) {
         const auto& b = static_cast<const BlockQ2_K*>(src)[i];
