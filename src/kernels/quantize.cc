@@ -22,6 +22,19 @@ void quantize_q8_0(const float* x, BlockQ8_0* b) {
   for (int j = 0; j < kQK; ++j) b->qs[j] = static_cast<int8_t>(std::lround(x[j] * id));
 }
 
+// The value of largest magnitude in a 32-block, with its sign (the *_0 types and IQ4_NL put it on their extreme
+// level, whose side the sign picks).
+float signed_absmax(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
 // IQ4_NL codes for x at scale d (the nearest of the 16 levels); returns the least-squares scale for those codes
 // (sum g x / sum g^2), or d when every level is 0.
 float iq4_codes(const float* x, int n, float d, uint8_t* codes) {
@@ -42,14 +55,8 @@ float iq4_codes(const float* x, int n, float d, uint8_t* codes) {
 // The signed scale of one 32-block on the IQ4_NL levels: the value of largest magnitude on -127 (either sign:
 // the levels are asymmetric), then refit by least squares once.
 float iq4_block_scale(const float* x, uint8_t* codes) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  if (amax == 0.0f) return 0.0f;
+  const float max = signed_absmax(x);
+  if (max == 0.0f) return 0.0f;
   return iq4_codes(x, kQK, iq4_codes(x, kQK, max / -127.0f, codes), codes);
 }
 
@@ -88,14 +95,7 @@ void quantize_iq4_xs(const float* x, BlockIQ4_XS* b) {
 
 void quantize_q4_0(const float* x, BlockQ4_0* b) {
   // The value of largest magnitude maps to -8, so its sign picks the side with the extra level.
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  float d = max / -8.0f;
+  float d = signed_absmax(x) / -8.0f;
   float id = d != 0.0f ? 1.0f / d : 0.0f;
   b->d = f32_to_fp16(d);
   for (int j = 0; j < kQK / 2; ++j) {
@@ -126,13 +126,7 @@ void quantize_q5(const float* x, DType t, uint8_t* out) {
   uint8_t q[kQK];
   uint16_t d16, m16 = 0;
   if (t == DType::kQ5_0) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < kQK; ++j)
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = signed_absmax(x) / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     d16 = f32_to_fp16(d);
     for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(x[j] * id + 16.5f), 0, 31));
   } else {

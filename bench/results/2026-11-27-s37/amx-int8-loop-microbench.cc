@@ -46,16 +46,18 @@ __attribute__((noinline)) void run() {
   }
   for (int t = 0; t < 16; ++t) _mm512_storeu_ps(OUT[t], acc[t]);
 }
-template <int AHEAD, int MODE, bool LATE = false> double bench() {
+// Best of 200 rounds of 200 calls, ns per block.
+template <typename F> double best_ns(F f) {
   double best = 1e30;
   for (int rep = 0; rep < 200; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 200; ++i) run<AHEAD, MODE, LATE>();
+    for (int i = 0; i < 200; ++i) f();
     auto t1 = std::chrono::steady_clock::now();
     best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / 200 / NB);
   }
   return best;
 }
+template <int AHEAD, int MODE, bool LATE = false> double bench() { return best_ns(run<AHEAD, MODE, LATE>); }
 template <int BATCH>
 __attribute__((noinline)) void run_batch() {
   __m512 acc[16];
@@ -74,16 +76,7 @@ __attribute__((noinline)) void run_batch() {
   }
   for (int t = 0; t < 16; ++t) _mm512_storeu_ps(OUT[t], acc[t]);
 }
-template <int BATCH> double bench_batch() {
-  double best = 1e30;
-  for (int rep = 0; rep < 200; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 200; ++i) run_batch<BATCH>();
-    auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / 200 / NB);
-  }
-  return best;
-}
+template <int BATCH> double bench_batch() { return best_ns(run_batch<BATCH>); }
 template <int S> inline void mul_only(int64_t b) {
   constexpr int A = 4 + S % 2, B = 6 + S % 2;
   _tile_loadd(A, X[b].q, NB * 48);
@@ -112,16 +105,7 @@ __attribute__((noinline)) void run_split() {
   }
   for (int t = 0; t < 16; ++t) _mm512_storeu_ps(OUT[t], acc[t]);
 }
-template <int AHEAD> double bench_split() {
-  double best = 1e30;
-  for (int rep = 0; rep < 200; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 200; ++i) run_split<AHEAD>();
-    auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double, std::nano>(t1 - t0).count() / 200 / NB);
-  }
-  return best;
-}
+template <int AHEAD> double bench_split() { return best_ns(run_split<AHEAD>); }
 int main() {
   syscall(SYS_arch_prctl, 0x1023, 18);
   TileConfig c; for (int i = 0; i < 8; ++i) { c.colsb[i] = (i == 4 || i == 5) ? 32 : 64; c.rows[i] = i < 6 ? 16 : 8; }
