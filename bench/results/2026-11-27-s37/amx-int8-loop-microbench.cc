@@ -27,6 +27,15 @@ template <int S> inline void issue(int64_t b, int mode) {
 inline void issue_slot(int64_t b, int mode) {
   switch (b % 4) { case 0: issue<0>(b, mode); break; case 1: issue<1>(b, mode); break; case 2: issue<2>(b, mode); break; default: issue<3>(b, mode); }
 }
+// The float steps of block b for 16 tokens from its stored C (the kernel's).
+inline void float_block(__m512* acc, const int32_t* c0, int64_t b) {
+  const __m512 s0 = _mm512_load_ps(S0[b]);
+#pragma GCC unroll 16
+  for (int t = 0; t < 16; ++t) {
+    const __m512 xd = _mm512_set1_ps(X[t * NB + b].d);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c0 + t * 16)), _mm512_mul_ps(s0, xd), acc[t]);
+  }
+}
 template <int AHEAD, int MODE, bool LATE = false>  // MODE 0: all; 1: float only (no tiles); 2: tiles only no store; 3: tiles+store no float
 __attribute__((noinline)) void run() {
   __m512 acc[16];
@@ -34,14 +43,8 @@ __attribute__((noinline)) void run() {
   if (MODE != 1) for (int64_t b = 0; b < AHEAD; ++b) issue_slot(b, MODE == 7 ? 0 : MODE);
   for (int64_t b = 0; b < NB; ++b) {
     if (!LATE && MODE != 1 && b + AHEAD < NB) issue_slot(b + AHEAD, MODE == 7 ? 0 : MODE);
-    if (MODE >= 2) continue;
-    const int32_t* c0 = MODE == 7 ? CB2[b % 4] : CB[b % 4];
-    const __m512 s0 = _mm512_load_ps(S0[b]);
-#pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) {
-      const __m512 xd = _mm512_set1_ps(X[t * NB + b].d);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c0 + t * 16)), _mm512_mul_ps(s0, xd), acc[t]);
-    }
+    if (MODE >= 2 && MODE != 7) continue;
+    float_block(acc, MODE == 7 ? CB2[b % 4] : CB[b % 4], b);
     if (LATE && b + AHEAD < NB) issue_slot(b + AHEAD, 0);
   }
   for (int t = 0; t < 16; ++t) _mm512_storeu_ps(OUT[t], acc[t]);
@@ -65,13 +68,7 @@ __attribute__((noinline)) void run_batch() {
   for (int64_t b0 = 0; b0 < NB; b0 += BATCH) {
     for (int64_t b = b0; b < b0 + BATCH; ++b) issue_slot(b, 0);
     for (int64_t b = b0; b < b0 + BATCH; ++b) {
-      const int32_t* c0 = CB[b % 4];
-      const __m512 s0 = _mm512_load_ps(S0[b]);
-#pragma GCC unroll 16
-      for (int t = 0; t < 16; ++t) {
-        const __m512 xd = _mm512_set1_ps(X[t * NB + b].d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c0 + t * 16)), _mm512_mul_ps(s0, xd), acc[t]);
-      }
+      float_block(acc, CB[b % 4], b);
     }
   }
   for (int t = 0; t < 16; ++t) _mm512_storeu_ps(OUT[t], acc[t]);
@@ -95,13 +92,7 @@ __attribute__((noinline)) void run_split() {
   for (int64_t b = 0; b < NB; ++b) {
     if (b + AHEAD < NB) mul_slot(b + AHEAD);
     store_slot(b);
-    const int32_t* c0 = CB[b % 4];
-    const __m512 s0 = _mm512_load_ps(S0[b]);
-#pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) {
-      const __m512 xd = _mm512_set1_ps(X[t * NB + b].d);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c0 + t * 16)), _mm512_mul_ps(s0, xd), acc[t]);
-    }
+    float_block(acc, CB[b % 4], b);
   }
   for (int t = 0; t < 16; ++t) _mm512_storeu_ps(OUT[t], acc[t]);
 }
