@@ -178,8 +178,7 @@ int main(int argc, char** argv) {
   // (kernels/packed.h) is read in its packed size: the file's within 3% for most types, ~1.9x for Q3_K, IQ4_NL
   // and IQ4_XS, which ride wider layouts.
   const auto read_bytes = [&](const TensorView& t) {
-    if (!packable(t.type) || t.ne[1] <= 1 || t.name == "token_embd.weight" && !c.tied_output)
-      return static_cast<double>(t.n_bytes());
+    if (!packable(t.type) || t.ne[1] <= 1) return static_cast<double>(t.n_bytes());
     const int64_t groups = (t.ne[1] + kPackRows - 1) / kPackRows * std::max<int64_t>(1, t.ne[2]);
     return static_cast<double>(packed_group_bytes(t.type, t.ne[0], kernels().float_pack)) * groups;
   };

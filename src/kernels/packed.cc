@@ -45,6 +45,15 @@ struct Unpacked {
   int mn[8] = {};
 };
 
+// A 32-block of IQ4 codes (element e < 16 the low nibble of qs[e], e >= 16 the high one of qs[e - 16]) as Q8_0's
+// unsigned quants: grid value + 128.
+void grid_quants(const uint8_t* qs, uint8_t* q) {
+  for (int e = 0; e < 16; ++e) {
+    q[e] = static_cast<uint8_t>(kIq4nlGrid[qs[e] & 0x0f] + 128);
+    q[e + 16] = static_cast<uint8_t>(kIq4nlGrid[qs[e] >> 4] + 128);
+  }
+}
+
 void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
   switch (t) {
     case DType::kQ8_0: {
@@ -57,10 +66,7 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       // As Q8_0: the grid value + 128 as the unsigned quant, the block's own scale.
       const auto& b = reinterpret_cast<const BlockQ4_0*>(row)[sb];
       u->d = b.d;
-      for (int e = 0; e < 16; ++e) {
-        u->q[e] = static_cast<uint8_t>(kIq4nlGrid[b.qs[e] & 0x0f] + 128);
-        u->q[e + 16] = static_cast<uint8_t>(kIq4nlGrid[b.qs[e] >> 4] + 128);
-      }
+      grid_quants(b.qs, u->q);
       return;
     }
     case DType::kIQ4_XS: {
@@ -69,10 +75,7 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       const auto& b = reinterpret_cast<const BlockIQ4_XS*>(row)[sb / 8];
       const int j = static_cast<int>(sb % 8);
       u->d = f32_to_fp16(fp16_to_f32(b.d) * static_cast<float>(iq4xs_scale(b, j)));
-      for (int e = 0; e < 16; ++e) {
-        u->q[e] = static_cast<uint8_t>(kIq4nlGrid[b.qs[16 * j + e] & 0x0f] + 128);
-        u->q[e + 16] = static_cast<uint8_t>(kIq4nlGrid[b.qs[16 * j + e] >> 4] + 128);
-      }
+      grid_quants(b.qs + 16 * j, u->q);
       return;
     }
     case DType::kQ4_0:

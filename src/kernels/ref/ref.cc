@@ -14,6 +14,14 @@ namespace cachet::ref {
 
 namespace {
 
+// A 32-block of IQ4 codes (element e < 16 the low nibble of qs[e], e >= 16 the high one of qs[e - 16]) at scale d.
+void iq4_block(const uint8_t* qs, float d, float* dst) {
+  for (int j = 0; j < kQK / 2; ++j) {
+    dst[j] = static_cast<float>(kIq4nlGrid[qs[j] & 0x0f]) * d;
+    dst[j + kQK / 2] = static_cast<float>(kIq4nlGrid[qs[j] >> 4]) * d;
+  }
+}
+
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   switch (t) {
     case DType::kF32:
@@ -80,26 +88,15 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     }
     case DType::kIQ4_NL: {
       auto* b = static_cast<const BlockQ4_0*>(src);
-      for (int64_t i = 0; i < n / kQK; ++i) {
-        const float d = fp16_to_f32(b[i].d);
-        for (int j = 0; j < kQK / 2; ++j) {
-          dst[i * kQK + j] = static_cast<float>(kIq4nlGrid[b[i].qs[j] & 0x0f]) * d;
-          dst[i * kQK + j + kQK / 2] = static_cast<float>(kIq4nlGrid[b[i].qs[j] >> 4]) * d;
-        }
-      }
+      for (int64_t i = 0; i < n / kQK; ++i) iq4_block(b[i].qs, fp16_to_f32(b[i].d), dst + i * kQK);
       return;
     }
     case DType::kIQ4_XS:
       for (int64_t i = 0; i < n / kQKK; ++i) {
         const auto& b = static_cast<const BlockIQ4_XS*>(src)[i];
         const float d = fp16_to_f32(b.d);
-        for (int j = 0; j < kQKK / kQK; ++j) {
-          const float dl = d * static_cast<float>(iq4xs_scale(b, j));
-          for (int l = 0; l < kQK / 2; ++l) {
-            dst[i * kQKK + kQK * j + l] = dl * static_cast<float>(kIq4nlGrid[b.qs[16 * j + l] & 0x0f]);
-            dst[i * kQKK + kQK * j + l + 16] = dl * static_cast<float>(kIq4nlGrid[b.qs[16 * j + l] >> 4]);
-          }
-        }
+        for (int j = 0; j < kQKK / kQK; ++j)
+          iq4_block(b.qs + 16 * j, d * static_cast<float>(iq4xs_scale(b, j)), dst + i * kQKK + kQK * j);
       }
       return;
     case DType::kQ2_K:
