@@ -35,6 +35,13 @@ size_t packed_group_bytes(DType t, int64_t k, FloatPack fp) {
   return static_cast<size_t>(k / (32 * l.blocks)) * l.super_bytes();
 }
 
+uint8_t* packed_scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < bytes + 63) buf.resize(bytes + 63);
+  const auto a = (reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63};
+  return buf.data() + (a - reinterpret_cast<uintptr_t>(buf.data()));
+}
+
 namespace {
 
 // One row's super-block (or 32-block) decoded to unsigned quants and integer scales.
@@ -45,12 +52,12 @@ struct Unpacked {
   int mn[8] = {};
 };
 
-// A 32-block of IQ4 codes (element e < 16 the low nibble of qs[e], e >= 16 the high one of qs[e - 16]) as Q8_0's
-// unsigned quants: grid value + 128.
-void grid_quants(const uint8_t* qs, uint8_t* q) {
+// A 32-block of IQ4 codes (element e < 16 the low nibble of qs[e], e >= 16 the high one of qs[e - 16]), one code
+// per element.
+void iq4_codes(const uint8_t* qs, uint8_t* q) {
   for (int e = 0; e < 16; ++e) {
-    q[e] = static_cast<uint8_t>(kIq4nlGrid[qs[e] & 0x0f] + 128);
-    q[e + 16] = static_cast<uint8_t>(kIq4nlGrid[qs[e] >> 4] + 128);
+    q[e] = qs[e] & 0x0f;
+    q[e + 16] = qs[e] >> 4;
   }
 }
 
@@ -63,19 +70,18 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       return;
     }
     case DType::kIQ4_NL: {
-      // As Q8_0: the grid value + 128 as the unsigned quant, the block's own scale.
       const auto& b = reinterpret_cast<const BlockQ4_0*>(row)[sb];
       u->d = b.d;
-      grid_quants(b.qs, u->q);
+      iq4_codes(b.qs, u->q);
       return;
     }
     case DType::kIQ4_XS: {
-      // As Q8_0, per 32-element sub-block j of super-block sb / 8: the scale d * (ls_j - 32) rounded to f16
-      // (packed_as), the grid value + 128 as the unsigned quant.
+      // As IQ4_NL, per 32-element sub-block j of super-block sb / 8: the scale d * (ls_j - 32) rounded to f16
+      // (packed_as).
       const auto& b = reinterpret_cast<const BlockIQ4_XS*>(row)[sb / 8];
       const int j = static_cast<int>(sb % 8);
       u->d = f32_to_fp16(fp16_to_f32(b.d) * static_cast<float>(iq4xs_scale(b, j)));
-      grid_quants(b.qs + 16 * j, u->q);
+      iq4_codes(b.qs + 16 * j, u->q);
       return;
     }
     case DType::kQ4_0:
@@ -218,9 +224,10 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
       if (r < n_rows) {
         unpack(t, src + r * row_bytes, sb, &u);
       } else {
-        // Rows past n_rows: zero scales, and quants equal to the bias so their integer sums are 0 too.
+        // Rows past n_rows: zero scales, and quants equal to the bias so their integer sums are 0 too (IQ4_NL,
+        // whose grid has no 0: code 8, grid value 1; its zero scale alone makes the row 0).
         u = Unpacked();
-        std::memset(u.q, l.bias, sizeof(u.q));
+        std::memset(u.q, packed_as(t) == DType::kIQ4_NL ? 8 : l.bias, sizeof(u.q));
       }
       if (is_k) {
         reinterpret_cast<uint16_t*>(sup)[r] = u.d;

@@ -16,6 +16,7 @@
 // one 64-byte vector, byte r*4+i = element 4s+i of row r:
 //   Q8_0: d[16] f16 | q[8 steps][64] (int8 + 128)                                       w = (q-128)*d
 //   Q4_0: d[16] | nib[4][64]: step s < 4 the low nibbles of vector s, step s >= 4 the high ones of s-4   w = (q-8)*d
+//   IQ4_NL: d[16] | nib (the 4-bit codes c)      q = grid[c] + 128 (a byte shuffle), then as Q8_0: w = (q-128)*d
 //   Q4_1: d[16] | m[16] f16 | nib                                                        w = q*d + m
 //   Q5_0: d[16] | nib | hi[64]: bit s of byte r*4+i = bit 4 of element 4s+i               w = (q-16)*d
 //   Q5_1: d[16] | m[16] | nib | hi                                                       w = q*d + m
@@ -24,7 +25,7 @@
 //   Q6_K: header D[16]; block sc0[16] sc1[16] int8 (elements 0..15, 16..31) | nib | hi2[2][64]: bits 2u, 2u+1 of
 //         byte r*4+i of vector k = bits 4, 5 of element 4(4k+u)+i                         w = D*sc*(q-32)
 // For a block, with isum = sum_i (q_i - bias) * x_q[i] over its elements (exact int32):
-//   *_0:  acc = fma(isum, d*d_x, acc);         *_1: that, then acc = fma(m, ActQ8::ds, acc)
+//   *_0, IQ4_NL:  acc = fma(isum, d*d_x, acc);         *_1: that, then acc = fma(m, ActQ8::ds, acc)
 //   Q4_K, Q5_K: s = D*float(sc); acc = fma(isum, s*d_x, acc); acc = fma(-(Dmin*float(mn)), ActQ8::ds, acc)
 //   Q6_K: per half h (16 elements, bias 32 times ActQ8::hsum[h]): acc = fma(isum_h, (D*float(sc_h))*d_x, acc)
 //
@@ -105,18 +106,22 @@ bool packed_is_float(DType t);   // F16, BF16
 // The type whose packed layout and kernel a type uses: itself, except
 // - Q3_K, repacked into Q6_K's layout (q + 28 as the 6-bit quant, the 6-bit scale - 32 as the signed scale: the
 //   same weights exactly), reading 1.9x the bytes of the file;
-// - IQ4_NL and IQ4_XS, repacked into Q8_0's: each code's grid value as the int8 quant, with the block's f16
-//   scale (IQ4_NL: its own, exactly; IQ4_XS: d * (ls - 32) rounded to f16, a relative change of at most 2^-11
-//   per 32-block, far inside the int8 activations' rounding), reading 1.9x / 2x the bytes of the file;
+// - IQ4_XS, repacked into IQ4_NL's: its codes as they are, each 32-block's scale d * (ls - 32) rounded to f16 (a
+//   relative change of at most 2^-11 per 32-block, far inside the int8 activations' rounding), reading 1.06x
+//   the bytes of the file;
 // so that they run the integer kernels instead of the float path (docs/quantize.md).
 constexpr DType packed_as(DType t) {
-  return t == DType::kQ3_K ? DType::kQ6_K : t == DType::kIQ4_NL || t == DType::kIQ4_XS ? DType::kQ8_0 : t;
+  return t == DType::kQ3_K ? DType::kQ6_K : t == DType::kIQ4_XS ? DType::kIQ4_NL : t;
 }
+// Whether a packed type's kernels take Q8_0's steps (biased unsigned int8 quants): Q8_0 as stored, IQ4_NL
+// after its codes' lookup.
+constexpr bool packed_q8_steps(DType t) { return packed_as(t) == DType::kQ8_0 || packed_as(t) == DType::kIQ4_NL; }
 // Block types only; a type without a packed layout is a caller's bug (checked in packed_group_bytes).
 constexpr PackedLayout packed_layout(DType t) {
   switch (packed_as(t)) {
     case DType::kQ8_0: return {1, 0, 32 + 512, 32, 0, 128};
     case DType::kQ4_0: return {1, 0, 32 + 256, 32, 0, 8};
+    case DType::kIQ4_NL: return {1, 0, 32 + 256, 32, 0, 128};
     case DType::kQ4_1: return {1, 0, 64 + 256, 64, 0, 0};
     case DType::kQ5_0: return {1, 0, 32 + 256 + 64, 32, 32 + 256, 16};
     case DType::kQ5_1: return {1, 0, 64 + 256 + 64, 64, 64 + 256, 0};
@@ -148,6 +153,10 @@ inline int act_scale_shift(float a_j, float A, float d_S) {
 }
 // Bytes of one packed 16-row group of rows of k elements (`fp` matters for the float types only).
 size_t packed_group_bytes(DType t, int64_t k, FloatPack fp);
+
+// A 64-byte aligned buffer of at least `bytes` for the calling thread's kernels (a kernel's own re-layout of a group), valid
+// until the thread's next call; compiled for the baseline ISA, so the ISA tables need no std templates.
+uint8_t* packed_scratch(size_t bytes);
 
 // Repacks rows [0, n_rows) (n_rows <= 16; missing rows are zero) of `src` (stored rows of K elements,
 // row_bytes apart) into one group at dst (packed_group_bytes(t, k, fp) bytes).

@@ -1,6 +1,7 @@
 #include "kernels/quantize.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -35,29 +36,69 @@ float signed_absmax(const float* x) {
   return max;
 }
 
-// IQ4_NL codes for x at scale d (the nearest of the 16 levels); returns the least-squares scale for those codes
-// (sum g x / sum g^2), or d when every level is 0.
-float iq4_codes(const float* x, int n, float d, uint8_t* codes) {
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  double gx = 0, gg = 0;
-  for (int j = 0; j < n; ++j) {
-    const float v = x[j] * id;
-    int best = 0;
-    for (int c = 1; c < 16; ++c)
-      if (std::fabs(v - kIq4nlGrid[c]) < std::fabs(v - kIq4nlGrid[best])) best = c;
-    codes[j] = static_cast<uint8_t>(best);
-    gx += static_cast<double>(kIq4nlGrid[best]) * x[j];
-    gg += static_cast<double>(kIq4nlGrid[best]) * kIq4nlGrid[best];
+// The nearest of the 16 IQ4_NL levels to v (a binary search over the midpoints between neighbours).
+int iq4_nearest(float v) {
+  static constexpr auto kMid = [] {
+    std::array<float, 15> m{};
+    for (int c = 0; c < 15; ++c) m[c] = 0.5f * static_cast<float>(kIq4nlGrid[c] + kIq4nlGrid[c + 1]);
+    return m;
+  }();
+  int lo = 0, n = 15;  // the answer is the count of midpoints below v
+  while (n > 0) {
+    const int half = n / 2;
+    if (kMid[lo + half] < v) {
+      lo += half + 1;
+      n -= half + 1;
+    } else {
+      n = half;
+    }
   }
-  return gg > 0 ? static_cast<float>(gx / gg) : d;
+  return lo;
 }
 
-// The signed scale of one 32-block on the IQ4_NL levels: the value of largest magnitude on -127 (either sign:
-// the levels are asymmetric), then refit by least squares once.
+// IQ4_NL codes for x at inverse scale id, and the weighted least-squares fit of a scale to them:
+// gx = sum w g x, gg = sum w g^2 (the scale gx / gg leaves an error of sum w x^2 - gx^2 / gg).
+struct Iq4Fit {
+  double gx = 0, gg = 0;
+};
+Iq4Fit iq4_codes(const float* x, const float* w, int n, float id, uint8_t* codes) {
+  Iq4Fit f;
+  for (int j = 0; j < n; ++j) {
+    const int c = iq4_nearest(x[j] * id);
+    const double g = kIq4nlGrid[c];
+    codes[j] = static_cast<uint8_t>(c);
+    f.gx += w[j] * g * x[j];
+    f.gg += w[j] * g * g;
+  }
+  return f;
+}
+
+// The signed scale of one 32-block on the IQ4_NL levels. The levels are uneven, so the scale that puts the
+// value of largest magnitude on the extreme level -127 is not always the best: every target level -127 + t,
+// |t| <= 7, is tried for it, the codes refit by least squares weighted by x^2 (the error of large weights
+// matters more, as llama.cpp weighs it without an importance matrix), and the fit that leaves the least
+// weighted error kept.
 float iq4_block_scale(const float* x, uint8_t* codes) {
   const float max = signed_absmax(x);
   if (max == 0.0f) return 0.0f;
-  return iq4_codes(x, kQK, iq4_codes(x, kQK, max / -127.0f, codes), codes);
+  float w[kQK];
+  for (int j = 0; j < kQK; ++j) w[j] = x[j] * x[j];
+  float best_d = 0.0f;
+  double best = -1.0;
+  for (int t = -7; t <= 7; ++t) {
+    const Iq4Fit f = iq4_codes(x, w, kQK, static_cast<float>(kIq4nlGrid[0] + t) / max, codes);
+    if (f.gg > 0 && f.gx * f.gx / f.gg > best) {
+      best = f.gx * f.gx / f.gg;
+      best_d = static_cast<float>(f.gx / f.gg);
+    }
+  }
+  return best_d;
+}
+
+// The codes for a stored scale d.
+void iq4_codes_at(const float* x, float d, uint8_t* codes) {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < kQK; ++j) codes[j] = static_cast<uint8_t>(iq4_nearest(x[j] * id));
 }
 
 void nibbles_of(const uint8_t* codes, uint8_t* qs) {
@@ -68,27 +109,28 @@ void quantize_iq4_nl(const float* x, BlockQ4_0* b) {
   uint8_t codes[kQK];
   const uint16_t d = f32_to_fp16(iq4_block_scale(x, codes));
   b->d = d;
-  iq4_codes(x, kQK, fp16_to_f32(d), codes);  // the codes for the stored scale
+  iq4_codes_at(x, fp16_to_f32(d), codes);  // the codes for the stored scale
   nibbles_of(codes, b->qs);
 }
 
-// IQ4_XS: each sub-block's scale as for IQ4_NL, then one d per super-block with the 6-bit ls_j - 32 = the
-// sub-block's scale / d (|ls_j - 32| <= 31), and the codes again for the stored d * (ls_j - 32).
+// IQ4_XS: each sub-block's scale as for IQ4_NL, then one signed d per super-block that puts the sub-block scale
+// of largest magnitude on -32 (the 6-bit ls_j - 32 spans -32..31), each ls_j the nearest to its scale / d, and
+// the codes again for the stored d * (ls_j - 32).
 void quantize_iq4_xs(const float* x, BlockIQ4_XS* b) {
   std::memset(b, 0, sizeof(*b));
   uint8_t codes[kQK];
   float s[kQKK / kQK], smax = 0.0f;
   for (int j = 0; j < kQKK / kQK; ++j) {
     s[j] = iq4_block_scale(x + kQK * j, codes);
-    smax = std::max(smax, std::fabs(s[j]));
+    if (std::fabs(s[j]) > std::fabs(smax)) smax = s[j];
   }
-  b->d = f32_to_fp16(smax / 31.0f);
+  b->d = f32_to_fp16(smax / -32.0f);
   const float d = fp16_to_f32(b->d), id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < kQKK / kQK; ++j) {
     const int ls = std::clamp(static_cast<int>(std::lround(s[j] * id)), -32, 31) + 32;
     b->scales_l[j / 2] |= static_cast<uint8_t>((ls & 0x0f) << (4 * (j % 2)));
     b->scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * j));
-    iq4_codes(x + kQK * j, kQK, d * static_cast<float>(ls - 32), codes);
+    iq4_codes_at(x + kQK * j, d * static_cast<float>(ls - 32), codes);
     nibbles_of(codes, b->qs + 16 * j);
   }
 }

@@ -112,6 +112,29 @@ def test_quantize_mixes_of_the_other_architectures_follow_llama_cpp(cachet_bin, 
     assert types["blk.2.ffn_up.weight"] == "Q4_K"
 
 
+def test_quantize_iq4_mixes_follow_llama_cpp(cachet_bin, tmp_path):
+    """llama.cpp's IQ4_NL / IQ4_XS mixes without an importance matrix: Q5_K for the first eighth's ffn_down and,
+    with 4+ query heads per KV head, for attn_v; IQ4_XS rows that are not whole super-blocks as IQ4_NL."""
+    def synth(name, embd, heads, kv_heads):
+        path = tmp_path / f"{name}.gguf"
+        subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd",
+                        str(embd), "--n-layer", "8", "--n-head", str(heads), "--n-head-kv", str(kv_heads),
+                        "--n-ff", "512", "--seed", "5"], check=True)
+        return path
+    for qtype in ["IQ4_XS", "IQ4_NL"]:
+        for heads, kv_heads in [(4, 2), (8, 2)]:
+            types, _ = quantize(cachet_bin, synth(f"g{heads}", 256, heads, kv_heads), tmp_path / "q.gguf", qtype)
+            for i in range(8):
+                assert types[f"blk.{i}.attn_v.weight"] == ("Q5_K" if heads // kv_heads >= 4 else qtype), (qtype, i)
+                assert types[f"blk.{i}.ffn_down.weight"] == ("Q5_K" if i < 1 else qtype), (qtype, i)
+                assert types[f"blk.{i}.attn_q.weight"] == qtype and types[f"blk.{i}.ffn_up.weight"] == qtype
+            assert types["token_embd.weight"] == "Q6_K"  # tied: the output head
+        types, _ = quantize(cachet_bin, synth("narrow", 192, 4, 2), tmp_path / "n.gguf", qtype)
+        assert types["blk.0.attn_q.weight"] == "IQ4_NL" and types["blk.1.ffn_up.weight"] == "IQ4_NL", qtype
+        assert types["blk.0.ffn_down.weight"] == "Q5_K" and types["blk.1.ffn_down.weight"] == qtype  # 512 wide
+        assert types["token_embd.weight"] == "Q8_0"  # Q6_K, 192 wide
+
+
 def test_quantized_models_stay_close_to_their_f16_source(cachet_bin, tmp_path):
     """Logits of each quantized file against the f16 source, all through the numpy reference: the quantizer's
     own error, bounded and ordered by bits."""
@@ -124,16 +147,19 @@ def test_quantized_models_stay_close_to_their_f16_source(cachet_bin, tmp_path):
     ref.quantize_activations = False
     a = ref.logits(ids)
     err = {}
-    for qtype in ["Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "Q4_0"]:
+    for qtype in ["Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "IQ4_NL", "IQ4_XS", "Q4_0"]:
         dst = tmp_path / f"{qtype}.gguf"
         quantize(cachet_bin, src, dst, qtype)
         got = Model.load(str(dst))
         got.quantize_activations = False
         err[qtype] = np.abs(got.logits(ids) - a).max() / np.abs(a).max()
     print(err)
-    bounds = {"Q8_0": 0.01, "Q6_K": 0.04, "Q5_K_M": 0.06, "Q5_0": 0.08, "Q4_K_M": 0.12, "Q4_0": 0.2}
+    bounds = {"Q8_0": 0.01, "Q6_K": 0.04, "Q5_K_M": 0.06, "Q5_0": 0.08, "Q4_K_M": 0.12, "IQ4_NL": 0.15,
+              "IQ4_XS": 0.15, "Q4_0": 0.2}
     assert all(err[q] <= bounds[q] for q in bounds), err
     assert err["Q8_0"] < err["Q6_K"] < err["Q5_K_M"] < err["Q4_K_M"] < err["Q4_0"], err
+    # The non-linear levels fit these bell-shaped weights better than Q4_0's even ones, at the same bits.
+    assert err["IQ4_NL"] < err["Q4_0"] and err["IQ4_XS"] < err["Q4_0"], err
 
 
 def test_perplexity_matches_numpy(cachet_bin, default_model, tmp_path, shared_dir):

@@ -35,6 +35,7 @@ const std::map<std::string, Scheme>& schemes() {
       {"Q5_0", {DType::kQ5_0, 8, false}},  {"Q5_1", {DType::kQ5_1, 9, false}},  {"Q4_K_S", {DType::kQ4_K, 14, false}},
       {"Q4_K_M", {DType::kQ4_K, 15, true}}, {"Q5_K_S", {DType::kQ5_K, 16, false}}, {"Q5_K_M", {DType::kQ5_K, 17, true}},
       {"Q6_K", {DType::kQ6_K, 18, false}}, {"Q4_K", {DType::kQ4_K, 15, true}},  {"Q5_K", {DType::kQ5_K, 17, true}},
+      {"IQ4_NL", {DType::kIQ4_NL, 25, false}}, {"IQ4_XS", {DType::kIQ4_XS, 30, false}},
   };
   return m;
 }
@@ -49,6 +50,7 @@ bool more_bits(int layer, int n_layer) {
 // K-quant rows must be whole 256-element super-blocks; otherwise llama.cpp's fallbacks.
 DType fit_row(DType t, int64_t ne0) {
   if (ne0 % 256 != 0) {
+    if (t == DType::kIQ4_XS) t = DType::kIQ4_NL;
     if (t == DType::kQ4_K) t = DType::kQ5_0;
     if (t == DType::kQ5_K) t = DType::kQ5_1;
     if (t == DType::kQ6_K) t = DType::kQ8_0;
@@ -57,13 +59,20 @@ DType fit_row(DType t, int64_t ne0) {
   return t;
 }
 
-// llama.cpp's choices (its llama_tensor_get_type) for the schemes cachet writes. n_expert: the file's
-// expert count (0: dense).
-DType target_type(const Scheme& s, const GgufTensorInfo& t, bool has_output, int n_layer, int n_expert) {
+// The file's shape facts the mixes look at.
+struct ModelShape {
+  bool has_output = false;
+  int n_layer = 0, n_expert = 0;  // n_expert 0: dense
+  int n_gqa = 1;                  // query heads per KV head
+};
+
+// llama.cpp's choices (its llama_tensor_get_type, without an importance matrix) for the schemes cachet writes.
+DType target_type(const Scheme& s, const GgufTensorInfo& t, const ModelShape& shape) {
+  const int n_layer = shape.n_layer, n_expert = shape.n_expert;
   if (t.n_dims < 2 || t.name.size() < 7 || t.name.compare(t.name.size() - 7, 7, ".weight") != 0) return t.type;
   if (t.name.find("ffn_gate_inp.weight") != std::string::npos) return t.type;  // routers stay as they are
   DType want = s.base;
-  const bool output = t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
+  const bool output = t.name == "output.weight" || (!shape.has_output && t.name == "token_embd.weight");
   if (output && !is_float(s.base) && s.base != DType::kQ8_0) want = DType::kQ6_K;
   const bool k_mix = s.base == DType::kQ4_K || s.base == DType::kQ5_K;
   static const std::regex kLayer(R"(^blk\.(\d+)\.(attn_v|ffn_down|ffn_down_exps)\.weight$)");
@@ -72,10 +81,16 @@ DType target_type(const Scheme& s, const GgufTensorInfo& t, bool has_output, int
     want = DType::kQ6_K;
   if (k_mix && s.more_bits_mix && t.name.find("attn_qkv.weight") != std::string::npos)
     want = s.base == DType::kQ4_K ? DType::kQ5_K : DType::kQ6_K;  // fused QKV (Phi-3): one step up
+  const bool iq4 = s.base == DType::kIQ4_NL || s.base == DType::kIQ4_XS;
+  if (iq4 && std::regex_match(t.name, m, kLayer)) {
+    // IQ4: Q5_K for a shared-KV model's attn_v (4+ query heads per KV head) and the first eighth's ffn_down.
+    if (m[2] == "attn_v" ? shape.n_gqa >= 4 : std::stoi(m[1]) < n_layer / 8) want = DType::kQ5_K;
+  }
   if (n_expert == 8 && !is_float(s.base)) {  // Mixtral-8x: attention is cheap next to the experts
     if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("attn_k.weight") != std::string::npos)
       want = DType::kQ8_0;
-    if (s.base == DType::kQ4_K && t.name.find("attn_output.weight") != std::string::npos) want = DType::kQ5_K;
+    if ((s.base == DType::kQ4_K || iq4) && t.name.find("attn_output.weight") != std::string::npos)
+      want = DType::kQ5_K;
   }
   return fit_row(want, t.ne[0]);
 }
@@ -98,8 +113,12 @@ int quantize(const QuantizeArgs& a) {
   auto blocks = in.get_uint(arch + ".block_count");
   const int n_layer = blocks.is_ok() ? static_cast<int>(*blocks) : 0;
   auto experts = in.get_uint(arch + ".expert_count");
-  const int n_expert = experts.is_ok() ? static_cast<int>(*experts) : 0;
-  const bool has_output = in.find_tensor("output.weight") != nullptr;
+  ModelShape shape;
+  shape.n_layer = n_layer;
+  shape.n_expert = experts.is_ok() ? static_cast<int>(*experts) : 0;
+  shape.has_output = in.find_tensor("output.weight") != nullptr;
+  auto heads = in.get_uint(arch + ".attention.head_count"), kv_heads = in.get_uint(arch + ".attention.head_count_kv");
+  if (heads.is_ok() && kv_heads.is_ok() && *kv_heads > 0) shape.n_gqa = static_cast<int>(*heads / *kv_heads);
 
   GgufWriter w;
   for (const std::string& key : in.keys()) {
@@ -114,7 +133,7 @@ int quantize(const QuantizeArgs& a) {
   size_t in_bytes = 0, out_bytes = 0;
   std::map<std::string, int> counts;
   for (const GgufTensorInfo& t : in.tensors()) {
-    const DType to = target_type(scheme, t, has_output, n_layer, n_expert);
+    const DType to = target_type(scheme, t, shape);
     std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max(1, t.n_dims));
     in_bytes += t.n_bytes;
     ++counts[dtype_name(to)];

@@ -375,6 +375,7 @@ int packed_weight(DType t, const PackedLayout& l, const uint8_t* blk, int r, int
   if (t == DType::kQ8_0) return blk[l.qs + s * 64 + r * 4 + i];
   const uint8_t byte = blk[l.qs + (s % 4) * 64 + r * 4 + i];
   int q = s < 4 ? (byte & 0x0f) : (byte >> 4);
+  if (t == DType::kIQ4_NL) return kIq4nlGrid[q] + 128;
   if (t == DType::kQ6_K) {
     q |= ((blk[l.hi + (s / 4) * 64 + r * 4 + i] >> (2 * (s % 4))) & 3) << 4;
   } else if (l.hi != 0) {
