@@ -493,8 +493,8 @@ TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
 // Each table against the scalar reference of its own arithmetic (KSums), and both references against the plain
 // dot product of the dequantized operands.
 TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K,
-                  DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
     const bool kq = traits(t).block_size == 256;
     // 2304 and 2080: rows longer than a decode walk's prefetch distance (4 KiB), 65 blocks an odd count.
     for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1536, 2304} : std::vector<int64_t>{32, 96, 576, 2080}) {

@@ -16,7 +16,7 @@ bool packable(DType t) {
   switch (t) {
     case DType::kF16: case DType::kBF16:
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
-    case DType::kQ3_K: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+    case DType::kQ2_K: case DType::kQ3_K: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
     case DType::kIQ4_NL: case DType::kIQ4_XS:
       return true;
     default:
@@ -48,8 +48,8 @@ namespace {
 struct Unpacked {
   uint16_t d = 0, m = 0;  // f16: d and m (the *_1 minimum) or D and Dmin (K types)
   uint8_t q[kQKK] = {};
-  int sc[16] = {};        // Q4_K/Q5_K: per 32-block; Q6_K: per 16 elements
-  int mn[8] = {};
+  int sc[16] = {};        // Q4_K/Q5_K: per 32-block; Q6_K, Q2_K: per 16 elements
+  int mn[16] = {};
 };
 
 // A 32-block of IQ4 codes (element e < 16 the low nibble of qs[e], e >= 16 the high one of qs[e - 16]), one code
@@ -147,6 +147,20 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       }
       return;
     }
+    case DType::kQ2_K: {
+      const auto& b = reinterpret_cast<const BlockQ2_K*>(row)[sb];
+      u->d = b.d;
+      u->m = b.dmin;
+      for (int j = 0; j < 16; ++j) {
+        u->sc[j] = b.scales[j] & 15;
+        u->mn[j] = b.scales[j] >> 4;
+      }
+      for (int e = 0; e < kQKK; ++e) {
+        const int h = e / 128, s = e / 32 % 4, l = e % 32;
+        u->q[e] = static_cast<uint8_t>((b.qs[32 * h + l] >> (2 * s)) & 3);
+      }
+      return;
+    }
     case DType::kQ3_K: {
       // As Q6_K values: q + 28 (so q6 - 32 = q - 4) and the 6-bit scale - 32 as a signed scale.
       const auto& b = reinterpret_cast<const BlockQ3_K*>(row)[sb];
@@ -216,6 +230,7 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
   const bool is_k = l.blocks > 1;
   const bool nibbles = packed_as(t) != DType::kQ8_0;
   const bool q6 = packed_as(t) == DType::kQ6_K;
+  const bool q2 = t == DType::kQ2_K;
   std::memset(dst, 0, packed_group_bytes(t, k, fp));
   Unpacked u;
   for (int64_t sb = 0; sb < n_super; ++sb) {
@@ -236,6 +251,19 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
       for (int b = 0; b < l.blocks; ++b) {
         uint8_t* blk = sup + l.header + b * l.block_bytes;
         const uint8_t* q = u.q + 32 * b;
+        if (q2) {
+          blk[r] = static_cast<uint8_t>(u.sc[2 * b]);
+          blk[16 + r] = static_cast<uint8_t>(u.sc[2 * b + 1]);
+          blk[32 + r] = static_cast<uint8_t>(u.mn[2 * b]);
+          blk[48 + r] = static_cast<uint8_t>(u.mn[2 * b + 1]);
+          for (int v = 0; v < 2; ++v) {
+            uint8_t qb[4] = {0, 0, 0, 0};
+            for (int w = 0; w < 4; ++w)
+              for (int i = 0; i < 4; ++i) qb[i] |= static_cast<uint8_t>((q[4 * (4 * v + w) + i] & 3) << (2 * w));
+            std::memcpy(blk + l.qs + v * 64 + r * 4, qb, 4);
+          }
+          continue;
+        }
         if (q6) {
           blk[r] = static_cast<uint8_t>(static_cast<int8_t>(u.sc[2 * b]));
           blk[16 + r] = static_cast<uint8_t>(static_cast<int8_t>(u.sc[2 * b + 1]));

@@ -1,5 +1,5 @@
 // Packed weights for the integer decode/prefill path of the quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS).
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS).
 //
 // At load time a matrix is repacked into groups of 16 rows. Within a group, each 32-element block stores
 // the 16 rows' scales side by side and their quants interleaved so that one 64-byte load holds 4 consecutive
@@ -24,10 +24,13 @@
 //   Q5_K: as Q4_K, block sc | mn | nib | hi
 //   Q6_K: header D[16]; block sc0[16] sc1[16] int8 (elements 0..15, 16..31) | nib | hi2[2][64]: bits 2u, 2u+1 of
 //         byte r*4+i of vector k = bits 4, 5 of element 4(4k+u)+i                         w = D*sc*(q-32)
+//   Q2_K: header D[16] Dmin[16] f16; block sc0 sc1 mn0 mn1 [16] u8 (elements 0..15, 16..31) | q2[2][64]: bits
+//         2u, 2u+1 of byte r*4+i of vector k = element 4(4k+u)+i (0..3)                  w = D*sc*q - Dmin*mn
 // For a block, with isum = sum_i (q_i - bias) * x_q[i] over its elements (exact int32):
 //   *_0, IQ4_NL:  acc = fma(isum, d*d_x, acc);         *_1: that, then acc = fma(m, ActQ8::ds, acc)
 //   Q4_K, Q5_K: s = D*float(sc); acc = fma(isum, s*d_x, acc); acc = fma(-(Dmin*float(mn)), ActQ8::ds, acc)
 //   Q6_K: per half h (16 elements, bias 32 times ActQ8::hsum[h]): acc = fma(isum_h, (D*float(sc_h))*d_x, acc)
+//   Q2_K: per half h, that (no bias), then acc = fma(-(Dmin*float(mn_h)), d_x*float(ActQ8::hsum[h]), acc)
 //
 // That is KSums::kPerBlock, every table's arithmetic for the 32-block types. For the K types a table may instead
 // take KSums::kPerSuper (Kernels::k_sums; the AVX2 table, where the per-block float work was a fifth of a
@@ -128,6 +131,7 @@ constexpr PackedLayout packed_layout(DType t) {
     case DType::kQ4_K: return {8, 64, 32 + 256, 32, 0, 0};
     case DType::kQ5_K: return {8, 64, 32 + 256 + 64, 32, 32 + 256, 0};
     case DType::kQ6_K: return {8, 32, 32 + 256 + 128, 32, 32 + 256, 32};
+    case DType::kQ2_K: return {8, 64, 64 + 128, 64, 0, 0};
     default: return {};
   }
 }

@@ -276,6 +276,31 @@ void quantize_q45_k(const float* x, DType t, uint8_t* out) {
   }
 }
 
+// Q2_K: per 16-element sub-block a (scale, min) pair for 2-bit quants, each 4 bits under fp16 d and dmin.
+void quantize_q2_k(const float* x, BlockQ2_K* b) {
+  float scales[16], mins[16], max_s = 0.0f, max_m = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    fit_scale_min(x + 16 * j, 16, 3, &scales[j], &mins[j]);
+    max_s = std::max(max_s, scales[j]);
+    max_m = std::max(max_m, mins[j]);
+  }
+  b->d = f32_to_fp16(max_s / 15.0f);
+  b->dmin = f32_to_fp16(max_m / 15.0f);
+  const float d = fp16_to_f32(b->d), dmin = fp16_to_f32(b->dmin);
+  std::memset(b->qs, 0, sizeof(b->qs));
+  for (int j = 0; j < 16; ++j) {
+    const int sc = d > 0 ? std::clamp(static_cast<int>(std::lround(scales[j] / d)), 0, 15) : 0;
+    const int mn = dmin > 0 ? std::clamp(static_cast<int>(std::lround(mins[j] / dmin)), 0, 15) : 0;
+    b->scales[j] = static_cast<uint8_t>(sc | mn << 4);
+    const float s = d * static_cast<float>(sc), m = dmin * static_cast<float>(mn);
+    for (int i = 0; i < 16; ++i) {
+      const int e = 16 * j + i, h = e / 128, sh = e / 32 % 4, l = e % 32;
+      const int q = s > 0 ? std::clamp(static_cast<int>(std::lround((x[e] + m) / s)), 0, 3) : 0;
+      b->qs[32 * h + l] |= static_cast<uint8_t>(q << (2 * sh));
+    }
+  }
+}
+
 // Per 16-element sub-block of a 256-element super-block, a signed scale s with x ~ s * l, l in [-lo, lo): the
 // largest magnitude maps to -lo, then refined by least squares over a few candidates. Returns in `scales` the
 // scales, and the one with the largest magnitude (signed). Q6_K uses lo = 32, Q3_K lo = 4.
@@ -411,6 +436,9 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
     }
     case DType::kQ6_K:
       for (int64_t i = 0; i < n / kQKK; ++i) quantize_q6_k(src + i * kQKK, static_cast<BlockQ6_K*>(dst) + i);
+      return Status::ok();
+    case DType::kQ2_K:
+      for (int64_t i = 0; i < n / kQKK; ++i) quantize_q2_k(src + i * kQKK, static_cast<BlockQ2_K*>(dst) + i);
       return Status::ok();
     case DType::kQ3_K:
       for (int64_t i = 0; i < n / kQKK; ++i) quantize_q3_k(src + i * kQKK, static_cast<BlockQ3_K*>(dst) + i);

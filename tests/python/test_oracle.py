@@ -12,9 +12,9 @@ import pytest
 
 from reference import Model
 
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
-         "IQ4_XS"]
-K_QUANTS = {"Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}  # 256-element super-blocks
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+         "IQ4_NL", "IQ4_XS"]
+K_QUANTS = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"}  # 256-element super-blocks
 
 
 def our_logits(cachet_bin, model, ids, tmp_path, kv="f32", precise=True, isa=None):
@@ -78,8 +78,8 @@ def int8_deviation(ours, ref):
 # deviation on the default model (max 4.9%, mean 0.54% of max |logit|, argmax 30/32; measured side by side).
 # Every table this CPU runs: the AVX2 one quantizes the activations of K-type weights per 256-element
 # super-block (kernels/packed.h, KSums::kPerSuper), as llama.cpp's Q8_K does, and must keep the same bounds.
-@pytest.mark.parametrize("wtype", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
-                                   "IQ4_XS"])
+@pytest.mark.parametrize("wtype", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                                   "IQ4_NL", "IQ4_XS"])
 def test_synthetic_int8_path_stays_close_to_numpy(cachet_bin, tmp_path, wtype):
     path = synth(cachet_bin, tmp_path, wtype, "gqa")
     ids = np.random.default_rng(3).integers(0, 320, size=32).tolist()

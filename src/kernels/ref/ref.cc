@@ -373,6 +373,7 @@ void quantize_act(const float* x, int64_t n, int blocks_per_scale, ActQ8* out) {
 int packed_weight(DType t, const PackedLayout& l, const uint8_t* blk, int r, int e) {
   const int s = e / 4, i = e % 4;
   if (t == DType::kQ8_0) return blk[l.qs + s * 64 + r * 4 + i];
+  if (t == DType::kQ2_K) return (blk[l.qs + (s / 4) * 64 + r * 4 + i] >> (2 * (s % 4))) & 3;
   const uint8_t byte = blk[l.qs + (s % 4) * 64 + r * 4 + i];
   int q = s < 4 ? (byte & 0x0f) : (byte >> 4);
   if (t == DType::kIQ4_NL) return kIq4nlGrid[q] + 128;
@@ -398,12 +399,17 @@ void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x,
         const uint8_t* sup = group + (b / l.blocks) * l.super_bytes();
         const uint8_t* blk = sup + l.header + (b % l.blocks) * l.block_bytes;
         const ActQ8& xb = x[tok * x_stride + b];
-        if (t == DType::kQ6_K) {
+        if (t == DType::kQ6_K || t == DType::kQ2_K) {
           for (int h = 0; h < 2; ++h) {
             int32_t isum = 0;
             for (int e = 16 * h; e < 16 * h + 16; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xb.q[e];
-            const float s = f16_at(sup, r) * static_cast<float>(static_cast<int8_t>(blk[16 * h + r]));
+            const uint8_t sc = blk[16 * h + r];
+            const float s = f16_at(sup, r) * (t == DType::kQ2_K ? static_cast<float>(sc) : static_cast<int8_t>(sc));
             acc = std::fma(static_cast<float>(isum), s * xb.d, acc);
+            if (t == DType::kQ2_K) {
+              const float mn = f16_at(sup + 32, r) * static_cast<float>(blk[32 + 16 * h + r]);
+              acc = std::fma(-mn, xb.d * static_cast<float>(xb.hsum[h]), acc);
+            }
           }
           continue;
         }
