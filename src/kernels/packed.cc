@@ -162,14 +162,14 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
       return;
     }
     case DType::kQ3_K: {
-      // As Q6_K values: q + 28 (so q6 - 32 = q - 4) and the 6-bit scale - 32 as a signed scale.
+      // The 3-bit quants, and the 6-bit scale - 32 as a signed scale.
       const auto& b = reinterpret_cast<const BlockQ3_K*>(row)[sb];
       u->d = b.d;
       for (int j = 0; j < 16; ++j) u->sc[j] = q3k_scale(b.scales, j) - 32;
       for (int e = 0; e < kQKK; ++e) {
         const int h = e / 128, s = e / 32 % 4, k = e / 16 % 2, l = e % 16;
         const int q = ((b.qs[32 * h + 16 * k + l] >> (2 * s)) & 3) | ((b.hmask[16 * k + l] >> (4 * h + s)) & 1) << 2;
-        u->q[e] = static_cast<uint8_t>(q + 28);
+        u->q[e] = static_cast<uint8_t>(q);
       }
       return;
     }
@@ -230,7 +230,8 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
   const bool is_k = l.blocks > 1;
   const bool nibbles = packed_as(t) != DType::kQ8_0;
   const bool q6 = packed_as(t) == DType::kQ6_K;
-  const bool q2 = t == DType::kQ2_K;
+  const bool q2 = t == DType::kQ2_K || t == DType::kQ3_K;  // 2-bit planes (Q3_K: and a high bit)
+  const bool q3 = t == DType::kQ3_K;
   std::memset(dst, 0, packed_group_bytes(t, k, fp));
   Unpacked u;
   for (int64_t sb = 0; sb < n_super; ++sb) {
@@ -246,16 +247,23 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
       }
       if (is_k) {
         reinterpret_cast<uint16_t*>(sup)[r] = u.d;
-        if (!q6) reinterpret_cast<uint16_t*>(sup + 32)[r] = u.m;
+        if (l.header == 64) reinterpret_cast<uint16_t*>(sup + 32)[r] = u.m;  // Dmin (Q4_K, Q5_K, Q2_K)
       }
       for (int b = 0; b < l.blocks; ++b) {
         uint8_t* blk = sup + l.header + b * l.block_bytes;
         const uint8_t* q = u.q + 32 * b;
         if (q2) {
-          blk[r] = static_cast<uint8_t>(u.sc[2 * b]);
-          blk[16 + r] = static_cast<uint8_t>(u.sc[2 * b + 1]);
-          blk[32 + r] = static_cast<uint8_t>(u.mn[2 * b]);
-          blk[48 + r] = static_cast<uint8_t>(u.mn[2 * b + 1]);
+          blk[r] = static_cast<uint8_t>(static_cast<int8_t>(u.sc[2 * b]));
+          blk[16 + r] = static_cast<uint8_t>(static_cast<int8_t>(u.sc[2 * b + 1]));
+          if (q3) {
+            uint8_t hb[4] = {0, 0, 0, 0};
+            for (int s = 0; s < 8; ++s)
+              for (int i = 0; i < 4; ++i) hb[i] |= static_cast<uint8_t>(((q[4 * s + i] >> 2) & 1) << s);
+            std::memcpy(blk + l.hi + r * 4, hb, 4);
+          } else {
+            blk[32 + r] = static_cast<uint8_t>(u.mn[2 * b]);
+            blk[48 + r] = static_cast<uint8_t>(u.mn[2 * b + 1]);
+          }
           for (int v = 0; v < 2; ++v) {
             uint8_t qb[4] = {0, 0, 0, 0};
             for (int w = 0; w < 4; ++w)

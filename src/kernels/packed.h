@@ -26,10 +26,12 @@
 //         byte r*4+i of vector k = bits 4, 5 of element 4(4k+u)+i                         w = D*sc*(q-32)
 //   Q2_K: header D[16] Dmin[16] f16; block sc0 sc1 mn0 mn1 [16] u8 (elements 0..15, 16..31) | q2[2][64]: bits
 //         2u, 2u+1 of byte r*4+i of vector k = element 4(4k+u)+i (0..3)                  w = D*sc*q - Dmin*mn
+//   Q3_K: header D[16]; block sc0[16] sc1[16] int8 | q2 (the low 2 bits, as Q2_K) | hi[64]: bit s of byte r*4+i
+//         = bit 2 of element 4s+i                                                          w = D*sc*(q-4)
 // For a block, with isum = sum_i (q_i - bias) * x_q[i] over its elements (exact int32):
 //   *_0, IQ4_NL:  acc = fma(isum, d*d_x, acc);         *_1: that, then acc = fma(m, ActQ8::ds, acc)
 //   Q4_K, Q5_K: s = D*float(sc); acc = fma(isum, s*d_x, acc); acc = fma(-(Dmin*float(mn)), ActQ8::ds, acc)
-//   Q6_K: per half h (16 elements, bias 32 times ActQ8::hsum[h]): acc = fma(isum_h, (D*float(sc_h))*d_x, acc)
+//   Q6_K, Q3_K: per half h (16 elements, bias 32 / 4 times ActQ8::hsum[h]): acc = fma(isum_h, (D*float(sc_h))*d_x, acc)
 //   Q2_K: per half h, that (no bias), then acc = fma(-(Dmin*float(mn_h)), d_x*float(ActQ8::hsum[h]), acc)
 //
 // That is KSums::kPerBlock, every table's arithmetic for the 32-block types. For the K types a table may instead
@@ -42,7 +44,7 @@
 // (ActQ8::shift), u = d_S / 8 (= d_j 2^-k_j, exactly) and isum_j, sum_j as above per 32-block j:
 //   Q4_K, Q5_K: S = sum_j sc_j * isum_j * 2^k_j, M = sum_j mn_j * sum_j * 2^k_j (exact int32);
 //               acc = fma(float(S), D*u, acc); acc = fma(-float(M), Dmin*u, acc)
-// Q6_K (and Q3_K in its layout) takes the same activations (one matmul may feed Q4_K and Q6_K weights) in the
+// Q6_K (and Q3_K, Q2_K) take the same activations (one matmul may feed Q4_K and Q6_K weights) in the
 // per-block arithmetic above, each block with its own d_x (super_sums).
 // A row then differs from the kPerBlock tables by the activation rounding, within the tolerance
 // docs/numerics.md gives; it is the same bits in the scalar reference (ref::packed_dot_super) and whatever the
@@ -107,14 +109,12 @@ enum class KSums { kPerBlock, kPerSuper };
 bool packable(DType t);          // every type below, block or float
 bool packed_is_float(DType t);   // F16, BF16
 // The type whose packed layout and kernel a type uses: itself, except
-// - Q3_K, repacked into Q6_K's layout (q + 28 as the 6-bit quant, the 6-bit scale - 32 as the signed scale: the
-//   same weights exactly), reading 1.9x the bytes of the file;
 // - IQ4_XS, repacked into IQ4_NL's: its codes as they are, each 32-block's scale d * (ls - 32) rounded to f16 (a
 //   relative change of at most 2^-11 per 32-block, far inside the int8 activations' rounding), reading 1.06x
 //   the bytes of the file;
 // so that they run the integer kernels instead of the float path (docs/quantize.md).
 constexpr DType packed_as(DType t) {
-  return t == DType::kQ3_K ? DType::kQ6_K : t == DType::kIQ4_XS ? DType::kIQ4_NL : t;
+  return t == DType::kIQ4_XS ? DType::kIQ4_NL : t;
 }
 // Whether a packed type's kernels take Q8_0's steps (biased unsigned int8 quants): Q8_0 as stored, IQ4_NL
 // after its codes' lookup.
@@ -132,6 +132,7 @@ constexpr PackedLayout packed_layout(DType t) {
     case DType::kQ5_K: return {8, 64, 32 + 256 + 64, 32, 32 + 256, 0};
     case DType::kQ6_K: return {8, 32, 32 + 256 + 128, 32, 32 + 256, 32};
     case DType::kQ2_K: return {8, 64, 64 + 128, 64, 0, 0};
+    case DType::kQ3_K: return {8, 32, 32 + 128 + 64, 32, 32 + 128, 4};
     default: return {};
   }
 }
@@ -141,7 +142,7 @@ constexpr int act_blocks_per_scale(DType t, KSums sums) {
   return sums == KSums::kPerSuper && packed_layout(t).blocks > 1 ? packed_layout(t).blocks : 1;
 }
 // Whether a matmul over weights of type t sums per super-block under `sums` (Q4_K and Q5_K under kPerSuper;
-// Q6_K and Q3_K keep the per-block arithmetic, on the same activations).
+// Q6_K, Q3_K and Q2_K keep the per-block arithmetic, on the same activations).
 constexpr bool super_sums(DType t, KSums sums) {
   return sums == KSums::kPerSuper && (t == DType::kQ4_K || t == DType::kQ5_K);
 }

@@ -373,7 +373,10 @@ void quantize_act(const float* x, int64_t n, int blocks_per_scale, ActQ8* out) {
 int packed_weight(DType t, const PackedLayout& l, const uint8_t* blk, int r, int e) {
   const int s = e / 4, i = e % 4;
   if (t == DType::kQ8_0) return blk[l.qs + s * 64 + r * 4 + i];
-  if (t == DType::kQ2_K) return (blk[l.qs + (s / 4) * 64 + r * 4 + i] >> (2 * (s % 4))) & 3;
+  if (t == DType::kQ2_K || t == DType::kQ3_K) {
+    const int q = (blk[l.qs + (s / 4) * 64 + r * 4 + i] >> (2 * (s % 4))) & 3;
+    return t == DType::kQ2_K ? q : q | ((blk[l.hi + r * 4 + i] >> s) & 1) << 2;
+  }
   const uint8_t byte = blk[l.qs + (s % 4) * 64 + r * 4 + i];
   int q = s < 4 ? (byte & 0x0f) : (byte >> 4);
   if (t == DType::kIQ4_NL) return kIq4nlGrid[q] + 128;
@@ -399,7 +402,7 @@ void packed_dot(DType t, const uint8_t* group, int64_t n_blocks, const ActQ8* x,
         const uint8_t* sup = group + (b / l.blocks) * l.super_bytes();
         const uint8_t* blk = sup + l.header + (b % l.blocks) * l.block_bytes;
         const ActQ8& xb = x[tok * x_stride + b];
-        if (t == DType::kQ6_K || t == DType::kQ2_K) {
+        if (t == DType::kQ6_K || t == DType::kQ3_K || t == DType::kQ2_K) {
           for (int h = 0; h < 2; ++h) {
             int32_t isum = 0;
             for (int e = 16 * h; e < 16 * h + 16; ++e) isum += (packed_weight(t, l, blk, r, e) - l.bias) * xb.q[e];
