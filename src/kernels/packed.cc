@@ -48,7 +48,7 @@ namespace {
 struct Unpacked {
   uint16_t d = 0, m = 0;  // f16: d and m (the *_1 minimum) or D and Dmin (K types)
   uint8_t q[kQKK] = {};
-  int sc[16] = {};        // Q4_K/Q5_K: per 32-block; Q6_K, Q2_K: per 16 elements
+  int sc[16] = {};        // Q4_K/Q5_K: per 32-block; Q6_K, Q3_K, Q2_K: per 16 elements
   int mn[16] = {};
 };
 
