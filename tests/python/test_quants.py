@@ -135,6 +135,54 @@ def test_quantize_iq4_mixes_follow_llama_cpp(cachet_bin, tmp_path):
         assert types["token_embd.weight"] == "Q8_0"  # Q6_K, 192 wide
 
 
+def test_quantize_low_bit_k_mixes_follow_llama_cpp(cachet_bin, tmp_path):
+    """llama.cpp's Q2_K, Q3_K_S/M/L and Q4_K_S mixes without an importance matrix (its
+    llama_tensor_get_type), on 8 layers at 2 and 4 query heads per KV head; rows that are not whole super-blocks
+    as Q4_0."""
+    def synth(name, embd, heads, kv_heads):
+        path = tmp_path / f"{name}.gguf"
+        subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd",
+                        str(embd), "--n-layer", "8", "--n-head", str(heads), "--n-head-kv", str(kv_heads),
+                        "--n-ff", "512", "--seed", "5"], check=True)
+        return path
+    # (mix, gqa) -> per layer i: (attn_v, ffn_down, attn_output, everything else)
+    def want(mix, gqa, i):
+        base = "Q2_K" if mix == "Q2_K" else "Q3_K" if mix.startswith("Q3") else "Q4_K"
+        if mix == "Q2_K":
+            return ("Q4_K" if gqa >= 4 else "Q3_K"), "Q3_K", "Q3_K", base
+        if mix == "Q3_K_S":
+            return base, base, base, base
+        if mix == "Q3_K_M":  # ffn_down: Q5_K below n_layer / 16 = 0 layers, Q4_K above
+            return ("Q5_K" if i < 2 else "Q4_K"), "Q4_K", "Q4_K", base
+        if mix == "Q3_K_L":
+            return "Q5_K", "Q5_K", "Q5_K", base
+        assert mix == "Q4_K_S"
+        return ("Q5_K" if i < 4 else base), ("Q5_K" if i < 1 else base), base, base
+    for heads, kv_heads in [(4, 2), (8, 2)]:
+        src = synth(f"g{heads}", 256, heads, kv_heads)
+        for mix in ["Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S"]:
+            types, _ = quantize(cachet_bin, src, tmp_path / "q.gguf", mix)
+            for i in range(8):
+                v, down, o, rest = want(mix, heads // kv_heads, i)
+                got = tuple(types[f"blk.{i}.{n}.weight"] for n in ["attn_v", "ffn_down", "attn_output", "attn_q"])
+                assert got == (v, down, o, rest), (mix, heads, i, got)
+                assert types[f"blk.{i}.ffn_up.weight"] == rest and types[f"blk.{i}.attn_k.weight"] == rest
+            assert types["token_embd.weight"] == "Q6_K", mix  # tied: the output head
+    types, _ = quantize(cachet_bin, synth("narrow", 192, 4, 2), tmp_path / "n.gguf", "Q3_K_M")
+    assert types["blk.0.attn_q.weight"] == "Q4_0" and types["blk.3.attn_v.weight"] == "Q5_0"  # Q3_K, Q4_K
+    assert types["blk.1.attn_v.weight"] == "Q5_1"  # Q5_K
+    assert types["blk.3.ffn_down.weight"] == "Q4_K"  # 512 wide
+    types, _ = quantize(cachet_bin, synth("narrow", 192, 4, 2), tmp_path / "n.gguf", "Q2_K")
+    assert types["blk.0.attn_q.weight"] == "Q4_0" and types["blk.0.attn_v.weight"] == "Q4_0"
+    # --pure: no mix, the output head included (llama-quantize --pure); Q2_K_S needs an importance matrix.
+    subprocess.run([cachet_bin, "quantize", "-m", str(src), "-o", str(tmp_path / "p.gguf"), "--type", "Q3_K_M",
+                    "--pure"], check=True, capture_output=True)
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "p.gguf")).tensors}
+    assert {t for n, t in types.items() if "norm" not in n} == {"Q3_K"}, types
+    assert subprocess.run([cachet_bin, "quantize", "-m", str(src), "-o", str(tmp_path / "x.gguf"), "--type",
+                           "Q2_K_S"], capture_output=True).returncode != 0
+
+
 def test_quantized_models_stay_close_to_their_f16_source(cachet_bin, tmp_path):
     """Logits of each quantized file against the f16 source, all through the numpy reference: the quantizer's
     own error, bounded and ordered by bits."""
@@ -147,7 +195,7 @@ def test_quantized_models_stay_close_to_their_f16_source(cachet_bin, tmp_path):
     ref.quantize_activations = False
     a = ref.logits(ids)
     err = {}
-    for qtype in ["Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "IQ4_NL", "IQ4_XS", "Q4_0"]:
+    for qtype in ["Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q4_K_M", "IQ4_NL", "IQ4_XS", "Q4_0", "Q3_K_M", "Q2_K"]:
         dst = tmp_path / f"{qtype}.gguf"
         quantize(cachet_bin, src, dst, qtype)
         got = Model.load(str(dst))
@@ -155,9 +203,10 @@ def test_quantized_models_stay_close_to_their_f16_source(cachet_bin, tmp_path):
         err[qtype] = np.abs(got.logits(ids) - a).max() / np.abs(a).max()
     print(err)
     bounds = {"Q8_0": 0.01, "Q6_K": 0.04, "Q5_K_M": 0.06, "Q5_0": 0.08, "Q4_K_M": 0.12, "IQ4_NL": 0.15,
-              "IQ4_XS": 0.15, "Q4_0": 0.2}
+              "IQ4_XS": 0.15, "Q4_0": 0.2, "Q3_K_M": 0.15, "Q2_K": 0.3}
     assert all(err[q] <= bounds[q] for q in bounds), err
-    assert err["Q8_0"] < err["Q6_K"] < err["Q5_K_M"] < err["Q4_K_M"] < err["Q4_0"], err
+    assert err["Q8_0"] < err["Q6_K"] < err["Q5_K_M"] < err["Q4_K_M"] < err["Q3_K_M"] < err["Q2_K"], err
+    assert err["Q4_K_M"] < err["Q4_0"], err
     # The non-linear levels fit these bell-shaped weights better than Q4_0's even ones, at the same bits.
     assert err["IQ4_NL"] < err["Q4_0"] and err["IQ4_XS"] < err["Q4_0"], err
 

@@ -1,8 +1,9 @@
-// cachet quantize: rewrite a GGUF's weight matrices in another type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_S/M,
-// Q5_K_S/M, Q6_K, F16, BF16), keeping every metadata key, the tokenizer and the 1-D tensors (norms) as they
+// cachet quantize: rewrite a GGUF's weight matrices in another type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+// Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL, IQ4_XS, F16, BF16), keeping every metadata key, the tokenizer and the 1-D tensors (norms) as they
 // are. The mixes follow llama.cpp's so files compare like for like (docs/quantize.md).
 // cachet tensor: print a tensor's type, shape and value statistics, or write it dequantized as raw f32.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,20 +23,28 @@ namespace cachet::cli {
 
 namespace {
 
+// llama_ftype values (general.file_type), which also name the mixes.
+enum Ftype : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10, kQ3_K_S = 11, kQ3_K_M = 12,
+  kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17, kQ6_K = 18, kIQ4_NL = 25,
+  kIQ4_XS = 30, kBF16 = 32,
+};
+
 struct Scheme {
-  DType base;
-  uint32_t ftype;       // llama_ftype, stored as general.file_type
-  bool more_bits_mix;   // _M: Q6_K for part of attn_v / ffn_down
+  DType base;    // the type of every weight matrix the mix does not single out
+  Ftype ftype;   // the mix, stored as general.file_type
 };
 
 const std::map<std::string, Scheme>& schemes() {
   static const std::map<std::string, Scheme> m = {
-      {"F32", {DType::kF32, 0, false}},    {"F16", {DType::kF16, 1, false}},    {"BF16", {DType::kBF16, 32, false}},
-      {"Q4_0", {DType::kQ4_0, 2, false}},  {"Q4_1", {DType::kQ4_1, 3, false}},  {"Q8_0", {DType::kQ8_0, 7, false}},
-      {"Q5_0", {DType::kQ5_0, 8, false}},  {"Q5_1", {DType::kQ5_1, 9, false}},  {"Q4_K_S", {DType::kQ4_K, 14, false}},
-      {"Q4_K_M", {DType::kQ4_K, 15, true}}, {"Q5_K_S", {DType::kQ5_K, 16, false}}, {"Q5_K_M", {DType::kQ5_K, 17, true}},
-      {"Q6_K", {DType::kQ6_K, 18, false}}, {"Q4_K", {DType::kQ4_K, 15, true}},  {"Q5_K", {DType::kQ5_K, 17, true}},
-      {"IQ4_NL", {DType::kIQ4_NL, 25, false}}, {"IQ4_XS", {DType::kIQ4_XS, 30, false}},
+      {"F32", {DType::kF32, kF32}},         {"F16", {DType::kF16, kF16}},         {"BF16", {DType::kBF16, kBF16}},
+      {"Q4_0", {DType::kQ4_0, kQ4_0}},      {"Q4_1", {DType::kQ4_1, kQ4_1}},      {"Q8_0", {DType::kQ8_0, kQ8_0}},
+      {"Q5_0", {DType::kQ5_0, kQ5_0}},      {"Q5_1", {DType::kQ5_1, kQ5_1}},      {"Q2_K", {DType::kQ2_K, kQ2_K}},
+      {"Q3_K_S", {DType::kQ3_K, kQ3_K_S}},  {"Q3_K_M", {DType::kQ3_K, kQ3_K_M}},
+      {"Q3_K_L", {DType::kQ3_K, kQ3_K_L}},  {"Q3_K", {DType::kQ3_K, kQ3_K_M}},    {"Q4_K_S", {DType::kQ4_K, kQ4_K_S}},
+      {"Q4_K_M", {DType::kQ4_K, kQ4_K_M}},  {"Q4_K", {DType::kQ4_K, kQ4_K_M}},    {"Q5_K_S", {DType::kQ5_K, kQ5_K_S}},
+      {"Q5_K_M", {DType::kQ5_K, kQ5_K_M}},  {"Q5_K", {DType::kQ5_K, kQ5_K_M}},    {"Q6_K", {DType::kQ6_K, kQ6_K}},
+      {"IQ4_NL", {DType::kIQ4_NL, kIQ4_NL}}, {"IQ4_XS", {DType::kIQ4_XS, kIQ4_XS}},
   };
   return m;
 }
@@ -51,6 +60,7 @@ bool more_bits(int layer, int n_layer) {
 DType fit_row(DType t, int64_t ne0) {
   if (ne0 % 256 != 0) {
     if (t == DType::kIQ4_XS) t = DType::kIQ4_NL;
+    if (t == DType::kQ2_K || t == DType::kQ3_K) t = DType::kQ4_0;
     if (t == DType::kQ4_K) t = DType::kQ5_0;
     if (t == DType::kQ5_K) t = DType::kQ5_1;
     if (t == DType::kQ6_K) t = DType::kQ8_0;
@@ -67,30 +77,57 @@ struct ModelShape {
 };
 
 // llama.cpp's choices (its llama_tensor_get_type, without an importance matrix) for the schemes cachet writes.
-DType target_type(const Scheme& s, const GgufTensorInfo& t, const ModelShape& shape) {
+// (No Q2_K_S: llama.cpp refuses it without an importance matrix, which cachet does not compute.) With `pure`,
+// every weight matrix takes the scheme's base type (llama-quantize --pure). Its counters of attn_v and ffn_down tensors are the layer numbers here (one of each per layer); its "70B"
+// model type, which lifts a Q3_K/Q4_K attn_v to Q5_K, is taken as 80 layers.
+DType target_type(const Scheme& s, const GgufTensorInfo& t, const ModelShape& shape, bool pure) {
   const int n_layer = shape.n_layer, n_expert = shape.n_expert;
   if (t.n_dims < 2 || t.name.size() < 7 || t.name.compare(t.name.size() - 7, 7, ".weight") != 0) return t.type;
   if (t.name.find("ffn_gate_inp.weight") != std::string::npos) return t.type;  // routers stay as they are
+  if (pure) return fit_row(s.base, t.ne[0]);
+  const Ftype f = s.ftype;
+  const bool iq4 = f == kIQ4_NL || f == kIQ4_XS;
+  const auto in = [&](std::initializer_list<Ftype> l) { return std::find(l.begin(), l.end(), f) != l.end(); };
+  const auto has = [&](const char* part) { return t.name.find(part) != std::string::npos; };
   DType want = s.base;
   const bool output = t.name == "output.weight" || (!shape.has_output && t.name == "token_embd.weight");
-  if (output && !is_float(s.base) && s.base != DType::kQ8_0) want = DType::kQ6_K;
-  const bool k_mix = s.base == DType::kQ4_K || s.base == DType::kQ5_K;
   static const std::regex kLayer(R"(^blk\.(\d+)\.(attn_v|ffn_down|ffn_down_exps)\.weight$)");
   std::smatch m;
-  if (s.more_bits_mix && std::regex_match(t.name, m, kLayer) && more_bits(std::stoi(m[1]), n_layer))
-    want = DType::kQ6_K;
-  if (k_mix && s.more_bits_mix && t.name.find("attn_qkv.weight") != std::string::npos)
-    want = s.base == DType::kQ4_K ? DType::kQ5_K : DType::kQ6_K;  // fused QKV (Phi-3): one step up
-  const bool iq4 = s.base == DType::kIQ4_NL || s.base == DType::kIQ4_XS;
-  if (iq4 && std::regex_match(t.name, m, kLayer)) {
-    // IQ4: Q5_K for a shared-KV model's attn_v (4+ query heads per KV head) and the first eighth's ffn_down.
-    if (m[2] == "attn_v" ? shape.n_gqa >= 4 : std::stoi(m[1]) < n_layer / 8) want = DType::kQ5_K;
-  }
-  if (n_expert == 8 && !is_float(s.base)) {  // Mixtral-8x: attention is cheap next to the experts
-    if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("attn_k.weight") != std::string::npos)
-      want = DType::kQ8_0;
-    if ((s.base == DType::kQ4_K || iq4) && t.name.find("attn_output.weight") != std::string::npos)
-      want = DType::kQ5_K;
+  const bool per_layer = std::regex_match(t.name, m, kLayer);
+  const int i = per_layer ? std::stoi(m[1]) : 0;
+  if (output) {
+    if (!is_float(s.base) && s.base != DType::kQ8_0) want = DType::kQ6_K;
+  } else if (per_layer && m[2] == "attn_v") {
+    if (f == kQ2_K) want = shape.n_gqa >= 4 ? DType::kQ4_K : DType::kQ3_K;
+    else if (f == kQ3_K_M) want = i < 2 ? DType::kQ5_K : DType::kQ4_K;
+    else if (f == kQ3_K_L) want = DType::kQ5_K;
+    else if (iq4 && shape.n_gqa >= 4) want = DType::kQ5_K;
+    else if (in({kQ4_K_M, kQ5_K_M}) && more_bits(i, n_layer)) want = DType::kQ6_K;
+    else if (f == kQ4_K_S && i < 4) want = DType::kQ5_K;
+    if (n_layer == 80 && (want == DType::kQ3_K || want == DType::kQ4_K)) want = DType::kQ5_K;
+    if (n_expert == 8) want = DType::kQ8_0;  // Mixtral-8x: attention is cheap next to the experts
+  } else if (per_layer) {  // ffn_down, or its experts
+    if (f == kQ2_K) want = DType::kQ3_K;
+    else if (f == kQ3_K_M) want = i < n_layer / 16 ? DType::kQ5_K : DType::kQ4_K;
+    else if (f == kQ3_K_L) want = DType::kQ5_K;
+    else if (f == kQ4_K_M) { if (more_bits(i, n_layer)) want = DType::kQ6_K; }
+    else if (iq4 && i < n_layer / 8) want = DType::kQ5_K;
+    else if (f == kQ5_K_M && more_bits(i, n_layer)) want = DType::kQ6_K;
+    else if (f == kQ4_K_S && i < n_layer / 8) want = DType::kQ5_K;
+  } else if (has("attn_k.weight")) {
+    if (n_expert == 8) want = DType::kQ8_0;
+  } else if (has("attn_output.weight")) {
+    if (n_expert == 8) {
+      if (in({kQ2_K, kQ3_K_S, kQ3_K_M, kIQ4_NL, kQ4_K_S, kQ4_K_M, kIQ4_XS})) want = DType::kQ5_K;
+    } else {
+      if (f == kQ2_K) want = DType::kQ3_K;
+      else if (f == kQ3_K_M) want = DType::kQ4_K;
+      else if (f == kQ3_K_L) want = DType::kQ5_K;
+    }
+  } else if (has("attn_qkv.weight")) {  // fused QKV (Phi-3)
+    if (in({kQ3_K_M, kQ3_K_L})) want = DType::kQ4_K;
+    else if (f == kQ4_K_M) want = DType::kQ5_K;
+    else if (f == kQ5_K_M) want = DType::kQ6_K;
   }
   return fit_row(want, t.ne[0]);
 }
@@ -99,6 +136,7 @@ struct QuantizeArgs {
   std::string in, out, type;
   int threads = 0;
   bool allow_requantize = false;
+  bool pure = false;
 };
 
 int quantize(const QuantizeArgs& a) {
@@ -133,7 +171,7 @@ int quantize(const QuantizeArgs& a) {
   size_t in_bytes = 0, out_bytes = 0;
   std::map<std::string, int> counts;
   for (const GgufTensorInfo& t : in.tensors()) {
-    const DType to = target_type(scheme, t, shape);
+    const DType to = target_type(scheme, t, shape, a.pure);
     std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max(1, t.n_dims));
     in_bytes += t.n_bytes;
     ++counts[dtype_name(to)];
@@ -212,7 +250,7 @@ int tensor(const std::string& model, const std::string& name, const std::string&
 
 void add_quantize_commands(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<QuantizeArgs>();
-  CLI::App* q = app.add_subcommand("quantize", "rewrite a GGUF's weights as Q8_0, Q4_0, Q4_1, Q5_0/1, Q4_K_M, Q6_K, ...");
+  CLI::App* q = app.add_subcommand("quantize", "rewrite a GGUF's weights as Q8_0, Q4_0, Q5_0/1, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, ...");
   q->add_option("-m,--model", a->in, "input GGUF (F32, F16 or BF16 weights)")->required();
   q->add_option("-o,--output", a->out, "output GGUF")->required();
   std::vector<std::string> names;
@@ -220,6 +258,7 @@ void add_quantize_commands(CLI::App& app, int* exit_code) {
   q->add_option("--type", a->type, "target type or mix")->required()->check(CLI::IsMember(names));
   q->add_option("-t,--threads", a->threads);
   q->add_flag("--allow-requantize", a->allow_requantize, "also convert already-quantized tensors (lossy twice)");
+  q->add_flag("--pure", a->pure, "every weight matrix in the type itself, no mix (llama-quantize --pure)");
   q->callback([a, exit_code] { *exit_code = quantize(*a); });
 
   auto model = std::make_shared<std::string>(), name = std::make_shared<std::string>(),
