@@ -127,7 +127,11 @@ def check_quantized(cachet_bin, tmp_path, name, wtype, slack=1.0):
     m.quantize_activations = False
     llm = llama_cpp.Llama(str(path), n_ctx=128, n_batch=128, logits_all=True, verbose=False, n_threads=2)
     ours_kl, theirs_kl, kept = [], [], []
-    for seed in (3, 4):
+    # Four sequences: an expert choice that rounding flips at one position also moves every later position of
+    # its sequence through attention (a flip at position 1 raised the median KL of one MoE sequence 3x), so
+    # either engine can lose one sequence by chance; over four the arithmetic shows (ours 0.45x llama.cpp's on
+    # the other sequences).
+    for seed in (3, 4, 5, 6):
         ids = np.random.default_rng(seed).integers(3, N_VOCAB, size=64).tolist()
         exact = m.logits(ids)
         # A position whose expert choice rounding could decide says nothing of either engine's arithmetic: one
