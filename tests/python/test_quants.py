@@ -112,15 +112,19 @@ def test_quantize_mixes_of_the_other_architectures_follow_llama_cpp(cachet_bin, 
     assert types["blk.2.ffn_up.weight"] == "Q4_K"
 
 
+def synth_f16(cachet_bin, path, embd, heads, kv_heads):
+    """An 8-layer F16 model of width `embd` (n_ff 512) for the mix tests."""
+    subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd", str(embd),
+                    "--n-layer", "8", "--n-head", str(heads), "--n-head-kv", str(kv_heads), "--n-ff", "512",
+                    "--seed", "5"], check=True)
+    return path
+
+
 def test_quantize_iq4_mixes_follow_llama_cpp(cachet_bin, tmp_path):
     """llama.cpp's IQ4_NL / IQ4_XS mixes without an importance matrix: Q5_K for the first eighth's ffn_down and,
     with 4+ query heads per KV head, for attn_v; IQ4_XS rows that are not whole super-blocks as IQ4_NL."""
     def synth(name, embd, heads, kv_heads):
-        path = tmp_path / f"{name}.gguf"
-        subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd",
-                        str(embd), "--n-layer", "8", "--n-head", str(heads), "--n-head-kv", str(kv_heads),
-                        "--n-ff", "512", "--seed", "5"], check=True)
-        return path
+        return synth_f16(cachet_bin, tmp_path / f"{name}.gguf", embd, heads, kv_heads)
     for qtype in ["IQ4_XS", "IQ4_NL"]:
         for heads, kv_heads in [(4, 2), (8, 2)]:
             types, _ = quantize(cachet_bin, synth(f"g{heads}", 256, heads, kv_heads), tmp_path / "q.gguf", qtype)
@@ -140,11 +144,7 @@ def test_quantize_low_bit_k_mixes_follow_llama_cpp(cachet_bin, tmp_path):
     llama_tensor_get_type), on 8 layers at 2 and 4 query heads per KV head; rows that are not whole super-blocks
     as Q4_0."""
     def synth(name, embd, heads, kv_heads):
-        path = tmp_path / f"{name}.gguf"
-        subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd",
-                        str(embd), "--n-layer", "8", "--n-head", str(heads), "--n-head-kv", str(kv_heads),
-                        "--n-ff", "512", "--seed", "5"], check=True)
-        return path
+        return synth_f16(cachet_bin, tmp_path / f"{name}.gguf", embd, heads, kv_heads)
     # (mix, gqa) -> per layer i: (attn_v, ffn_down, attn_output, everything else)
     def want(mix, gqa, i):
         base = "Q2_K" if mix == "Q2_K" else "Q3_K" if mix.startswith("Q3") else "Q4_K"
