@@ -1,6 +1,7 @@
 // cachet quantize: rewrite a GGUF's weight matrices in another type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
-// Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL, IQ4_XS, F16, BF16), keeping every metadata key, the tokenizer and the 1-D tensors (norms) as they
-// are. The mixes follow llama.cpp's so files compare like for like (docs/quantize.md).
+// Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL, IQ4_XS, F16, BF16), keeping every metadata key, the tokenizer
+// and the 1-D tensors (norms) as they are. The mixes follow llama.cpp's so files compare like for like
+// (docs/quantize.md).
 // cachet tensor: print a tensor's type, shape and value statistics, or write it dequantized as raw f32.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -78,8 +79,9 @@ struct ModelShape {
 
 // llama.cpp's choices (its llama_tensor_get_type, without an importance matrix) for the schemes cachet writes.
 // (No Q2_K_S: llama.cpp refuses it without an importance matrix, which cachet does not compute.) With `pure`,
-// every weight matrix takes the scheme's base type (llama-quantize --pure). Its counters of attn_v and ffn_down tensors are the layer numbers here (one of each per layer); its "70B"
-// model type, which lifts a Q3_K/Q4_K attn_v to Q5_K, is taken as 80 layers.
+// every weight matrix takes the scheme's base type (llama-quantize --pure). Its counters of attn_v and
+// ffn_down tensors are the layer numbers here (one of each per layer); its "70B" model type, which lifts a
+// Q3_K/Q4_K attn_v to Q5_K, is taken as 80 layers.
 DType target_type(const Scheme& s, const GgufTensorInfo& t, const ModelShape& shape, bool pure) {
   const int n_layer = shape.n_layer, n_expert = shape.n_expert;
   if (t.n_dims < 2 || t.name.size() < 7 || t.name.compare(t.name.size() - 7, 7, ".weight") != 0) return t.type;
@@ -250,7 +252,8 @@ int tensor(const std::string& model, const std::string& name, const std::string&
 
 void add_quantize_commands(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<QuantizeArgs>();
-  CLI::App* q = app.add_subcommand("quantize", "rewrite a GGUF's weights as Q8_0, Q4_0, Q5_0/1, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, ...");
+  CLI::App* q = app.add_subcommand(
+      "quantize", "rewrite a GGUF's weights as Q8_0, Q4_0, Q5_0/1, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, ...");
   q->add_option("-m,--model", a->in, "input GGUF (F32, F16 or BF16 weights)")->required();
   q->add_option("-o,--output", a->out, "output GGUF")->required();
   std::vector<std::string> names;
