@@ -247,16 +247,22 @@ void fit_scale_min(const float* x, const float* w, int n, int nmax, float* scale
   *mn = best_m;
 }
 
-// Q4_K / Q5_K: per 32-element sub-block a (scale, min) pair, quantized to 6 bits under fp16 d and dmin.
-void quantize_q45_k(const float* x, DType t, uint8_t* out) {
-  const int nmax = t == DType::kQ4_K ? 15 : 31;
-  // Each weight's error counts by |x| plus the super-block's RMS: the large weights matter more to a dot
-  // product, the small ones not nothing (as llama.cpp weighs them without an importance matrix).
+// The weights of a super-block's (scale, min) fits (Q2_K, Q4_K, Q5_K): |x| plus the super-block's RMS, so the
+// large weights' error matters more to a dot product and the small ones' not nothing (llama.cpp weighs Q4_K/Q5_K
+// so without an importance matrix; Q2_K by |x| alone, which measured KL 2.44 against 1.91 with this on the
+// default model's ffn_down, llama.cpp's file 2.02: docs/quantize.md).
+void fit_weights(const float* x, float* w) {
   double sxx = 0;
   for (int e = 0; e < kQKK; ++e) sxx += static_cast<double>(x[e]) * x[e];
   const float rms = static_cast<float>(std::sqrt(sxx / kQKK));
-  float w[kQKK];
   for (int e = 0; e < kQKK; ++e) w[e] = rms + std::fabs(x[e]);
+}
+
+// Q4_K / Q5_K: per 32-element sub-block a (scale, min) pair, quantized to 6 bits under fp16 d and dmin.
+void quantize_q45_k(const float* x, DType t, uint8_t* out) {
+  const int nmax = t == DType::kQ4_K ? 15 : 31;
+  float w[kQKK];
+  fit_weights(x, w);
   float scales[8], mins[8], max_s = 0.0f, max_m = 0.0f;
   for (int j = 0; j < 8; ++j) {
     fit_scale_min(x + 32 * j, w + 32 * j, 32, nmax, &scales[j], &mins[j]);
@@ -294,12 +300,7 @@ void quantize_q45_k(const float* x, DType t, uint8_t* out) {
 // Q2_K: per 16-element sub-block a (scale, min) pair for 2-bit quants, each 4 bits under fp16 d and dmin.
 void quantize_q2_k(const float* x, BlockQ2_K* b) {
   float scales[16], mins[16], max_s = 0.0f, max_m = 0.0f, w[kQKK];
-  // As Q4_K's: |x| plus the RMS (|x| alone, as llama.cpp weighs Q2_K, measured KL 2.44 against 1.91 with
-  // this on the default model's ffn_down, and llama.cpp's file 2.02: docs/quantize.md).
-  double sxx = 0;
-  for (int e = 0; e < kQKK; ++e) sxx += static_cast<double>(x[e]) * x[e];
-  const float rms = static_cast<float>(std::sqrt(sxx / kQKK));
-  for (int e = 0; e < kQKK; ++e) w[e] = rms + std::fabs(x[e]);
+  fit_weights(x, w);
   for (int j = 0; j < 16; ++j) {
     fit_scale_min(x + 16 * j, w + 16 * j, 16, 3, &scales[j], &mins[j]);
     max_s = std::max(max_s, scales[j]);
