@@ -6,6 +6,7 @@
 #   bash scripts/setup_llamacpp.sh            # native: -DGGML_NATIVE=ON, its best build on this CPU
 #   bash scripts/setup_llamacpp.sh avx2       # what llama.cpp builds for an AVX2 + FMA + F16C CPU (no AVX-512),
 #                                             # to compare the AVX2 tables on a machine that also has AVX-512
+#   bash scripts/setup_llamacpp.sh avxvnni    # AVX2 + AVX-VNNI, no AVX-512: Intel's client cores since Alder Lake
 set -euo pipefail
 variant="${1:-native}"
 version=0.3.36
@@ -26,7 +27,9 @@ case "$variant" in
   native) flags=(-DGGML_NATIVE=ON) ;;
   avx2) flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
                -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
-  *) echo "setup_llamacpp: unknown variant $variant (native|avx2)" >&2; exit 2 ;;
+  avxvnni) flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                  -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=ON) ;;
+  *) echo "setup_llamacpp: unknown variant $variant (native|avx2|avxvnni)" >&2; exit 2 ;;
 esac
 
 if [ ! -x "$out/bin/llama-bench" ]; then
