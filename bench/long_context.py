@@ -90,7 +90,7 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib not installed: no plot", file=sys.stderr)
+        print("matplotlib not installed: no plot (bash scripts/setup_bench.sh installs it)", file=sys.stderr)
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     if not contexts:
