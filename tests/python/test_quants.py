@@ -58,12 +58,17 @@ def quantize(cachet_bin, src, dst, qtype):
     return {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(dst)).tensors}, out
 
 
+def synth_f16(cachet_bin, path, embd=256, layers=8, heads=4, kv_heads=2, seed=5, extra=()):
+    """A synthetic F16 model (n_vocab 320, n_ff 512) for the quantize tests, written to `path`."""
+    subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd", str(embd),
+                    "--n-layer", str(layers), "--n-head", str(heads), "--n-head-kv", str(kv_heads), "--n-ff", "512",
+                    "--seed", str(seed)] + list(extra), check=True)
+    return path
+
+
 def test_quantize_mixes_follow_llama_cpp(cachet_bin, tmp_path):
     # A 256-wide model, so the K-quants apply everywhere but the 1-D norms; 8 layers for the _M rule.
-    src = tmp_path / "f16.gguf"
-    subprocess.run([cachet_bin, "synth", "-o", str(src), "--type", "F16", "--n-vocab", "320", "--n-embd", "256",
-                    "--n-layer", "8", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--seed", "5"],
-                   check=True)
+    src = synth_f16(cachet_bin, tmp_path / "f16.gguf")
     types, _ = quantize(cachet_bin, src, tmp_path / "q4km.gguf", "Q4_K_M")
     # llama.cpp's use_more_bits for 8 layers: i < 1, i >= 7, (i - 1) % 3 == 2 -> layers 0, 3, 6, 7.
     for i in range(8):
@@ -76,10 +81,7 @@ def test_quantize_mixes_follow_llama_cpp(cachet_bin, tmp_path):
     types, _ = quantize(cachet_bin, src, tmp_path / "q8.gguf", "Q8_0")
     assert {t for n, t in types.items() if n.endswith(".weight") and "norm" not in n} == {"Q8_0"}
     # Rows that are not whole super-blocks fall back as llama.cpp does (Q4_K -> Q5_0, Q6_K -> Q8_0).
-    narrow = tmp_path / "narrow.gguf"
-    subprocess.run([cachet_bin, "synth", "-o", str(narrow), "--type", "F16", "--n-vocab", "320", "--n-embd", "192",
-                    "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--seed", "5"],
-                   check=True)
+    narrow = synth_f16(cachet_bin, tmp_path / "narrow.gguf", embd=192, layers=2)
     types, _ = quantize(cachet_bin, narrow, tmp_path / "narrow_q4km.gguf", "Q4_K_M")
     # 2 layers: only layer 1 (i >= 7n/8) gets more bits.
     assert types["blk.0.attn_q.weight"] == "Q5_0" and types["blk.0.attn_v.weight"] == "Q5_0"
@@ -90,11 +92,7 @@ def test_quantize_mixes_follow_llama_cpp(cachet_bin, tmp_path):
 def test_quantize_mixes_of_the_other_architectures_follow_llama_cpp(cachet_bin, tmp_path):
     """llama.cpp's llama_tensor_get_type for experts, routers and fused QKV."""
     def synth(name, *args):
-        path = tmp_path / f"{name}.gguf"
-        subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd", "256",
-                        "--n-layer", "8", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--seed", "5"]
-                       + list(args), check=True)
-        return path
+        return synth_f16(cachet_bin, tmp_path / f"{name}.gguf", extra=args)
     types, _ = quantize(cachet_bin, synth("moe", "--arch", "qwen3moe", "--experts", "4", "--experts-used", "2",
                                           "--head-dim", "64"), tmp_path / "moe_q4km.gguf", "Q4_K_M")
     for i in range(8):
@@ -112,19 +110,11 @@ def test_quantize_mixes_of_the_other_architectures_follow_llama_cpp(cachet_bin, 
     assert types["blk.2.ffn_up.weight"] == "Q4_K"
 
 
-def synth_f16(cachet_bin, path, embd, heads, kv_heads):
-    """An 8-layer F16 model of width `embd` (n_ff 512) for the mix tests."""
-    subprocess.run([cachet_bin, "synth", "-o", str(path), "--type", "F16", "--n-vocab", "320", "--n-embd", str(embd),
-                    "--n-layer", "8", "--n-head", str(heads), "--n-head-kv", str(kv_heads), "--n-ff", "512",
-                    "--seed", "5"], check=True)
-    return path
-
-
 def test_quantize_iq4_mixes_follow_llama_cpp(cachet_bin, tmp_path):
     """llama.cpp's IQ4_NL / IQ4_XS mixes without an importance matrix: Q5_K for the first eighth's ffn_down and,
     with 4+ query heads per KV head, for attn_v; IQ4_XS rows that are not whole super-blocks as IQ4_NL."""
     def synth(name, embd, heads, kv_heads):
-        return synth_f16(cachet_bin, tmp_path / f"{name}.gguf", embd, heads, kv_heads)
+        return synth_f16(cachet_bin, tmp_path / f"{name}.gguf", embd=embd, heads=heads, kv_heads=kv_heads)
     for qtype in ["IQ4_XS", "IQ4_NL"]:
         for heads, kv_heads in [(4, 2), (8, 2)]:
             types, _ = quantize(cachet_bin, synth(f"g{heads}", 256, heads, kv_heads), tmp_path / "q.gguf", qtype)
@@ -144,7 +134,7 @@ def test_quantize_low_bit_k_mixes_follow_llama_cpp(cachet_bin, tmp_path):
     llama_tensor_get_type), on 8 layers at 2 and 4 query heads per KV head; rows that are not whole super-blocks
     as Q4_0."""
     def synth(name, embd, heads, kv_heads):
-        return synth_f16(cachet_bin, tmp_path / f"{name}.gguf", embd, heads, kv_heads)
+        return synth_f16(cachet_bin, tmp_path / f"{name}.gguf", embd=embd, heads=heads, kv_heads=kv_heads)
     # (mix, gqa) -> per layer i: (attn_v, ffn_down, attn_output, everything else)
     def want(mix, gqa, i):
         base = "Q2_K" if mix == "Q2_K" else "Q3_K" if mix.startswith("Q3") else "Q4_K"
@@ -186,10 +176,7 @@ def test_quantize_low_bit_k_mixes_follow_llama_cpp(cachet_bin, tmp_path):
 def test_quantized_models_stay_close_to_their_f16_source(cachet_bin, tmp_path):
     """Logits of each quantized file against the f16 source, all through the numpy reference: the quantizer's
     own error, bounded and ordered by bits."""
-    src = tmp_path / "f16.gguf"
-    subprocess.run([cachet_bin, "synth", "-o", str(src), "--type", "F16", "--n-vocab", "320", "--n-embd", "256",
-                    "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--seed", "9"],
-                   check=True)
+    src = synth_f16(cachet_bin, tmp_path / "f16.gguf", layers=2, seed=9)
     ids = np.random.default_rng(1).integers(0, 320, size=24).tolist()
     ref = Model.load(str(src))
     ref.quantize_activations = False
