@@ -16,6 +16,16 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Engine::create, failing the program on an error.
+std::unique_ptr<Engine> make_engine(Model& m, EngineConfig cfg) {
+  auto e = Engine::create(m, std::move(cfg));
+  if (!e.is_ok()) {
+    std::fprintf(stderr, "Engine::create: %s\n", e.status().message().c_str());
+    std::exit(1);
+  }
+  return std::move(*e);
+}
+
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 double pct(std::vector<double> v, double p) {
@@ -67,7 +77,8 @@ int main(int argc, char** argv) {
   double base = 0;
   std::printf("| concurrent sequences | aggregate decode tok/s | vs 1 |\n|---|---|---|\n");
   for (int n : batches) {
-    Engine e(model, cfg);
+    auto e_owner = make_engine(model, cfg);
+    Engine& e = *e_owner;
     SamplingParams sp;
     sp.max_tokens = gen;
     for (int i = 0; i < n; ++i) (void)e.add_request(prompt(), sp, {}, false);
@@ -92,7 +103,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   // Poisson arrivals: TTFT and time between tokens as users see them.
-  Engine e(model, cfg);
+  auto e_owner = make_engine(model, cfg);
+  Engine& e = *e_owner;
   std::exponential_distribution<double> gap(rate);
   std::vector<double> arrivals;
   double t = 0;

@@ -68,7 +68,7 @@ TEST(BeamSearch, FindsTheBestSequenceGreedyMisses) {
     return {0.3, 0.3, 0.4};
   };
   auto [want, want_lp] = brute_force(d, 3, 2);
-  BeamParams p;
+  BeamSearchParams p;
   p.max_tokens = 2;
   p.width = 2;
   p.length_penalty = 0.0f;
@@ -96,7 +96,7 @@ TEST(BeamSearch, WideEnoughBeamsEqualBruteForceOnRandomToys) {
       return table[p] = v;
     };
     auto [want, want_lp] = brute_force(d, 4, 4);
-    BeamParams p;
+    BeamSearchParams p;
     p.max_tokens = 4;
     p.width = 64;  // 4^3: every prefix survives to the last step, so the search is exhaustive
     p.length_penalty = 0.0f;
@@ -121,7 +121,7 @@ TEST(BeamSearch, WidthOneOnAModelIsGreedy) {
   o.stop_at_eos = false;
   auto greedy = generate(**m, prompt, o);
   ASSERT_TRUE(greedy.is_ok());
-  BeamParams p;
+  BeamSearchParams p;
   p.width = 1;
   p.max_tokens = 12;
   auto b1 = beam_search_model(**m, prompt, p);

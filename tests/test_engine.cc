@@ -17,6 +17,17 @@
 namespace cachet {
 namespace {
 
+// Engine::create, failing the program on an error (these configurations are valid by construction).
+std::unique_ptr<Engine> make_engine(Model& m, EngineConfig cfg) {
+  auto e = Engine::create(m, std::move(cfg));
+  if (!e.is_ok()) {
+    std::fprintf(stderr, "Engine::create: %s\n", e.status().message().c_str());
+    std::abort();
+  }
+  return std::move(*e);
+}
+
+
 // n_embd 64: head size 16; 128: 32, which the block KV types need.
 std::unique_ptr<Model> small_model(int64_t n_embd = 64) {
   SyntheticSpec s;
@@ -76,7 +87,8 @@ void expect_same_as_alone(Model& m, EngineConfig cfg, int64_t* preemptions) {
   for (bool cache : {false, true}) {
   cfg.prefix_cache = cache;
   auto js = jobs(m, 32);
-  Engine e(m, cfg);
+  auto e_owner = make_engine(m, cfg);
+  Engine& e = *e_owner;
   std::vector<RequestId> ids;
   auto got = run_engine(e, js, &ids);
   for (size_t i = 0; i < js.size(); ++i) {
@@ -127,7 +139,8 @@ TEST(Engine, AbortFreesBlocksAndImpossibleRequestsAreRejected) {
   auto m = small_model();
   EngineConfig cfg;
   cfg.n_blocks = 8;
-  Engine e(*m, cfg);
+  auto e_owner = make_engine(*m, cfg);
+  Engine& e = *e_owner;
   SamplingParams p;
   p.max_tokens = 200;  // 201 tokens > 8 blocks x 16
   auto bad = e.add_request({1, 2}, p);
@@ -208,7 +221,8 @@ TEST(Engine, LogitsAreBitwiseIdenticalWhateverSharesTheBatch) {
   cfg.n_blocks = 512;
   cfg.prefill_chunk = 24;
   cfg.on_logits = [&](RequestId id, const float* l, int64_t n) { together[id].emplace_back(l, l + n); };
-  Engine e(*m, cfg);
+  auto e_owner = make_engine(*m, cfg);
+  Engine& e = *e_owner;
   std::vector<RequestId> ids;
   run_engine(e, js, &ids);
   for (size_t i = 0; i < js.size(); ++i) {
@@ -216,7 +230,8 @@ TEST(Engine, LogitsAreBitwiseIdenticalWhateverSharesTheBatch) {
     one.n_blocks = 64;
     std::vector<std::vector<float>> rows;
     one.on_logits = [&](RequestId, const float* l, int64_t n) { rows.emplace_back(l, l + n); };
-    Engine solo(*m, one);
+    auto solo_owner = make_engine(*m, one);
+    Engine& solo = *solo_owner;
     std::vector<RequestId> solo_ids;
     run_engine(solo, {js[i]}, &solo_ids);
     ASSERT_EQ(rows.size(), together[ids[i]].size());
@@ -237,7 +252,8 @@ TEST(Engine, NSamplesForkFromOnePrefill) {
   p.max_tokens = 12;
   EngineConfig cfg;
   cfg.n_blocks = 64;
-  Engine e(*m, cfg);
+  auto e_owner = make_engine(*m, cfg);
+  Engine& e = *e_owner;
   auto id = e.add_request(prompt, p, {}, false, 4);
   ASSERT_TRUE(id.is_ok());
   std::map<RequestId, std::vector<int32_t>> out;
@@ -257,7 +273,8 @@ TEST(Engine, NSamplesForkFromOnePrefill) {
   for (int k = 0; k < 4; ++k) {
     SamplingParams q = p;
     q.seed = p.seed + k;
-    Engine solo(*m, cfg);
+    auto solo_owner = make_engine(*m, cfg);
+    Engine& solo = *solo_owner;
     auto sid = solo.add_request(prompt, q, {}, false);
     std::vector<int32_t> got;
     while (solo.has_work()) {
@@ -319,7 +336,8 @@ TEST(Engine, PrefixCacheNeverChangesTokensOrLogits) {
       auto& l = out[job_of.at(id)].logits;
       l.insert(l.end(), row, row + n);
     };
-    Engine e(*m, cfg);
+    auto e_owner = make_engine(*m, cfg);
+    Engine& e = *e_owner;
     std::vector<size_t> order(js.size());
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), std::mt19937(order_seed));
@@ -385,7 +403,8 @@ TEST(Engine, EveryKvTypeKeepsTheBitwiseGuarantees) {
       cfg.spec_adaptive = false;  // every step drafts
       cfg.draft_max = 4;
       if (logits) cfg.on_logits = [logits](RequestId id, const float* l, int64_t n) { (*logits)[id].emplace_back(l, l + n); };
-      Engine e(m, cfg);
+      auto e_owner = make_engine(m, cfg);
+      Engine& e = *e_owner;
       // Two waves: the second half's prompts extend the first half's, whose blocks are cached by then.
       std::vector<Job> first, second;
       for (size_t i = 0; i < which.size(); ++i) (i % 2 == 0 || which.size() == 1 ? first : second).push_back(which[i]);

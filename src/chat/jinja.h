@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cachet/status.h"
+#include "chat/jinja_limits.h"
 #include "chat/jinja_value.h"
 
 namespace cachet::jinja {
@@ -18,8 +19,8 @@ struct Node;
 class Template {
  public:
   static Result<Template> parse(const std::string& source);
-  // Renders with the given variables.
-  Result<std::string> render(const Dict& context) const;
+  // Renders with the given variables; `stats`, when given, receives what the render cost (also on an error).
+  Result<std::string> render(const Dict& context, RenderStats* stats = nullptr) const;
 
  private:
   std::shared_ptr<const std::vector<std::unique_ptr<Node>>> body_;

@@ -44,6 +44,6 @@ struct Node {
 using Body = std::vector<std::unique_ptr<Node>>;
 
 Result<Body> parse_template(const std::string& source);
-Result<std::string> render_body(const Body& body, const Dict& context);
+Result<std::string> render_body(const Body& body, const Dict& context, RenderStats* stats = nullptr);
 
 }  // namespace cachet::jinja

@@ -495,12 +495,14 @@ class Renderer {
 
 }  // namespace
 
-Result<std::string> render_body(const Body& body, const Dict& context) {
+Result<std::string> render_body(const Body& body, const Dict& context, RenderStats* stats) {
   RenderBudget budget;
   Renderer r(context, budget);
   std::string out;
-  CACHET_RETURN_IF_ERROR(r.render(body, &out));
-  CACHET_RETURN_IF_ERROR(budget.check());  // work past the budget at the very end (a last comparison)
+  Status st = r.render(body, &out);
+  if (st.is_ok()) st = budget.check();  // work past the budget at the very end (a last comparison)
+  if (stats) *stats = {budget.steps(), budget.bytes_built()};
+  if (!st.is_ok()) return st;
   return out;
 }
 
@@ -511,6 +513,8 @@ Result<Template> Template::parse(const std::string& source) {
   return t;
 }
 
-Result<std::string> Template::render(const Dict& context) const { return render_body(*body_, context); }
+Result<std::string> Template::render(const Dict& context, RenderStats* stats) const {
+  return render_body(*body_, context, stats);
+}
 
 }  // namespace cachet::jinja

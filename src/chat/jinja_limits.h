@@ -54,6 +54,9 @@ class RenderBudget {
     if (error_.is_ok()) error_ = std::move(s);
   }
 
+  int64_t steps() const { return steps_; }
+  size_t bytes_built() const { return total_; }
+
   int depth = 0;       // render nesting, kept by the renderer
   int call_depth = 0;  // macro calls, kept by the renderer
 
@@ -62,6 +65,12 @@ class RenderBudget {
   int64_t steps_ = 0;
   size_t total_ = 0;
   Status error_;
+};
+
+// What one render cost, counted (Template::render reports it): steps and work units, and bytes of values built.
+struct RenderStats {
+  int64_t steps = 0;
+  size_t bytes_built = 0;
 };
 
 // Checks an allocation that no render is charged for (outside renders: nothing) against the current budget.

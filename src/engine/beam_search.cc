@@ -20,7 +20,7 @@ double normalized(const Beam& b, float length_penalty) {
 
 }  // namespace
 
-Result<BeamResult> beam_search(const BeamParams& p, const BeamScorer& scorer) {
+Result<BeamResult> beam_search(const BeamSearchParams& p, const BeamScorer& scorer) {
   if (p.width < 1) return invalid_argument("beam width must be >= 1");
   if (p.max_tokens < 1) return invalid_argument("max_tokens must be >= 1");
   std::vector<Beam> live{Beam{}};
@@ -52,7 +52,7 @@ Result<BeamResult> beam_search(const BeamParams& p, const BeamScorer& scorer) {
       Beam nb = live[cands[i].beam];
       nb.tokens.push_back(cands[i].token);
       nb.logprob = cands[i].score;
-      if (p.eos && cands[i].token == *p.eos) {
+      if (std::find(p.end_ids.begin(), p.end_ids.end(), cands[i].token) != p.end_ids.end()) {
         finished.push_back(std::move(nb));
         continue;
       }
@@ -70,7 +70,7 @@ Result<BeamResult> beam_search(const BeamParams& p, const BeamScorer& scorer) {
   return BeamResult{best->tokens, best->logprob, normalized(*best, p.length_penalty)};
 }
 
-Result<BeamResult> beam_search_model(Model& model, const std::vector<int32_t>& prompt, const BeamParams& p) {
+Result<BeamResult> beam_search_model(Model& model, const std::vector<int32_t>& prompt, const BeamSearchParams& p) {
   const ModelConfig& c = model.config();
   if (prompt.empty()) return invalid_argument("the prompt is empty");
   constexpr int kBs = 16;

@@ -1,5 +1,5 @@
 // Beam search: keeps the `width` best partial sequences by total log-probability; finished hypotheses
-// (EOS) are ranked by logprob / length^length_penalty. The search runs over a scorer, so it is tested on
+// (an end-of-generation token) are ranked by logprob / length^length_penalty. The search runs over a scorer, so it is tested on
 // hand-set toy distributions; beam_search_model() scores with a real model, every beam a paged-KV
 // sequence forked from its parent (shared prompt blocks, copy-on-write on the first divergent token).
 #pragma once
@@ -14,15 +14,15 @@
 
 namespace cachet {
 
-struct BeamParams {
+struct BeamSearchParams {
   int width = 4;
   int max_tokens = 32;
   float length_penalty = 1.0f;
-  std::optional<int32_t> eos;
+  std::vector<int32_t> end_ids;  // tokens that end a hypothesis (end_of_generation_ids; empty: none)
 };
 
 struct BeamResult {
-  std::vector<int32_t> tokens;  // generated tokens of the best hypothesis (EOS included if it ended so)
+  std::vector<int32_t> tokens;  // generated tokens of the best hypothesis (its end token included if it ended so)
   double logprob = 0.0;         // total log-probability
   double score = 0.0;           // logprob / length^length_penalty
 };
@@ -33,9 +33,9 @@ struct BeamResult {
 using BeamScorer = std::function<Result<std::vector<std::vector<float>>>(const std::vector<int>& parents,
                                                                           const std::vector<int32_t>& tokens)>;
 
-Result<BeamResult> beam_search(const BeamParams& p, const BeamScorer& scorer);
+Result<BeamResult> beam_search(const BeamSearchParams& p, const BeamScorer& scorer);
 
 // Beam search on a model from a prompt, beams as forked paged-KV sequences.
-Result<BeamResult> beam_search_model(Model& model, const std::vector<int32_t>& prompt, const BeamParams& p);
+Result<BeamResult> beam_search_model(Model& model, const std::vector<int32_t>& prompt, const BeamSearchParams& p);
 
 }  // namespace cachet

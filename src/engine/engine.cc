@@ -18,7 +18,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineConfig cfg) {
     return invalid_argument("speculation with a draft model needs a draft model");
   if (cfg.draft_max < 1 || cfg.draft_max > 64)
     return invalid_argument("draft_max must be in 1..64, got " + std::to_string(cfg.draft_max));
-  return std::make_unique<Engine>(model, cfg);
+  if (cfg.block_size <= 0 || cfg.block_size % 16 != 0)
+    return invalid_argument("the KV block size must be a positive multiple of 16, got " +
+                            std::to_string(cfg.block_size));
+  std::unique_ptr<Engine> e(new Engine(model, std::move(cfg)));
+  CACHET_RETURN_IF_ERROR(e->init_speculation());
+  return e;
 }
 
 Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg), policy_(cfg.draft_max) {
@@ -40,19 +45,21 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg), polic
   sc.max_running = cfg_.max_running;
   sc.prefix_cache = cfg_.prefix_cache;
   scheduler_ = std::make_unique<Scheduler>(sc, [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); });
+}
+
+Status Engine::init_speculation() {
   if (cfg_.draft_model) {
     // The draft tracks the same sequences as the target: as many token slots as the target's pool.
     DraftModelConfig dc;
-    dc.share_target_kv = !cfg_.draft_own_kv && cfg_.draft_model->config() == c;
+    dc.share_target_kv = !cfg_.draft_own_kv && cfg_.draft_model->config() == model_.config();
     dc.n_blocks = dc.share_target_kv ? 0 : cfg_.n_blocks;
     dc.block_size = cfg_.block_size;
     dc.kv_type = cfg_.kv_type;
     dc.p_min = cfg_.draft_p_min;
-    auto d = DraftModelProposer::create(*cfg_.draft_model, model_, dc);
-    CACHET_CHECK(d.is_ok());  // Engine::create reports why
-    draft_ = std::move(*d);
+    CACHET_ASSIGN_OR_RETURN(draft_, DraftModelProposer::create(*cfg_.draft_model, model_, dc));
   }
   if (cfg_.spec_adaptive && (cfg_.spec != SpecMode::kOff || draft_)) calibrate_spec();
+  return Status::ok();
 }
 
 Engine::~Engine() {
@@ -232,8 +239,10 @@ Result<std::vector<RequestEvent>> Engine::step() {
 bool Engine::emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events) {
   const SpecialTokens& sp = model_.special_tokens();
   r->tokens.push_back(s.id);
-  RequestEvent ev{r->id, s.id, RequestFinish::kNone, s.logprob, s.top, r->cached_tokens};
-  const bool stop = (r->stop_at_eos && sp.eos && s.id == *sp.eos) ||
+  RequestEvent ev{r->id, s.id, RequestFinish::kNone, s.logprob, s.top, r->cached_tokens, r->spec_drafted,
+                  r->spec_accepted};
+  const auto& eog = cfg_.end_of_generation;
+  const bool stop = (r->stop_at_eos && ((sp.eos && s.id == *sp.eos) || std::find(eog.begin(), eog.end(), s.id) != eog.end())) ||
                     std::find(r->stop_ids.begin(), r->stop_ids.end(), s.id) != r->stop_ids.end();
   if (stop) ev.finish = RequestFinish::kStop;
   else if (static_cast<int>(r->tokens.size()) - r->n_prompt >= r->params.max_tokens) ev.finish = RequestFinish::kLength;

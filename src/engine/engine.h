@@ -38,6 +38,9 @@ struct EngineConfig {
   KvTypes kv_type;  // K and V element types (f16 both by default; kv/kv_type.h)
   // Reuse the KV blocks of earlier requests' prefixes (kv/radix_cache.h). Outputs are bitwise the same either way.
   bool prefix_cache = true;
+  // The tokens that end a request that stops at end of generation (EOS, EOT, <|im_end|>, ...;
+  // end_of_generation_ids in engine/text_stream.h). The model's EOS always does.
+  std::vector<int32_t> end_of_generation;
   // Called with every row of logits a request samples from (tests: batch invariance; debugging).
   std::function<void(RequestId, const float*, int64_t)> on_logits;
   // Speculative decoding (docs/speculative.md): the mode of requests that do not choose one; the draft model
@@ -64,6 +67,8 @@ struct RequestEvent {
   float logprob = 0.0f;           // of the token under the raw logits, when params.logprobs >= 0
   std::vector<TokenLogprob> top;  // the params.logprobs most likely alternatives
   int cached_tokens = 0;          // prompt tokens the prefix cache supplied (on the request's events)
+  int64_t spec_drafted = 0;       // speculation so far: the request's draft tokens verified, and accepted
+  int64_t spec_accepted = 0;
 };
 
 struct EngineCounters {
@@ -80,14 +85,15 @@ struct EngineCounters {
 
 class Engine {
  public:
-  Engine(Model& model, EngineConfig cfg);
-  ~Engine();
-
-  // Errors: the draft model is not usable (different vocabulary).
+  // The only way to build one. Errors: KV types the model cannot use, a draft model that is not usable
+  // (another vocabulary), speculation settings out of range.
   static Result<std::unique_ptr<Engine>> create(Model& model, EngineConfig cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // Errors: invalid sampling parameters, an empty prompt, or a request that could never fit in the pool.
-  // stop_ids end the request (besides EOS when stop_at_eos). n > 1 asks for n samples: they share the
+  // stop_ids end the request, and so do the config's end_of_generation ids when stop_at_eos. n > 1 asks for n samples: they share the
   // prompt's blocks (one prefill, then the sequences fork) and get the ids id, id + 1, ..., id + n - 1, with
   // seeds seed, seed + 1, ...
   // cache_ns: the prefix cache's namespace (a tenant: API key and cache_salt); prefixes never match across them.
@@ -115,6 +121,8 @@ class Engine {
   const DraftModelProposer* draft_proposer() const { return draft_.get(); }
 
  private:
+  Engine(Model& model, EngineConfig cfg);
+  Status init_speculation();  // the draft proposer and the speculation policy's calibration
   struct Request : SchedRequest {
     SamplingParams params;
     std::unique_ptr<Sampler> sampler;
@@ -126,6 +134,7 @@ class Engine {
     Acceptance acceptance;
     int spec_idle = 0;               // steps since it last drafted
     std::vector<TokenDist> draft_q;  // the draft's distributions when it sampled (else empty)
+    int64_t spec_drafted = 0, spec_accepted = 0;
   };
   // A request's rows of logits in this step's pass: positions from its last accepted token on.
   struct Rows {

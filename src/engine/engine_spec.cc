@@ -213,6 +213,7 @@ Status Engine::verify_drafts(const Rows& x, std::vector<RequestEvent>* events) {
   const bool greedy = r->params.temperature <= 0.0f;
   int accepted = 0;
   bool done = false;
+  const size_t first_event = events->size();
   for (int i = 0; i <= m && !done; ++i) {
     const float* row = x.first + static_cast<size_t>(i) * V;
     if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
@@ -236,6 +237,12 @@ Status Engine::verify_drafts(const Rows& x, std::vector<RequestEvent>* events) {
   }
   spec_draft_tokens_ += m;
   spec_accepted_tokens_ += accepted;
+  r->spec_drafted += m;
+  r->spec_accepted += accepted;
+  for (size_t i = first_event; i < events->size(); ++i) {
+    (*events)[i].spec_drafted = r->spec_drafted;
+    (*events)[i].spec_accepted = r->spec_accepted;
+  }
   if (m > 0) {
     r->acceptance.add(m, accepted);
     mode_acceptance_[static_cast<int>(r->spec)].add(m, accepted);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "base/dtype.h"
-#include "engine/engine.h"
 #include "kv/kv_cache.h"
+#include "cachet/llm.h"
 #include "cachet/status.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -25,8 +25,6 @@ struct GenerateOptions {
   // Text of a token, for stop sequences and the streamed text; required when sampling.stop is not empty.
   std::function<std::string(int32_t)> token_text;
 };
-
-enum class FinishReason { kLength, kStop };
 
 // One generated token as it is streamed.
 struct TokenEvent {
@@ -79,12 +77,6 @@ class Session {
   std::unique_ptr<ContiguousKvCache> cache_;
   std::vector<int32_t> cached_;
 };
-
-// One request through a continuous-batching Engine (run and chat with speculative decoding): the same
-// options, stop handling and result as Session::generate. The engine's prefix cache keeps finished
-// requests' blocks, so a chat's next turn prefills only its new tokens (n_reused).
-Result<GenerateResult> generate(Engine& engine, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                                const TokenCallback& on_token = {});
 
 // One-shot generation: a fresh session sized for the prompt plus max_tokens (or, with use_kv_cache off,
 // the naive loop that recomputes the whole sequence every step).

@@ -15,23 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "cachet/config.h"
 #include "cachet/status.h"
 #include "model/config.h"
 
 namespace cachet {
-
-// Command-line overrides of the file's RoPE settings (--rope-scaling, --rope-scale, --rope-freq-base,
-// --yarn-orig-ctx, --yarn-beta-fast, --yarn-beta-slow, --yarn-attn-factor). Unset fields keep the file's.
-struct RopeOverrides {
-  std::optional<std::string> scaling;  // none, linear, yarn, ntk
-  std::optional<double> scale;         // the context factor s (> 0; freq_scale = 1 / s)
-  std::optional<double> freq_base;
-  std::optional<int64_t> yarn_orig_ctx;
-  std::optional<double> yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
-  bool any() const {
-    return scaling || scale || freq_base || yarn_orig_ctx || yarn_beta_fast || yarn_beta_slow || yarn_attn_factor;
-  }
-};
 
 // Applies the overrides to a config read from a file (global layers; sliding-window layers keep their own
 // base and scale). Errors: an unknown scaling type, a factor or base that is not positive.

@@ -19,14 +19,16 @@
 #include <thread>
 #include <variant>
 
+#include "api/llm_impl.h"
 #include "base/utf8.h"
 #include "chat/chat_template.h"
+#include "engine/engine_service.h"
+#include "engine/text_stream.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "sampling/stop.h"
 #include "server/chat_page.h"
 #include "server/dashboard_page.h"
-#include "server/engine_service.h"
 #include "server/metrics.h"
 #include "server/stack_trim.h"
 #include "server/openai.h"
@@ -55,15 +57,14 @@ struct Metrics {
 struct App {
   ServerOptions opts;
   std::atomic<State> state{State::kLoading};
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Model> draft;  // speculative decoding's draft model (before service: it outlives the engine)
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<EngineService> service;
+  std::unique_ptr<LLM> llm;
+  // Views into llm, set once it is loaded.
+  const Tokenizer* tok = nullptr;
+  EngineService* service = nullptr;
   std::string model_id, chat_template;
   int n_ctx = 0;
   size_t max_token_bytes = 1;  // the longest token text of the vocabulary
   bool trust_request_template = false;
-  std::vector<int32_t> eog;
   Metrics metrics;
   std::atomic<int> in_flight{0};  // generation requests between acceptance and their last byte
   // The engine can no longer finish a step (a tensor-parallel rank died): waiting requests answer with this.
@@ -138,7 +139,7 @@ class Generation {
   Generation(App& app, GenerationRequest r, int n_prompt, Clock::time_point t0)
       : app_(app), r_(std::move(r)), n_prompt_(n_prompt), t0_(t0), created_(std::time(nullptr)) {
     id_ = std::string(chat() ? "chatcmpl-" : "cmpl-") + std::to_string(t0.time_since_epoch().count());
-    for (int i = 0; i < r_.n; ++i) choices_.push_back(std::make_unique<Choice>(*app.tok, r_.stop));
+    for (int i = 0; i < r_.n; ++i) choices_.push_back(std::make_unique<Choice>(app.tok, r_.stop));
     ++app_.in_flight;
   }
   ~Generation() {
@@ -226,9 +227,8 @@ class Generation {
 
  private:
   struct Choice {
-    Choice(const Tokenizer& tok, const std::vector<std::string>& stops) : dec(tok), stop(stops) {}
-    StreamDecoder dec;
-    StopMatcher stop;
+    Choice(const Tokenizer* tok, const std::vector<std::string>& stops) : text_stream(tok, stops) {}
+    TextStream text_stream;
     std::string text, finish;
     int tokens = 0;
     bool done = false;
@@ -246,7 +246,8 @@ class Generation {
     cached_tokens_ = std::max(cached_tokens_, ev.cached_tokens);
     std::string out;
     json lp = nullptr;
-    const bool eog = ev.token >= 0 && !r_.ignore_eos && app_.tok->is_end_of_generation(ev.token);
+    // A token that ended the request by itself (end of generation) is neither text nor counted.
+    const bool eog = ev.token >= 0 && ev.finish == RequestFinish::kStop;
     if (ev.token >= 0 && !eog) {
       const auto now = Clock::now();
       if (!first_token_) {
@@ -258,18 +259,17 @@ class Generation {
       last_token_ = now;
       ++c.tokens;
       ++app_.metrics.generation_tokens;
-      out = c.stop.feed(c.dec.push(ev.token));
+      out = c.text_stream.push(ev.token);
       if (r_.logprobs >= 0) lp = record_logprobs(c, ev);
-      if (c.stop.stopped()) {
+      if (c.text_stream.stopped()) {
         c.finish = "stop";
         c.done = true;
         app_.service->cancel(stream_, e.index);
       }
     }
     if (!c.done && ev.finish != RequestFinish::kNone) {
-      out += c.stop.feed(c.dec.flush());
-      if (!c.stop.stopped()) out += c.stop.flush();
-      c.finish = c.stop.stopped() ? "stop" : finish_name(ev.finish);
+      out += c.text_stream.finish();
+      c.finish = c.text_stream.stopped() ? "stop" : finish_name(ev.finish);
       c.done = true;
     }
     c.text += out;
@@ -385,8 +385,7 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
   // The prefix cache's namespace: the caller's API key and the request's cache_salt, so one tenant's prefix is
   // never served to another (the key is whatever the client sent, checked or not).
   const uint64_t cache_ns = std::hash<std::string>{}(req.get_header_value("Authorization") + '\0' + r.cache_salt);
-  auto stream = app.service->submit(prompt, r.sampling, r.ignore_eos ? std::vector<int32_t>{} : app.eog,
-                                    !r.ignore_eos, r.n, cache_ns, r.speculative);
+  auto stream = app.service->submit(prompt, r.sampling, {}, !r.ignore_eos, r.n, cache_ns, r.speculative);
   if (!stream.is_ok()) {
     if (stream.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
     return send_error(res, error_of(stream.status()));
@@ -624,27 +623,20 @@ int serve(const ServerOptions& opts) {
     return 1;
   };
   LoadOptions lo;
-  lo.n_threads = opts.threads;
-  lo.rope = opts.rope;
+  lo.n_threads = opts.llm.threads;
+  lo.rope = opts.llm.rope;
   auto model = opts.load ? opts.load(opts.model_path, lo) : load_model(opts.model_path, lo);
   if (!model.is_ok()) return fail(model.status().message());
-  app.model = std::move(*model);
-  const GgufFile* g = app.model->gguf();
-  if (!g) return fail("the server needs a GGUF model with a tokenizer");
-  auto tok = Tokenizer::from_gguf(*g);
-  if (!tok.is_ok()) return fail(tok.status().message());
-  app.tok = std::move(*tok);
-  if (g->find("tokenizer.chat_template"))
-    if (auto t = g->get_string("tokenizer.chat_template"); t.is_ok()) app.chat_template = *t;
-  if (!opts.chat_template_file.empty()) {
-    std::ifstream in(opts.chat_template_file, std::ios::binary);
-    if (!in) return fail("cannot read the chat template file " + opts.chat_template_file);
-    app.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  for (int32_t id = 0; id < app.tok->n_vocab(); ++id) {
-    if (app.tok->is_end_of_generation(id)) app.eog.push_back(id);
+  auto llm = make_llm(std::move(*model), opts.llm);
+  if (!llm.is_ok()) return fail(llm.status().message());
+  app.llm = std::move(*llm);
+  LLM::Impl& impl = app.llm->impl();
+  if (!impl.tok) return fail("the server needs a GGUF model with a tokenizer");
+  app.tok = impl.tok.get();
+  app.service = impl.service.get();
+  app.chat_template = impl.chat_template;
+  for (int32_t id = 0; id < app.tok->n_vocab(); ++id)
     app.max_token_bytes = std::max(app.max_token_bytes, app.tok->token_text(id).size());
-  }
   app.trust_request_template = opts.trust_request_chat_template;
   app.model_id = opts.model_alias;
   if (app.model_id.empty()) {
@@ -652,20 +644,11 @@ int serve(const ServerOptions& opts) {
     if (base.size() > 5 && base.substr(base.size() - 5) == ".gguf") base.resize(base.size() - 5);
     app.model_id = base;
   }
-  app.n_ctx = static_cast<int>(std::min<int64_t>(opts.ctx, app.model->config().n_ctx_train));
-  EngineConfig cfg;
-  cfg.kv_memory_bytes = opts.kv_memory_bytes;
-  cfg.max_running = opts.max_running;
-  cfg.prefix_cache = !opts.no_prefix_cache;
-  cfg.kv_type = opts.kv_type;
-  if (Status s = load_speculation(opts.spec, opts.rope, *app.model, &cfg, &app.draft); !s.is_ok())
-    return fail(s.message());
-  if (auto e = Engine::create(*app.model, cfg); !e.is_ok()) return fail(e.status().message());
-  app.service = std::make_unique<EngineService>(*app.model, cfg, opts.max_waiting);
+  app.n_ctx = static_cast<int>(std::min<int64_t>(opts.ctx, impl.model->config().n_ctx_train));
   app.state = State::kReady;
   const ServiceSnapshot s = app.service->snapshot();
   std::fprintf(stderr, "cachet serve: ready, model '%s', context %d, %d KV blocks of %d tokens\n",
-               app.model_id.c_str(), app.n_ctx, s.counters.blocks_total, cfg.block_size);
+               app.model_id.c_str(), app.n_ctx, s.counters.blocks_total, opts.llm.block_size);
 
   // While waiting for a signal, every 10 s: hand memory freed since back to the system. glibc keeps what a
   // request's thread freed in that thread's arena (one per HTTP thread, up to 8 per core), so a burst of large,
@@ -698,13 +681,18 @@ int serve(const ServerOptions& opts) {
                    app.broken_message.c_str(), app.in_flight.load());
       std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the handlers write their errors
       std::fflush(stderr);
-      std::_Exit(3);  // the engine thread is stuck inside a collective: no clean shutdown exists
+      // The engine thread is stuck inside a collective: it can never be joined, so the LLM is left to the
+      // caller's process exit. The handlers have seen `broken` and end.
+      svr.stop();
+      http.join();
+      (void)app.llm.release();
+      return kExitEngineStuck;
     }
   }
   svr.stop();
   http.join();
-  app.service.reset();
-  app.draft.reset();
+  app.service = nullptr;
+  app.llm.reset();
   std::fprintf(stderr, "cachet serve: drained, exiting\n");
   return 0;
 }

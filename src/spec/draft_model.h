@@ -13,15 +13,13 @@
 #include <memory>
 #include <unordered_map>
 
+#include "cachet/config.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/paged_kv_cache.h"
 #include "model/model.h"
 #include "spec/proposer.h"
 
 namespace cachet {
-
-// Greedy drafts stop below this draft confidence unless told otherwise (--draft-p-min; docs/decisions.md).
-inline constexpr float kDefaultDraftPMin = 0.2f;
 
 struct DraftModelConfig {
   int n_blocks = 0;      // its KV pool; blocks of block_size tokens

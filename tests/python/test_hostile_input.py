@@ -1,8 +1,7 @@
 """Hostile input against `cachet serve`: request bodies built to hurt the parser, and chat templates built to
 hurt the Jinja interpreter (vLLM's per-request `chat_template`, accepted with --trust-request-chat-template).
-Each gets a 400 with a message, quickly, and the server serves the next request normally."""
+Each gets a 400 with a message (the interpreter's work bound is counted in tests/test_jinja_limits.cc), and the server serves the next request normally."""
 import json
-import time
 
 import pytest
 
@@ -40,12 +39,9 @@ def chat(server, **extra):
 
 @pytest.mark.parametrize("name", list(HOSTILE_TEMPLATES))
 def test_hostile_template_gets_400_and_the_next_request_is_served(server, name):
-    t0 = time.time()
     status, body = chat(server, chat_template=HOSTILE_TEMPLATES[name])
-    elapsed = time.time() - t0
     assert status == 400, body
     assert body["error"]["message"].startswith("chat template"), body
-    assert elapsed < 2.0, f"{name}: {elapsed:.2f} s"
     status, body = chat(server)  # the model's own template
     assert status == 200, body
     assert body["choices"][0]["message"]["content"]
@@ -86,12 +82,10 @@ def test_ten_megabyte_strings_are_refused_with_a_message(server):
         ("/v1/chat/completions", {"messages": REAL, "chat_template": big}, "'chat_template'"),
     ]
     for path, body, needle in cases:
-        t0 = time.time()
         status, payload, _ = server.request("POST", path, body)
         msg = json.loads(payload)["error"]["message"]
         assert status == 400, (path, list(body), msg)
         assert needle in msg, (list(body), msg)
-        assert time.time() - t0 < 5.0, list(body)
 
 
 NUMERIC_FIELDS = {  # field -> values out of its range (or of any range)
@@ -139,10 +133,8 @@ def test_hostile_template_file_given_to_serve(cachet_bin, default_model, tmp_pat
     s = Server(cachet_bin, default_model, "--chat-template-file", str(bad))
     try:
         for _ in range(3):
-            t0 = time.time()
             status, body = chat(s)
             assert status == 400 and "levels deep" in body["error"]["message"], body
-            assert time.time() - t0 < 2.0
         status, payload, _ = s.request("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 4})
         assert status == 200, payload
     finally:

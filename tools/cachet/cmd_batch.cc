@@ -2,16 +2,14 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
-#include "chat/chat_template.h"
-#include "engine/engine.h"
-#include "io/gguf.h"
-#include "tokenizer/tokenizer.h"
+#include "api/llm_impl.h"
 #include "tools/cachet/common.h"
 
 namespace cachet::cli {
@@ -34,71 +32,65 @@ Result<int64_t> parse_memory(const std::string& s) {
 }
 
 int run_batch(const BatchOptions& o) {
-  auto lm = load_with_tokenizer(o.model, o.threads, false, o.rope);
-  if (!lm.is_ok()) return fail(lm.status());
-  if (!lm->tokenizer) return fail(invalid_argument("batch needs a model file with a tokenizer"));
-  const Tokenizer& tok = *lm->tokenizer;
   auto mem = parse_memory(o.kv_memory);
-  if (!mem.is_ok() || o.block_size % 16 != 0 || o.block_size <= 0) return fail(mem.is_ok() ? invalid_argument("--block-size must be a positive multiple of 16") : mem.status());
-  EngineConfig cfg;
+  if (!mem.is_ok()) return fail(mem.status());
+  LLMConfig cfg;
+  cfg.threads = o.threads;
+  cfg.rope = o.rope;
   cfg.kv_memory_bytes = *mem;
   cfg.block_size = o.block_size;
   cfg.max_running = o.parallel;
   cfg.prefill_chunk = o.chunk;
   cfg.prefix_cache = !o.no_prefix_cache;
-  cfg.kv_type = o.kv.types();
-  std::unique_ptr<Model> draft;
-  if (Status s = load_speculation(o.spec, o.rope, *lm->model, &cfg, &draft); !s.is_ok()) return fail(s);
-  auto created = Engine::create(*lm->model, cfg);
-  if (!created.is_ok()) return fail(created.status());
-  Engine& engine = **created;
-  std::ifstream in(o.prompts_file);
-  if (!in) return fail(io_error("cannot read " + o.prompts_file));
-  std::vector<int32_t> eog;
-  for (int32_t id = 0; id < tok.n_vocab(); ++id)
-    if (tok.is_end_of_generation(id)) eog.push_back(id);
-  std::vector<RequestId> ids;
-  std::map<RequestId, std::vector<int32_t>> out;
+  cfg.speculation = o.spec;
+  o.kv.apply(&cfg);
+  auto llm_r = load_llm(o.model, cfg);
+  if (!llm_r.is_ok()) return fail(llm_r.status());
+  LLM& llm = **llm_r;
+  if (!llm.info().has_tokenizer) return fail(invalid_argument("batch needs a model file with a tokenizer"));
+  auto text = read_file(o.prompts_file);
+  if (!text.is_ok()) return fail(text.status());
+  // Each line as a user message in the chat template (which writes BOS itself), or as is with --raw.
+  const bool templated = !o.raw && llm.info().has_chat_template;
+  std::vector<Request> requests;
+  std::istringstream in(*text);
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
-    std::string text = line;
-    const GgufFile* g = lm->model->gguf();
-    if (!o.raw && g && g->find("tokenizer.chat_template")) {
-      ChatTemplateInputs ti;
-      ti.messages.push_back({{"role", "user"}, {"content", line}});
-      if (tok.bos()) ti.bos_token = tok.token_text(*tok.bos());
-      if (tok.eos()) ti.eos_token = tok.token_text(*tok.eos());
-      auto r = render_chat_template(*g->get_string("tokenizer.chat_template"), ti);
-      if (!r.is_ok()) return fail(r.status());
-      text = *r;
+    Request r;
+    r.params = o.sampling;
+    if (templated) {
+      auto t = llm.apply_chat_template({{"user", line}});
+      if (!t.is_ok()) return fail(t.status());
+      auto ids = llm.tokenize(*t, /*add_special=*/false, /*parse_special=*/true);
+      if (!ids.is_ok()) return fail(ids.status());
+      r.prompt_ids = std::move(*ids);
+    } else {
+      r.prompt = line;
     }
-    auto id = engine.add_request(tok.encode(text, !(!o.raw && g && g->find("tokenizer.chat_template")), true),
-                                 o.sampling, eog);
-    if (!id.is_ok()) return fail(id.status());
-    ids.push_back(*id);
+    requests.push_back(std::move(r));
   }
+  const int64_t steps0 = llm.impl().service->snapshot().steps;
   const auto t0 = std::chrono::steady_clock::now();
-  int64_t generated = 0, steps = 0;
-  while (engine.has_work()) {
-    auto ev = engine.step();
-    if (!ev.is_ok()) return fail(ev.status());
-    ++steps;
-    for (const auto& x : *ev)
-      if (x.token >= 0) out[x.id].push_back(x.token), ++generated;
-  }
+  auto out = llm.generate(requests);
+  if (!out.is_ok()) return fail(out.status());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    std::vector<int32_t> toks = out[ids[i]];
-    if (!toks.empty() && tok.is_end_of_generation(toks.back())) toks.pop_back();
-    const std::string text = tok.decode(toks);
-    if (o.json) std::printf("%s\n", nlohmann::json({{"index", i}, {"text", text}, {"token_ids", toks}}).dump().c_str());
-    else std::printf("[%zu] %s\n", i, text.c_str());
+  int64_t generated = 0;
+  for (size_t i = 0; i < out->size(); ++i) {
+    const Completion& c = (*out)[i];
+    generated += static_cast<int64_t>(c.token_ids.size());
+    std::vector<int32_t> ids = c.token_ids;  // without the end-of-generation token, as the text
+    if (c.finish == FinishReason::kStop && !ids.empty() &&
+        std::find(llm.impl().end_ids.begin(), llm.impl().end_ids.end(), ids.back()) != llm.impl().end_ids.end())
+      ids.pop_back();
+    if (o.json) std::printf("%s\n", nlohmann::json({{"index", i}, {"text", c.text}, {"token_ids", ids}}).dump().c_str());
+    else std::printf("[%zu] %s\n", i, c.text.c_str());
   }
-  const EngineCounters cnt = engine.counters();
+  const ServiceSnapshot snap = llm.impl().service->snapshot();
+  const EngineCounters& cnt = snap.counters;
   std::fprintf(stderr, "%zu prompts, %lld tokens in %.2f s (%.1f tok/s aggregate), %lld steps, %lld preemptions, "
-               "%d KV blocks of %d tokens\n", ids.size(), static_cast<long long>(generated), secs, generated / secs,
-               static_cast<long long>(steps), static_cast<long long>(cnt.preemptions), cnt.blocks_total,
-               cfg.block_size);
+               "%d KV blocks of %d tokens\n", out->size(), static_cast<long long>(generated), secs, generated / secs,
+               static_cast<long long>(snap.steps - steps0), static_cast<long long>(cnt.preemptions),
+               cnt.blocks_total, cfg.block_size);
   if (o.spec.any())
     std::fprintf(stderr, "speculative: %lld draft tokens verified, %lld accepted (%.1f%%)\n",
                  static_cast<long long>(cnt.spec_draft_tokens), static_cast<long long>(cnt.spec_accepted_tokens),

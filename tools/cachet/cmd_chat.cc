@@ -6,11 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "chat/chat_template.h"
-#include "engine/engine.h"
-#include "engine/generate.h"
-#include "io/gguf.h"
-#include "tokenizer/tokenizer.h"
+#include "api/llm_impl.h"
 #include "tools/cachet/common.h"
 
 namespace cachet::cli {
@@ -29,44 +25,29 @@ struct ChatArgs {
 };
 
 int chat(ChatArgs a) {
-  auto model = load(a.model, a.threads, a.precise, a.rope);
+  LLMConfig cfg;
+  cfg.threads = a.threads;
+  cfg.precise = a.precise;
+  cfg.rope = a.rope;
+  a.kv.apply(&cfg);
+  cfg.speculation = a.spec;
+  auto model = load(a.model, cfg.threads, cfg.precise, cfg.rope);
   if (!model.is_ok()) return fail(model.status());
-  const GgufFile* g = (*model)->gguf();
-  if (!g || !g->find("tokenizer.ggml.model")) return fail(invalid_argument("chat needs a model file with a tokenizer"));
-  auto tok_r = Tokenizer::from_gguf(*g);
-  if (!tok_r.is_ok()) return fail(tok_r.status());
-  const Tokenizer& tok = **tok_r;
-  auto tmpl = g->get_string("tokenizer.chat_template");
-  if (!tmpl.is_ok()) return fail(invalid_argument("the model file has no chat template (tokenizer.chat_template)"));
   const int ctx = static_cast<int>(std::min<int64_t>(a.ctx_size, (*model)->config().n_ctx_train));
-  if (Status s = kv_types_fit((*model)->config(), a.kv.types()); !s.is_ok()) return fail(s);
-  Session session(**model, ctx, a.kv.types());
-  // Speculative decoding runs in the batching engine, whose prefix cache keeps the earlier turns' blocks.
-  std::unique_ptr<Model> draft;
-  std::unique_ptr<Engine> engine;
-  if (a.spec.any()) {
-    EngineConfig cfg;
-    cfg.kv_type = a.kv.types();
-    cfg.n_blocks = (ctx + cfg.block_size - 1) / cfg.block_size * 2;  // this conversation and the cached last turn
-    if (Status s = load_speculation(a.spec, a.rope, **model, &cfg, &draft); !s.is_ok()) return fail(s);
-    auto e = Engine::create(**model, cfg);
-    if (!e.is_ok()) return fail(e.status());
-    engine = std::move(*e);
-  }
+  // This conversation and the cached last turn: the prefix cache keeps the earlier turns' blocks, so each turn
+  // prefills only its new tokens.
+  cfg.kv_tokens = 2 * static_cast<int64_t>(ctx) + 2 * cfg.block_size;
+  auto llm_r = make_llm(std::move(*model), cfg);
+  if (!llm_r.is_ok()) return fail(llm_r.status());
+  LLM& llm = **llm_r;
+  if (!llm.info().has_tokenizer) return fail(invalid_argument("chat needs a model file with a tokenizer"));
+  if (!llm.info().has_chat_template)
+    return fail(invalid_argument("the model file has no chat template (tokenizer.chat_template)"));
 
-  GenerateOptions o;
-  o.sampling = a.sampling;
-  o.token_text = [&](int32_t id) { return tok.token_to_piece(id, false); };
-  for (int32_t id = 0; id < tok.n_vocab(); ++id)
-    if (tok.is_end_of_generation(id)) o.stop_ids.push_back(id);
-
-  ChatTemplateInputs in;
-  if (tok.bos()) in.bos_token = tok.token_text(*tok.bos());
-  if (tok.eos()) in.eos_token = tok.token_text(*tok.eos());
+  std::vector<ChatMessage> messages;
   auto reset = [&] {
-    in.messages = nlohmann::ordered_json::array();
-    if (!a.system.empty()) in.messages.push_back({{"role", "system"}, {"content", a.system}});
-    session.reset();
+    messages.clear();
+    if (!a.system.empty()) messages.push_back({"system", a.system});
   };
   reset();
   const bool interactive = isatty(STDIN_FILENO);
@@ -85,35 +66,36 @@ int chat(ChatArgs a) {
       continue;
     }
     if (line.empty()) continue;
-    in.messages.push_back({{"role", "user"}, {"content", line}});
-    auto text = render_chat_template(*tmpl, in);
+    messages.push_back({"user", line});
+    auto text = llm.apply_chat_template(messages);
     if (!text.is_ok()) return fail(text.status());
-    // The template writes BOS and the role markers itself, so nothing is added and special tokens are parsed.
-    std::vector<int32_t> prompt = tok.encode(*text, /*add_special=*/false, /*parse_special=*/true);
-    o.sampling.max_tokens = std::min(a.sampling.max_tokens, session.capacity() - static_cast<int>(prompt.size()));
-    if (o.sampling.max_tokens <= 0) {
-      std::fprintf(stderr, "[the conversation no longer fits the %d-token context: /reset]\n", session.capacity());
-      in.messages.erase(in.messages.end() - 1);
+    SamplingParams params = a.sampling;
+    auto prompt = llm.tokenize(*text, /*add_special=*/false, /*parse_special=*/true);
+    if (!prompt.is_ok()) return fail(prompt.status());
+    params.max_tokens = std::min(a.sampling.max_tokens, ctx - static_cast<int>(prompt->size()));
+    if (params.max_tokens <= 0) {
+      std::fprintf(stderr, "[the conversation no longer fits the %d-token context: /reset]\n", ctx);
+      messages.pop_back();
       continue;
     }
-    auto on_token = [&](const TokenEvent& ev) {
+    auto on_event = [&](const OutputEvent& ev) {
       std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
       std::fflush(stdout);
       return true;
     };
-    auto res = engine ? generate(*engine, prompt, o, on_token) : session.generate(prompt, o, on_token);
+    auto res = llm.chat(messages, params, on_event);
     if (!res.is_ok()) return fail(res.status());
     std::printf("\n");
     std::fflush(stdout);
     ++turn;
     std::fprintf(stderr,
                  "[turn %d: prompt %d tokens, reused %d, prefilled %d | generated %zu | TTFT %.1f ms | %.1f tok/s]\n",
-                 turn, res->n_prompt, res->n_reused, res->n_prefilled, res->token_ids.size(), res->ttft_ms,
-                 res->decode_tok_per_s());
-    if (engine)
+                 turn, res->prompt_tokens, res->cached_tokens, res->prompt_tokens - res->cached_tokens,
+                 res->token_ids.size(), res->ttft_ms, decode_tok_per_s(*res));
+    if (a.spec.any())
       std::fprintf(stderr, "[speculative: %lld of %lld draft tokens accepted]\n",
                    static_cast<long long>(res->spec_accepted_tokens), static_cast<long long>(res->spec_draft_tokens));
-    in.messages.push_back({{"role", "assistant"}, {"content", res->text}});
+    messages.push_back({"assistant", res->text});
   }
   return 0;
 }

@@ -5,9 +5,9 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "engine/beam_search.h"
-#include "engine/engine.h"
+#include "api/llm_impl.h"
 #include "engine/generate.h"
+#include "engine/text_stream.h"
 #include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cachet/common.h"
@@ -32,11 +32,61 @@ struct RunArgs {
   float length_penalty = 1.0f;
   std::string prompts_file;  // with --parallel: many prompts through the batching engine
   int parallel = 0;
-  std::string kv_memory = "512MiB";
+  std::string kv_memory;  // empty: a pool sized for the request (with -f: 512MiB)
   bool no_prefix_cache = false;
   SpecOptions spec;
   RopeOverrides rope;
 };
+
+Status parse_logit_bias(const std::vector<std::string>& flags, SamplingParams* p) {
+  for (const auto& lb : flags) {
+    auto eq = lb.find('=');
+    char* end = nullptr;
+    long id = eq == std::string::npos ? -1 : std::strtol(lb.c_str(), &end, 10);
+    if (eq == std::string::npos || end != lb.c_str() + eq)
+      return invalid_argument("--logit-bias takes ID=BIAS, got '" + lb + "'");
+    std::string v = lb.substr(eq + 1);
+    p->logit_bias[static_cast<int32_t>(id)] =
+        (v == "-inf" || v == "-Inf") ? -std::numeric_limits<float>::infinity() : std::strtof(v.c_str(), nullptr);
+  }
+  return Status::ok();
+}
+
+void print_ids(const std::vector<int32_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+}
+
+// --no-kv-cache: the naive loop that recomputes the whole sequence every step (engine/generate.h), to compare
+// against; the same end-of-generation ids and text handling as the engine's path.
+int run_naive(const RunArgs& a, const SamplingParams& sampling) {
+  if (a.spec.any()) return fail(invalid_argument("speculative decoding needs the KV cache"));
+  auto lm = load_with_tokenizer(a.model, a.threads, a.precise, a.rope);
+  if (!lm.is_ok()) return fail(lm.status());
+  const Tokenizer* tok = lm->tokenizer.get();
+  auto prompt = prompt_tokens(tok, a.prompt, a.prompt_ids);
+  if (!prompt.is_ok()) return fail(prompt.status());
+  GenerateOptions o;
+  o.sampling = sampling;
+  o.use_kv_cache = false;
+  o.kv_type = a.kv.types();
+  o.stop_at_eos = !a.ignore_eos;
+  if (!a.ignore_eos) o.stop_ids = end_of_generation_ids(*lm->model, tok);
+  if (tok) o.token_text = [&](int32_t id) { return tok->token_to_piece(id, false); };
+  auto r = generate(*lm->model, *prompt, o);
+  if (!r.is_ok()) return fail(r.status());
+  if (a.format == "json") {
+    std::printf("%s\n", nlohmann::json({{"token_ids", r->token_ids}, {"text", r->text}, {"prompt_tokens", r->n_prompt},
+                                        {"generated_tokens", r->token_ids.size()},
+                                        {"finish_reason", finish_reason_name(r->finish)}, {"kv_cache", false}})
+                            .dump()
+                            .c_str());
+  } else {
+    if (tok) std::fwrite(r->text.data(), 1, r->text.size(), stdout);
+    else print_ids(r->token_ids);
+    std::printf("\n");
+  }
+  return 0;
+}
 
 int run(const RunArgs& a) {
   if (!a.prompts_file.empty() || a.parallel > 0) {
@@ -47,7 +97,7 @@ int run(const RunArgs& a) {
     BatchOptions o;
     o.model = a.model;
     o.prompts_file = a.prompts_file;
-    o.kv_memory = a.kv_memory;
+    o.kv_memory = a.kv_memory.empty() ? "512MiB" : a.kv_memory;
     o.parallel = a.parallel > 0 ? a.parallel : 16;
     o.threads = a.threads;
     o.sampling = a.sampling;
@@ -59,125 +109,118 @@ int run(const RunArgs& a) {
     return run_batch(o);
   }
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
-  auto lm = load_with_tokenizer(a.model, a.threads, a.precise, a.rope);
-  if (!lm.is_ok()) return fail(lm.status());
-  auto& model = lm->model;
-  const Tokenizer* tok = lm->tokenizer.get();
-  auto prompt_r = prompt_tokens(tok, a.prompt, a.prompt_ids);
-  if (!prompt_r.is_ok()) return fail(prompt_r.status());
-  const std::vector<int32_t> prompt = *prompt_r;
-
-  GenerateOptions o;
-  o.sampling = a.sampling;
-  for (const auto& lb : a.logit_bias) {
-    auto eq = lb.find('=');
-    char* end = nullptr;
-    long id = eq == std::string::npos ? -1 : std::strtol(lb.c_str(), &end, 10);
-    if (eq == std::string::npos || end != lb.c_str() + eq)
-      return fail(invalid_argument("--logit-bias takes ID=BIAS, got '" + lb + "'"));
-    std::string v = lb.substr(eq + 1);
-    o.sampling.logit_bias[static_cast<int32_t>(id)] =
-        (v == "-inf" || v == "-Inf") ? -std::numeric_limits<float>::infinity() : std::strtof(v.c_str(), nullptr);
-  }
+  SamplingParams sampling = a.sampling;
+  if (Status s = parse_logit_bias(a.logit_bias, &sampling); !s.is_ok()) return fail(s);
   if (a.beam_width > 0 && a.spec.any()) return fail(invalid_argument("beam search does not combine with speculation"));
+  if (a.no_kv_cache) return run_naive(a, sampling);
+
+  LLMConfig cfg;
+  cfg.threads = a.threads;
+  cfg.precise = a.precise;
+  cfg.rope = a.rope;
+  a.kv.apply(&cfg);
+  cfg.prefix_cache = false;  // one request: nothing to share
+  cfg.speculation = a.spec;
+  // One request: a pool that holds it, unless --kv-memory says otherwise (speculation drafts past the end).
+  if (!a.kv_memory.empty() || a.spec.any()) {
+    auto mem = parse_memory(a.kv_memory.empty() ? "512MiB" : a.kv_memory);
+    if (!mem.is_ok()) return fail(mem.status());
+    cfg.kv_memory_bytes = *mem;
+  }
+  auto model = load(a.model, cfg.threads, cfg.precise, cfg.rope);
+  if (!model.is_ok()) return fail(model.status());
+  std::unique_ptr<Tokenizer> counting_tok;
+  if (const GgufFile* g = (*model)->gguf(); g && g->find("tokenizer.ggml.model")) {
+    auto t = Tokenizer::from_gguf(*g);
+    if (!t.is_ok()) return fail(t.status());
+    counting_tok = std::move(*t);
+  }
+  auto prompt = prompt_tokens(counting_tok.get(), a.prompt, a.prompt_ids);
+  if (!prompt.is_ok()) return fail(prompt.status());
+  if (a.kv_memory.empty() && !a.spec.any())
+    cfg.kv_tokens = static_cast<int64_t>(prompt->size()) +
+                    std::max(a.beam_width > 0 ? 0 : sampling.max_tokens, 1) + cfg.block_size;
+  auto llm_r = make_llm(std::move(*model), cfg);
+  if (!llm_r.is_ok()) return fail(llm_r.status());
+  LLM& llm = **llm_r;
+  const bool has_text = llm.info().has_tokenizer;
+  Request req;
+  req.prompt_ids = *prompt;
+  req.params = sampling;
+  req.ignore_eos = a.ignore_eos;
+
   if (a.beam_width > 0) {
     // Beam search instead of sampling: beams are forked paged-KV sequences sharing the prompt's blocks.
     BeamParams bp;
     bp.width = a.beam_width;
-    bp.max_tokens = o.sampling.max_tokens;
+    bp.max_tokens = sampling.max_tokens;
     bp.length_penalty = a.length_penalty;
-    if (!a.ignore_eos && model->special_tokens().eos) bp.eos = *model->special_tokens().eos;
-    auto r = beam_search_model(*model, prompt, bp);
+    bp.ignore_eos = a.ignore_eos;
+    auto r = llm.beam_search(req, bp);
     if (!r.is_ok()) return fail(r.status());
     if (a.format == "json") {
-      nlohmann::json j = {{"token_ids", r->tokens}, {"text", tok ? tok->decode(r->tokens) : ""},
-                          {"logprob", r->logprob}, {"score", r->score}, {"beam_width", a.beam_width}};
+      nlohmann::json j = {{"token_ids", r->token_ids}, {"text", r->text}, {"logprob", r->logprob},
+                          {"score", r->score}, {"beam_width", a.beam_width}};
       std::printf("%s\n", j.dump().c_str());
-    } else if (tok) {
-      std::printf("%s\n", tok->decode(r->tokens).c_str());
     } else {
-      for (size_t i = 0; i < r->tokens.size(); ++i) std::printf(i ? " %d" : "%d", r->tokens[i]);
+      if (has_text) std::printf("%s", r->text.c_str());
+      else print_ids(r->token_ids);
       std::printf("\n");
     }
     std::fflush(stdout);
-    std::fprintf(stderr, "beam width %d: %zu tokens, logprob %.4f, score %.4f\n", a.beam_width, r->tokens.size(),
+    std::fprintf(stderr, "beam width %d: %zu tokens, logprob %.4f, score %.4f\n", a.beam_width, r->token_ids.size(),
                  r->logprob, r->score);
     return 0;
   }
-  o.use_kv_cache = !a.no_kv_cache;
-  o.kv_type = a.kv.types();
-  if (Status s = kv_types_fit(model->config(), o.kv_type); !s.is_ok()) return fail(s);
-  o.stop_at_eos = !a.ignore_eos;
-  if (tok) {
-    o.token_text = [&](int32_t id) { return tok->token_to_piece(id, false); };
-    if (!a.ignore_eos)
-      for (int32_t id = 0; id < tok->n_vocab(); ++id)
-        if (tok->is_end_of_generation(id)) o.stop_ids.push_back(id);
-  }
+
   const bool text = a.format == "text";
   bool first = true;
-  // Speculative decoding runs in the batching engine (one request): drafts are verified in its step.
-  std::unique_ptr<Model> draft;
-  std::unique_ptr<Engine> engine;
-  if (a.spec.any()) {
-    if (a.no_kv_cache) return fail(invalid_argument("speculative decoding needs the KV cache"));
-    EngineConfig cfg;
-    auto mem = parse_memory(a.kv_memory);
-    if (!mem.is_ok()) return fail(mem.status());
-    cfg.kv_memory_bytes = *mem;
-    cfg.kv_type = o.kv_type;
-    if (Status s = load_speculation(a.spec, a.rope, *model, &cfg, &draft); !s.is_ok()) return fail(s);
-    auto e = Engine::create(*model, cfg);
-    if (!e.is_ok()) return fail(e.status());
-    engine = std::move(*e);
-  }
-  auto on_token = [&](const TokenEvent& ev) {
+  auto on_event = [&](const OutputEvent& ev) {
     if (!text) return true;
-    if (tok) {
+    if (has_text) {
       std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
-    } else if (ev.id >= 0) {
-      std::printf(first ? "%d" : " %d", ev.id);
+    } else if (ev.token.id >= 0) {
+      std::printf(first ? "%d" : " %d", ev.token.id);
       first = false;
     }
     std::fflush(stdout);
     return true;
   };
-  auto res = engine ? generate(*engine, prompt, o, on_token) : generate(*model, prompt, o, on_token);
+  auto res = llm.generate(req, on_event);
   if (!res.is_ok()) return fail(res.status());
-  const GenerateResult& r = *res;
+  const Completion& r = *res;
+  const bool shares_kv = llm.impl().draft_shares_target_kv;
   if (text) {
     std::printf("\n");
     std::fprintf(stderr,
                  "prompt tokens: %d | generated: %zu | TTFT: %.2f ms | prefill: %.1f tok/s | decode: %.1f tok/s | "
                  "TBT mean %.2f p50 %.2f p99 %.2f ms\n",
-                 r.n_prompt, r.token_ids.size(), r.ttft_ms, r.prefill_tok_per_s(), r.decode_tok_per_s(),
-                 r.tbt_mean_ms(), r.tbt_percentile_ms(50), r.tbt_percentile_ms(99));
-    if (engine)
+                 r.prompt_tokens, r.token_ids.size(), r.ttft_ms, prefill_tok_per_s(r), decode_tok_per_s(r),
+                 tbt_mean_ms(r), tbt_percentile_ms(r, 50), tbt_percentile_ms(r, 99));
+    if (a.spec.any())
       std::fprintf(stderr, "speculative (%s): %lld draft tokens verified, %lld accepted (%.1f%%)\n",
-                   a.spec.lookup                                  ? "lookup"
-                   : engine->draft_proposer()->shares_target_kv() ? "draft model, reading the target's KV cache"
-                                                                  : "draft model, its own KV cache",
-                   static_cast<long long>(r.spec_draft_tokens),
-                   static_cast<long long>(r.spec_accepted_tokens),
+                   a.spec.lookup ? "lookup"
+                   : shares_kv   ? "draft model, reading the target's KV cache"
+                                 : "draft model, its own KV cache",
+                   static_cast<long long>(r.spec_draft_tokens), static_cast<long long>(r.spec_accepted_tokens),
                    r.spec_draft_tokens ? 100.0 * r.spec_accepted_tokens / r.spec_draft_tokens : 0.0);
   } else {
     nlohmann::json j;
     j["token_ids"] = r.token_ids;
     j["text"] = r.text;
-    j["prompt_tokens"] = r.n_prompt;
+    j["prompt_tokens"] = r.prompt_tokens;
     j["generated_tokens"] = r.token_ids.size();
-    j["finish_reason"] = r.finish == FinishReason::kStop ? "stop" : "length";
-    j["kv_cache"] = o.use_kv_cache;
-    if (engine)
+    j["finish_reason"] = finish_reason_name(r.finish);
+    j["kv_cache"] = true;
+    if (a.spec.any())
       j["speculative"] = {{"mode", a.spec.lookup ? "lookup" : "draft"},
                           {"draft_max", a.spec.draft_max},
                           {"proposed", r.spec_draft_tokens},
                           {"accepted", r.spec_accepted_tokens}};
-    if (engine && !a.spec.lookup)
-      j["speculative"]["draft_kv"] = engine->draft_proposer()->shares_target_kv() ? "target" : "own";
-    if (o.sampling.logprobs >= 0) {
+    if (a.spec.any() && !a.spec.lookup) j["speculative"]["draft_kv"] = shares_kv ? "target" : "own";
+    if (sampling.logprobs >= 0) {
       nlohmann::json lp = nlohmann::json::array();
-      for (const auto& sm : r.samples) {
+      for (const auto& sm : r.tokens) {
         nlohmann::json top = nlohmann::json::array();
         for (const auto& t : sm.top) top.push_back({{"id", t.id}, {"logprob", t.logprob}});
         lp.push_back({{"id", sm.id}, {"logprob", sm.logprob}, {"top", top}});
@@ -185,11 +228,11 @@ int run(const RunArgs& a) {
       j["logprobs"] = lp;
     }
     j["timings"] = {{"ttft_ms", r.ttft_ms},
-                    {"prefill_tok_per_s", r.prefill_tok_per_s()},
-                    {"decode_tok_per_s", r.decode_tok_per_s()},
-                    {"tbt_mean_ms", r.tbt_mean_ms()},
-                    {"tbt_p50_ms", r.tbt_percentile_ms(50)},
-                    {"tbt_p99_ms", r.tbt_percentile_ms(99)}};
+                    {"prefill_tok_per_s", prefill_tok_per_s(r)},
+                    {"decode_tok_per_s", decode_tok_per_s(r)},
+                    {"tbt_mean_ms", tbt_mean_ms(r)},
+                    {"tbt_p50_ms", tbt_percentile_ms(r, 50)},
+                    {"tbt_p99_ms", tbt_percentile_ms(r, 99)}};
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;
@@ -228,7 +271,8 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_option("-f,--prompts-file", a->prompts_file, "many prompts, one per line, batched (see --parallel)");
   c->add_option("--parallel", a->parallel, "with -f: most prompts running at once (continuous batching)")
       ->check(CLI::PositiveNumber);
-  c->add_option("--kv-memory", a->kv_memory, "with -f: KV cache memory (512MiB, 2GiB, or a fraction of RAM)");
+  c->add_option("--kv-memory", a->kv_memory,
+                "KV cache memory (512MiB, 2GiB, a fraction of RAM; default: what the request needs, 512MiB with -f)");
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "with -f: do not reuse the KV blocks of shared prefixes");
   add_spec_flags(c, &a->spec);
   add_rope_flags(c, &a->rope);

@@ -17,30 +17,42 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--port", o->port, "port")->check(CLI::Range(0, 65535));
   c->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1/* (or $CACHET_API_KEY)");
   c->add_option("--cors", o->cors_origin, "send CORS headers allowing this origin (e.g. '*')");
-  c->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  add_rope_flags(c, &o->rope);
+  c->add_option("-t,--threads", o->llm.threads, "compute threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  add_rope_flags(c, &o->llm.rope);
   auto kv = std::make_shared<KvFlags>();  // parsed into the options' kv_type in the callback
   add_kv_flags(c, kv.get());
   c->add_option("--http-threads", o->http_threads, "connections served at once")->check(CLI::Range(4, 4096));
   c->add_option("-c,--ctx-size", o->ctx, "context per request in tokens")->check(CLI::PositiveNumber);
   c->add_option("--kv-memory", *kv_memory, "KV cache memory: 512MiB, 2GiB, or a fraction of RAM (0.25)");
-  c->add_option("--parallel", o->max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
-  c->add_option("--max-queue", o->max_waiting, "queued requests before answering 429")->check(CLI::PositiveNumber);
+  c->add_option("--parallel", o->llm.max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
+  c->add_option("--max-queue", o->llm.max_waiting, "queued requests before answering 429")
+      ->check(CLI::PositiveNumber);
   c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above)");
-  c->add_option("--chat-template-file", o->chat_template_file,
+  auto template_file = std::make_shared<std::string>();
+  c->add_option("--chat-template-file", *template_file,
                  "a Jinja chat template replacing the model's (rendered within the template limits)")
       ->check(CLI::ExistingFile);
   c->add_flag("--trust-request-chat-template", o->trust_request_chat_template,
               "accept a 'chat_template' in chat requests (vLLM's field; rendered within the template limits)");
-  c->add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
-  add_spec_flags(c, &o->spec);
-  c->callback([o, kv, kv_memory, exit_code] {
-    if (Status s = o->spec.validate(); !s.is_ok()) {
+  auto no_prefix_cache = std::make_shared<bool>(false);
+  c->add_flag("--no-prefix-cache", *no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
+  add_spec_flags(c, &o->llm.speculation);
+  c->callback([o, kv, kv_memory, template_file, no_prefix_cache, exit_code] {
+    if (Status s = o->llm.speculation.validate(); !s.is_ok()) {
       *exit_code = fail(s);
       return;
     }
     server::ServerOptions opts = *o;
-    opts.kv_type = kv->types();
+    kv->apply(&opts.llm);
+    opts.llm.prefix_cache = !*no_prefix_cache;
+    if (!template_file->empty()) {
+      auto t = read_file(*template_file);
+      if (!t.is_ok()) {
+        *exit_code = fail(t.status());
+        return;
+      }
+      opts.llm.chat_template = *t;
+    }
     opts.model_path = resolve_model_path(opts.model_path);
     if (opts.api_key.empty())
       if (const char* k = std::getenv("CACHET_API_KEY")) opts.api_key = k;
@@ -49,12 +61,12 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       *exit_code = fail(mem.status());
       return;
     }
-    opts.kv_memory_bytes = *mem;
+    opts.llm.kv_memory_bytes = *mem;
     if (tp_size() > 1) {
       // Ranks other than 0 serve rank 0, not HTTP: their load runs the worker loop and exits there.
       LoadOptions lo;
-      lo.n_threads = opts.threads;
-      lo.rope = opts.rope;
+      lo.n_threads = opts.llm.threads;
+      lo.rope = opts.llm.rope;
       if (Status s = tp_prepare(&lo); !s.is_ok()) {
         *exit_code = fail(s);
         return;
@@ -67,6 +79,11 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       opts.drain_stall_ms = 300;
     }
     *exit_code = server::serve(opts);
+    if (*exit_code == server::kExitEngineStuck) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(*exit_code);  // the engine thread cannot be joined (server.h): end here, not in main's cleanup
+    }
   });
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cachet/llm.h"
 #include "cachet/status.h"
 #include "engine/spec_options.h"
 #include "kv/kv_cache.h"
@@ -36,6 +37,7 @@ struct KvFlags {
   std::string fallback = "f16";
   std::string both, k, v;
   KvTypes types() const;
+  void apply(LLMConfig* c) const;  // the same into an LLMConfig's kv_type_k / kv_type_v
 };
 void add_kv_flags(CLI::App* c, KvFlags* f);
 
@@ -73,6 +75,20 @@ void tp_shutdown();  // at the end of main: stops the workers, MPI_Finalize
 // The MPI library this binary was built with (its first line, e.g. "Open MPI v4.1.4, ...", "MPICH Version: 4.0.2"),
 // or "" without MPI: a launcher must be the same implementation's (mpirun.openmpi, mpirun.mpich).
 std::string tp_mpi_library();
+
+// The LLM every generating command runs on: the model as load() loads it (this rank's shard under --tp), then
+// make_llm with the config's engine settings.
+Result<std::unique_ptr<LLM>> load_llm(const std::string& model_flag, const LLMConfig& config);
+
+// A whole file's bytes.
+Result<std::string> read_file(const std::string& path);
+
+// Figures of a completion for the summary lines: prompt tokens per second of the time to the first token,
+// generated tokens after the first per second of the time between them, and that time's mean and percentiles.
+double prefill_tok_per_s(const Completion& c);
+double decode_tok_per_s(const Completion& c);
+double tbt_mean_ms(const Completion& c);
+double tbt_percentile_ms(const Completion& c, double p);
 
 // Prints "error: <message>" to stderr and returns the exit code for a failed command.
 int fail(const Status& s);

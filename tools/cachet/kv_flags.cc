@@ -20,4 +20,10 @@ KvTypes KvFlags::types() const {
   return KvTypes(k.empty() ? kb : *kv_type_from_name(k), v.empty() ? kb : *kv_type_from_name(v));
 }
 
+void KvFlags::apply(LLMConfig* c) const {
+  const std::string b = both.empty() ? fallback : both;
+  c->kv_type_k = k.empty() ? b : k;
+  c->kv_type_v = v.empty() ? b : v;
+}
+
 }  // namespace cachet::cli

@@ -1,10 +1,14 @@
 // cachet: run, serve and inspect LLMs on the CPU.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <numeric>
 #include <sstream>
 
+#include "api/llm_impl.h"
 #include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cachet/common.h"
@@ -92,6 +96,35 @@ Result<LoadedModel> load_with_prompt(const std::string& model_flag, int n_thread
   CACHET_ASSIGN_OR_RETURN(LoadedModel lm, load_with_tokenizer(model_flag, n_threads));
   CACHET_ASSIGN_OR_RETURN(lm.prompt, prompt_tokens(lm.tokenizer.get(), text, ids, fallback_ids));
   return lm;
+}
+
+Result<std::unique_ptr<LLM>> load_llm(const std::string& model_flag, const LLMConfig& config) {
+  CACHET_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load(model_flag, config.threads, config.precise, config.rope));
+  return make_llm(std::move(model), config);
+}
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+double prefill_tok_per_s(const Completion& c) { return c.ttft_ms > 0 ? c.prompt_tokens * 1000.0 / c.ttft_ms : 0.0; }
+
+double decode_tok_per_s(const Completion& c) {
+  const double ms = std::accumulate(c.tbt_ms.begin(), c.tbt_ms.end(), 0.0);
+  return ms > 0 ? c.tbt_ms.size() * 1000.0 / ms : 0.0;
+}
+
+double tbt_mean_ms(const Completion& c) {
+  return c.tbt_ms.empty() ? 0.0 : std::accumulate(c.tbt_ms.begin(), c.tbt_ms.end(), 0.0) / c.tbt_ms.size();
+}
+
+double tbt_percentile_ms(const Completion& c, double p) {
+  if (c.tbt_ms.empty()) return 0.0;
+  std::vector<double> v = c.tbt_ms;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(std::clamp(p / 100.0, 0.0, 1.0) * (v.size() - 1) + 0.5)];
 }
 
 int fail(const Status& s) {

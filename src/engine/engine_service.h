@@ -1,4 +1,4 @@
-// The engine behind the server: one thread owns the Engine and runs step() while there is work; HTTP
+// The engine thread behind every front end (the LLM API, hence the CLI and the server): one thread owns the Engine and runs step() while there is work; callers'
 // threads submit requests and cancellations through a queue the engine thread drains between steps (so a
 // submission waits at most one step, and nobody else ever touches the Engine). Each submitted request gets a
 // RequestStream that receives its token events; n > 1 choices share one stream.
@@ -17,24 +17,27 @@
 #include "cachet/status.h"
 #include "engine/engine.h"
 
-namespace cachet::server {
+namespace cachet {
 
 struct StreamEvent {
   int index = 0;  // choice
   RequestEvent ev;
+  std::string error;  // on an aborted finish: why, when the engine failed (a forward pass, shutting down)
 };
 
+// The events of one or more requests (several requests may share a stream, each with its own index range).
 class RequestStream {
  public:
-  RequestStream(RequestId first, int n) : first_(first), n_(n) {}
+  explicit RequestStream(int n) : n_(n) {}
   RequestId first_id() const { return first_; }
+  void set_first_id(RequestId id) { first_ = id; }
   int n() const { return n_; }
   // Waits up to `timeout` for events; moves them into *out. Returns false when nothing arrived.
   bool wait(std::vector<StreamEvent>* out, std::chrono::milliseconds timeout);
   void push(StreamEvent e);
 
  private:
-  RequestId first_;
+  RequestId first_ = 0;
   int n_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -51,7 +54,7 @@ struct ServiceSnapshot {
 
 class EngineService {
  public:
-  EngineService(Model& model, EngineConfig cfg, int max_waiting);
+  EngineService(std::unique_ptr<Engine> engine, int max_waiting);
   ~EngineService();
   EngineService(const EngineService&) = delete;
   EngineService& operator=(const EngineService&) = delete;
@@ -61,10 +64,17 @@ class EngineService {
   Result<std::shared_ptr<RequestStream>> submit(std::vector<int32_t> prompt, const SamplingParams& params,
                                                 std::vector<int32_t> stop_ids, bool stop_at_eos, int n,
                                                 uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt);
+  // The same into a given stream, whose events for this request carry indices index_base .. index_base + n - 1.
+  // Returns the request's first id (its samples: id .. id + n - 1).
+  Result<RequestId> add(std::vector<int32_t> prompt, const SamplingParams& params, std::vector<int32_t> stop_ids,
+                        bool stop_at_eos, int n, uint64_t cache_ns, std::optional<SpecMode> spec,
+                        std::shared_ptr<RequestStream> stream, int index_base);
   // Cancels the choices of a stream that have not finished; their blocks are freed at the next step.
   void cancel(const std::shared_ptr<RequestStream>& s, int index = -1);
+  // Cancels one sample by its id.
+  void cancel(RequestId id);
   ServiceSnapshot snapshot() const;
-  const EngineConfig& config() const { return engine_.config(); }
+  const EngineConfig& config() const { return engine_->config(); }
 
  private:
   struct Submission {
@@ -75,11 +85,13 @@ class EngineService {
     int n;
     uint64_t cache_ns;
     std::optional<SpecMode> spec;
-    std::promise<Result<std::shared_ptr<RequestStream>>> done;
+    std::shared_ptr<RequestStream> stream;
+    int index_base;
+    std::promise<Result<RequestId>> done;
   };
   void loop();
 
-  Engine engine_;
+  std::unique_ptr<Engine> engine_;
   int max_waiting_;
   std::mutex mu_;  // guards the queues below and stop_
   std::condition_variable cv_;
@@ -94,4 +106,4 @@ class EngineService {
   std::thread thread_;
 };
 
-}  // namespace cachet::server
+}  // namespace cachet
