@@ -2,7 +2,7 @@
 """Quantization error of `cachet quantize` against `llama-quantize`, tensor by tensor, on the tensors both
 files store in the given type: plain, |x|- and x^2-weighted squared error against the source's values
 (gguf-py's decoders read all three files). Both run with --pure, so every weight matrix takes the type where
-its rows allow (docs/quantize.md, session 39).
+its rows allow (docs/quantize.md, the 2026-11-27 run (ae42aa0)).
 
   bench/quantizer_error.py -m SRC.gguf --type Q4_K --llama-quantize ~/.cache/cachet/llama.cpp/native/build/bin/llama-quantize
 """

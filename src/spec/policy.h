@@ -65,7 +65,7 @@ struct Acceptance {
   // With `weight` pseudo-observations at `prior` (a new request starts from what its kind of draft has been
   // doing). Prompt lookup: 2, its acceptance is the request's own text. A draft model: kDraftPriorWeight, since
   // its misses are mostly the draft's, not the request's: with 2, four first-token misses in a row (common at a
-  // 0.7 rate) took one request's estimate from 0.96 to 0.38 and it never drafted again (session 24, open chat).
+  // 0.7 rate) took one request's estimate from 0.96 to 0.38 and it never drafted again (the 2026-11-25 run (caa4463), open chat).
   static constexpr double kLookupPriorWeight = 2.0, kDraftPriorWeight = 8.0;
   AcceptRates rates(AcceptRates prior = {}, double weight = kLookupPriorWeight) const {
     return {(first_accepted + weight * prior.first) / (first_tried + weight),
@@ -85,9 +85,9 @@ class SpecPolicy {
   // drafting steps have been measured slower than plain ones at this batch size, choose() drafts nothing: the
   // guard that keeps speculation from ever costing throughput, whatever the cost model missed. A draft model's
   // catch-up prefill is left out of `seconds`: the guard compares steady drafting with plain steps, and
-  // catch-ups are bounded apart (choose(), idle_retry()). Session 19 charged them to the drafting steps as a
+  // catch-ups are bounded apart (choose(), idle_retry()). The 2026-11-24 run charged them to the drafting steps as a
   // debt; one request's prompt then made drafting look slower at one client (53 vs 81 tok/s), the guard held,
-  // no drafting step ever measured it again, and the draft model ran at 0.94-1.02x (session 24). While the
+  // no drafting step ever measured it again, and the draft model ran at 0.94-1.02x (2026-11-25, caa4463). While the
   // guard holds speculation off, every 32nd step at that batch size may draft, so a rate measured once does
   // not rule forever.
   void observe_step(int batch, bool drafted, int tokens, double seconds);
@@ -111,7 +111,7 @@ class SpecPolicy {
   // ask it after plain_probe in the same step): that step one drafting request drafts a token more than chosen.
   // Longer verifies' cost and the acceptance of later draft tokens (`cont`) are learned only at the sizes chosen;
   // without this, a calibration pass that met a slow moment held k at 1 for a whole run (t(3) measured 16 ms at
-  // startup, 11.6 when run; session 34).
+  // startup, 11.6 when run; the 2026-11-27 run (1e659e5)).
   bool explore_probe(int batch) const;
   // A request the policy keeps from drafting still tries now and then, so its acceptance rate (and the draft's
   // cost) stay measured as its text and the load change: one token every 32nd idle step while its draft is
@@ -121,7 +121,7 @@ class SpecPolicy {
   // debt (the catch-up grows by one token a step, so where 20 prefill tokens of the draft cost more than a step
   // the credit alone would never reach it). So catch-up retries take at most ~5% of the time however many
   // requests wait (one budget: with one per request, 16 idle clients retried together, a 4,245-token catch-up).
-  // Without any retry a request that stopped drafting never drafted again (session 24). Never while the guard
+  // Without any retry a request that stopped drafting never drafted again (2026-11-25, caa4463). Never while the guard
   // holds speculation off at this batch size. Returns the retry's draft tokens, 0 while none is due.
   int idle_retry(int idle_steps, int catch_up, int batch);
   void earn_retry_credit(double step_secs) { retry_credit_ = std::min(retry_credit_ + step_secs / 50.0, 1.0); }

@@ -113,7 +113,7 @@ def test_iq4_matches_numpy_and_int8_path_is_no_worse_than_llama_cpp(cachet_bin, 
     assert theirs <= 0.01, f"{wtype}: llama.cpp's mean KL from the numpy reference is {theirs:.3g}"
 
 
-# Q2_K (2-bit quants under 4-bit scales and mins per 16 elements) runs on the integer kernels since session 38;
+# Q2_K (2-bit quants under 4-bit scales and mins per 16 elements) runs on the integer kernels since the 2026-11-27 run (edea933);
 # llama.cpp's activations for it share a scale per 256 (q8_K), ours per 32 (or per 256 times a power of two).
 def test_q2_k_matches_numpy_and_int8_path_is_no_worse_than_llama_cpp(cachet_bin, tmp_path):
     theirs = check_quantized(cachet_bin, tmp_path, "llama3", "Q2_K")
