@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "cachet/export.h"
 #include "cachet/status.h"
 
 namespace cachet {
@@ -28,7 +29,7 @@ inline constexpr float kDefaultDraftPMin = 0.2f;
 
 // Speculative decoding (docs/speculative.md): a draft model with the target's vocabulary, or prompt lookup.
 // Outputs are exactly the target's either way.
-struct SpecOptions {
+struct CACHET_API SpecOptions {
   std::string draft_model;  // a GGUF with the target's vocabulary (e.g. a low-bit quantization of it)
   bool lookup = false;      // prompt lookup instead (the two exclude each other)
   int draft_max = 8;        // most draft tokens per request and step

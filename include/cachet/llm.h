@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cachet/config.h"
+#include "cachet/export.h"
 #include "cachet/sampling.h"
 #include "cachet/status.h"
 
@@ -44,7 +45,7 @@ enum class FinishReason {
   kAborted,  // the caller stopped it (a callback returned false), or the engine failed
 };
 
-const char* finish_reason_name(FinishReason f);  // "stop", "length", "abort"
+CACHET_API const char* finish_reason_name(FinishReason f);  // "stop", "length", "abort"
 
 struct TokenInfo {
   int32_t id = -1;
@@ -103,14 +104,14 @@ struct ModelInfo {
 // Called for each event; returning false aborts that request (its other samples and requests go on).
 using OutputCallback = std::function<bool(const OutputEvent&)>;
 
-class LLM {
+class CACHET_API LLM {
  public:
   // Loads a GGUF file or a llama2.c checkpoint. Errors: the file (missing, malformed, an architecture or type
   // cachet does not run), the configuration (an unknown KV type, a draft model with another vocabulary).
   static Result<std::unique_ptr<LLM>> load(const std::string& path, const LLMConfig& config = {});
   ~LLM();
-  LLM(const LLM&) = delete;
-  LLM& operator=(const LLM&) = delete;
+  LLM(LLM&&) noexcept;
+  LLM& operator=(LLM&&) noexcept;
 
   ModelInfo info() const;
   const LLMConfig& config() const;

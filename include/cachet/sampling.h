@@ -11,11 +11,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cachet/export.h"
 #include "cachet/status.h"
 
 namespace cachet {
 
-struct SamplingParams {
+struct CACHET_API SamplingParams {
   float temperature = 0.0f;        // 0 = greedy
   int32_t top_k = 0;               // 0 = off
   float top_p = 1.0f;              // 1 = off; keep the smallest set whose mass reaches top_p

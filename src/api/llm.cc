@@ -89,6 +89,16 @@ LLM::~LLM() {
   if (impl_) impl_->service.reset();  // the engine thread ends before the models it runs
 }
 
+// The engine thread refers to the Impl (on the heap), never to the LLM object: moving it is moving the pointer.
+LLM::LLM(LLM&&) noexcept = default;
+LLM& LLM::operator=(LLM&& o) noexcept {
+  if (this != &o) {
+    if (impl_) impl_->service.reset();
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+
 const LLMConfig& LLM::config() const { return impl_->config; }
 
 ModelInfo LLM::info() const {

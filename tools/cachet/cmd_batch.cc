@@ -58,6 +58,7 @@ int run_batch(const BatchOptions& o) {
     if (line.empty()) continue;
     Request r;
     r.params = o.sampling;
+    r.ignore_eos = o.ignore_eos;
     if (templated) {
       auto t = llm.apply_chat_template({{"user", line}});
       if (!t.is_ok()) return fail(t.status());
@@ -110,6 +111,8 @@ void add_batch_command(CLI::App& app, int* exit_code) {
   c->add_option("--top-p", a->sampling.top_p);
   c->add_option("--top-k", a->sampling.top_k);
   c->add_option("--seed", a->sampling.seed);
+  c->add_option("--stop", a->sampling.stop, "stop sequence (text; repeatable)");
+  c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   add_kv_flags(c, &a->kv);
   c->add_option("--kv-memory", a->kv_memory, "KV cache memory: bytes with a unit (512MiB) or a fraction of RAM");
   c->add_option("--block-size", a->block_size, "tokens per KV block (a multiple of 16)");

@@ -106,6 +106,7 @@ int run(const RunArgs& a) {
     o.spec = a.spec;
     o.rope = a.rope;
     o.kv = a.kv;
+    o.ignore_eos = a.ignore_eos;
     return run_batch(o);
   }
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));

@@ -106,7 +106,7 @@ struct BatchOptions {
   std::string model, prompts_file, kv_memory = "512MiB";
   int parallel = 16, threads = 0, block_size = 16, chunk = 256;
   SamplingParams sampling;
-  bool json = false, raw = false;
+  bool json = false, raw = false, ignore_eos = false;
   bool no_prefix_cache = false;
   SpecOptions spec;
   RopeOverrides rope;
