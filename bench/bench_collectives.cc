@@ -32,7 +32,7 @@ std::vector<double> time_it(int reps, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);  // as cachet does (src/dist/mpi_tp.cc says why)
+  setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);  // as cachet does (src/distributed/mpi_tp.cc says why)
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -95,7 +95,7 @@ def main():
             med = {k: statistics.median(v) for k, v in ours.items()}
             lmed = {k: statistics.median(v) for k, v in theirs.items()}
             # The ratio of each repetition's pair, run back to back: the machine's bandwidth moves in phases of
-            # minutes (31-66 GB/s in one session), which a ratio of two medians taken from different phases
+            # minutes (31-66 GB/s in one run), which a ratio of two medians taken from different phases
             # does not cancel.
             pairs = {k: statistics.median(o / th for o, th in zip(ours[k], theirs[k])) for k in ours}
             rows.append((os.path.basename(model), t, med["pp"], lmed["pp"], pairs["pp"], med["tg"],

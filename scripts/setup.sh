@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
-# Sets up everything cachet needs on a fresh Debian machine: system packages, a Python venv for the test
-# oracles, the default model (fetched once into a cache outside the repo), and a release build.
+# Sets up what building and running cachet need on a fresh Debian machine: a compiler, CMake, Ninja and a few
+# libraries, the default model (fetched once into a cache outside the repo, through a small Python venv), and a
+# release build of the CLI and the library. What the tests use comes with scripts/setup_tests.sh (test.sh runs it).
 # Idempotent: a second run only checks and rebuilds what changed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-apt_pkgs=(cmake ninja-build clang g++ libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-          libcli11-dev libpcre2-dev libcpp-httplib-dev libomp-dev python3-venv gnuplot-nox qemu-user
-          chromium chromium-driver libclang-rt-14-dev  # libclang-rt: libFuzzer (scripts/fuzz.sh)
-          libopenmpi-dev openmpi-bin iproute2         # --tp: MPI (src/dist/); test hosts in netns
-          libmpich-dev mpich)                         # cachet-mpich: the second MPI the tests run
+apt_pkgs=(cmake ninja-build clang ccache nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev python3-venv)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -26,13 +23,10 @@ venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-if [ ! -f "$venv/.stamp" ] || [ requirements.txt -nt "$venv/.stamp" ]; then
-  "$venv/bin/pip" install -q --disable-pip-version-check -r requirements.txt
-  touch "$venv/.stamp"
-fi
-
 model="$("$venv/bin/python" scripts/fetch_model.py)"
 echo "setup: default model at $model"
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+# ccache: the Python package's build (pip install .) and later rebuilds reuse these objects.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 cmake --build build

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite: unit and model tests (GoogleTest), the Python oracles (pytest against the real
-# binary), and the file loaders again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# binary), the installed library and the Python package, and the file loaders again under AddressSanitizer +
+# UndefinedBehaviorSanitizer. Installs what the tests use first (scripts/setup_tests.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 jobs="$(nproc)"
-bash scripts/setup_oracles.sh  # llama.cpp's Python binding, for the architecture oracles
+bash scripts/setup_tests.sh
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+# The same configuration as scripts/setup.sh's, now with the tests and benches, configured afresh so that what
+# setup_tests.sh installed (GoogleTest, MPI) is found; unchanged objects are not rebuilt.
+cmake --fresh -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCACHET_BUILD_TESTS=ON -DCACHET_BUILD_BENCH=ON >/dev/null
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$jobs"
 

@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/scheduler.h"
-#include "spec/lookup.h"
-#include "spec/policy.h"
+#include "speculative/lookup.h"
+#include "speculative/policy.h"
 
 namespace cachet {
 namespace {

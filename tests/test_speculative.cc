@@ -19,8 +19,8 @@
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/synthetic.h"
-#include "spec/draft_model.h"
-#include "spec/verify.h"
+#include "speculative/draft_model.h"
+#include "speculative/verify.h"
 #include "tests/test_util.h"
 
 namespace cachet {

@@ -48,7 +48,7 @@ enum class FinishReason {
 CACHET_API const char* finish_reason_name(FinishReason f);  // "stop", "length", "abort"
 
 struct TokenInfo {
-  int32_t id = -1;
+  int32_t id = 0;
   float logprob = 0.0f;           // under the raw logits (when SamplingParams::logprobs >= 0)
   std::vector<TokenLogprob> top;  // the logprobs most likely alternatives, most likely first
 };
@@ -57,8 +57,8 @@ struct TokenInfo {
 struct OutputEvent {
   int request = 0;  // index of the request in the call
   int sample = 0;   // which of its n samples
-  // The token chosen (id -1 when the event only carries text or a finish: the held-back tail at the end).
-  TokenInfo token;
+  // The token chosen; none when the event only carries text or a finish (the held-back tail at the end).
+  std::optional<TokenInfo> token;
   std::string text;  // text now safe to show: whole UTF-8 characters, a possible stop sequence held back
   std::optional<FinishReason> finish;  // set on the sample's last event
 };

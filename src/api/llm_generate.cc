@@ -129,7 +129,7 @@ Result<std::vector<Completion>> LLM::generate(const std::vector<Request>& reques
         s.done = true;
         s.out.finish = *out.finish;
       }
-      if (on_event && (out.token.id >= 0 || !out.text.empty() || out.finish) && !on_event(out) && !s.done) {
+      if (on_event && (out.token || !out.text.empty() || out.finish) && !on_event(out) && !s.done) {
         s.done = true;
         s.out.text += s.text.finish();
         s.out.finish = FinishReason::kAborted;

@@ -12,7 +12,10 @@ namespace cachet {
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open '" + path + "': " + std::strerror(errno));
+  if (fd < 0) {
+    const std::string m = "cannot open '" + path + "': " + std::strerror(errno);
+    return errno == ENOENT ? not_found(m) : io_error(m);
+  }
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     int e = errno;

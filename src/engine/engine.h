@@ -22,9 +22,9 @@
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
-#include "spec/draft_model.h"
-#include "spec/lookup.h"
-#include "spec/policy.h"
+#include "speculative/draft_model.h"
+#include "speculative/lookup.h"
+#include "speculative/policy.h"
 
 namespace cachet {
 

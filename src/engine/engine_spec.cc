@@ -9,7 +9,7 @@
 #include <cstdlib>
 
 #include "engine/engine.h"
-#include "spec/verify.h"
+#include "speculative/verify.h"
 
 namespace cachet {
 

@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -75,25 +76,35 @@ float* kernel_scratch(int64_t n) {
 }
 
 namespace {
-const Kernels* choose() {
+struct Choice {
+  const Kernels* table;
+  Status status;
+};
+
+Choice choose() {
   auto all = supported_kernels();
   const char* force = std::getenv("CACHET_ISA");
   if (force && *force) {
     for (const Kernels* k : all)
-      if (std::strcmp(isa_name(k->isa), force) == 0) return k;
-    // A forced table the CPU cannot run would die on an illegal instruction later; say so now instead.
-    std::fprintf(stderr, "error: CACHET_ISA=%s: not a kernel table this CPU can run (it can run:", force);
-    for (const Kernels* k : all) std::fprintf(stderr, " %s", isa_name(k->isa));
-    std::fprintf(stderr, ")\n");
-    std::exit(2);
+      if (std::strcmp(isa_name(k->isa), force) == 0) return {k, Status::ok()};
+    // A forced table the CPU cannot run would die on an illegal instruction; the best one stays, and the error
+    // reaches whoever loads a model.
+    std::string can;
+    for (const Kernels* k : all) can += std::string(" ") + isa_name(k->isa);
+    return {all.back(), invalid_argument(std::string("CACHET_ISA=") + force +
+                                         ": not a kernel table this CPU can run (it can run:" + can + ")")};
   }
-  return all.back();
+  return {all.back(), Status::ok()};
+}
+
+const Choice& choice() {
+  static const Choice c = choose();
+  return c;
 }
 }  // namespace
 
-const Kernels& kernels() {
-  static const Kernels* k = choose();
-  return *k;
-}
+const Kernels& kernels() { return *choice().table; }
+
+Status kernel_choice() { return choice().status; }
 
 }  // namespace cachet

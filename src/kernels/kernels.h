@@ -9,6 +9,8 @@
 // never depend on how many other tokens share its batch.
 #pragma once
 
+#include "cachet/status.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -169,8 +171,10 @@ constexpr int kAttnChunkHeads = 8;
 constexpr int kAttnMaxBlockHeadDim = 512;
 
 // The best table for this CPU (CACHET_ISA=scalar|avx2|avxvnni|avx512|avx512bf16|amx forces a lower one, for tests and
-// benches; a name the CPU cannot run is an error at the first call).
+// benches). A forced name the CPU cannot run leaves the best table in place and makes kernel_choice() an error,
+// which load_model returns: nothing runs on a table other than the one asked for.
 const Kernels& kernels();
+Status kernel_choice();
 // Every table this CPU can run, scalar first.
 std::vector<const Kernels*> supported_kernels();
 // A thread-local buffer of at least n floats, for kernels that need scratch (baseline code, so that no ISA file

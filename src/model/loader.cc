@@ -6,6 +6,7 @@
 #include "base/mmap_file.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 namespace cachet {
@@ -44,6 +45,7 @@ bool register_arch(const std::string& name, ArchFactory factory) {
 
 Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& opts) {
   register_builtin_archs();
+  CACHET_RETURN_IF_ERROR(kernel_choice());
   int n_threads = opts.n_threads > 0 ? opts.n_threads : static_cast<int>(std::thread::hardware_concurrency());
   auto pool = opts.pool ? opts.pool : std::make_shared<ThreadPool>(std::max(1, n_threads));
   {

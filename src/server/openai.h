@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "sampling/sampler.h"
-#include "spec/proposer.h"
+#include "speculative/proposer.h"
 
 namespace cachet::server {
 

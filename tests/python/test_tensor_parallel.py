@@ -1,4 +1,4 @@
-"""Tensor parallelism over MPI (`mpirun -np N cachet ... --tp N`, src/dist/mpi_tp.h): every rank holds a shard of
+"""Tensor parallelism over MPI (`mpirun -np N cachet ... --tp N`, src/distributed/mpi_tp.h): every rank holds a shard of
 every layer; the results are compared with one process. exact mode: logits bitwise equal to --tp 1; reduce mode
 (two all-reduces per layer): within 1e-4 of the largest logit on float weights in f32 arithmetic (1e-2 on the
 AVX512-BF16 table, whose activations are rounded to bf16). The MPI library is Debian's

@@ -42,6 +42,7 @@ nlohmann::json cpu_json() {
 }
 
 int cpu_info(bool json) {
+  if (Status s = kernel_choice(); !s.is_ok()) return fail(s);
   const nlohmann::json j = cpu_json();
   if (json) {
     std::printf("%s\n", j.dump(1).c_str());

@@ -180,8 +180,8 @@ int run(const RunArgs& a) {
     if (!text) return true;
     if (has_text) {
       std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
-    } else if (ev.token.id >= 0) {
-      std::printf(first ? "%d" : " %d", ev.token.id);
+    } else if (ev.token) {
+      std::printf(first ? "%d" : " %d", ev.token->id);
       first = false;
     }
     std::fflush(stdout);

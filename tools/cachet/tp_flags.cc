@@ -1,4 +1,4 @@
-// --tp N: tensor parallelism over MPI (src/dist/mpi_tp.h). Every rank runs the same command line; the model
+// --tp N: tensor parallelism over MPI (src/distributed/mpi_tp.h). Every rank runs the same command line; the model
 // load is where the ranks part: rank 0 goes on with the command, the others mirror its forward passes and exit
 // when it is done.
 #include <CLI/CLI.hpp>
@@ -7,7 +7,7 @@
 
 #include "tools/cachet/common.h"
 #if CACHET_WITH_MPI
-#include "dist/mpi_tp.h"
+#include "distributed/mpi_tp.h"
 #endif
 
 namespace cachet::cli {

@@ -1,4 +1,4 @@
-#include "spec/verify.h"
+#include "speculative/verify.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "spec/lookup.h"
+#include "speculative/lookup.h"
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 // copies long runs of the input. The draft is deterministic.
 #pragma once
 
-#include "spec/proposer.h"
+#include "speculative/proposer.h"
 
 namespace cachet {
 

@@ -1,4 +1,4 @@
-#include "spec/draft_model.h"
+#include "speculative/draft_model.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "spec/policy.h"
+#include "speculative/policy.h"
 
 #include <algorithm>
 #include <cmath>

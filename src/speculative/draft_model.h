@@ -17,7 +17,7 @@
 #include "kv/kv_cache_manager.h"
 #include "kv/paged_kv_cache.h"
 #include "model/model.h"
-#include "spec/proposer.h"
+#include "speculative/proposer.h"
 
 namespace cachet {
 

@@ -1,4 +1,4 @@
-#include "dist/mpi_tp.h"
+#include "distributed/mpi_tp.h"
 
 #include <mpi.h>
 

@@ -1,0 +1,98 @@
+"""The Python package as a user gets it (`pip install .` into a fresh venv: scripts/test_python_package.sh):
+greedy ids equal `cachet run`'s, streaming yields the same text, a batch gives each prompt what it gets alone, and
+bad arguments raise Python exceptions carrying the engine's message."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import cachet
+
+BIN = os.environ["CACHET_BIN"]
+MODEL = os.environ["CACHET_MODEL"]
+PROMPTS = ["The capital of France is", "Once upon a time,", "def fibonacci(n):"]
+
+
+def cli(prompt, n, *extra):
+    r = subprocess.run([BIN, "run", "-m", MODEL, "-p", prompt, "-n", str(n), "--format", "json", *extra],
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return cachet.LLM(MODEL, threads=2)
+
+
+def test_greedy_ids_equal_the_cli(llm):
+    outs = llm.generate(PROMPTS, cachet.SamplingParams(max_tokens=20))
+    assert len(outs) == len(PROMPTS)
+    for prompt, out in zip(PROMPTS, outs):
+        ref = cli(prompt, 20)
+        assert out.token_ids == ref["token_ids"], prompt
+        assert out.text == ref["text"]
+        assert out.finish == (cachet.FinishReason.STOP if ref["finish_reason"] == "stop" else cachet.FinishReason.LENGTH)
+    # one prompt alone gets what it got in the batch, and token ids work as a prompt
+    [alone] = llm.generate(PROMPTS[1], cachet.SamplingParams(max_tokens=20))
+    assert alone.token_ids == outs[1].token_ids
+    ids = llm.tokenize(PROMPTS[1])
+    [by_ids] = llm.generate(ids, cachet.SamplingParams(max_tokens=20))
+    assert by_ids.token_ids == outs[1].token_ids
+
+
+def test_sampling_matches_the_cli(llm):
+    p = cachet.SamplingParams(max_tokens=16, temperature=0.8, top_p=0.9, seed=7)
+    [out] = llm.generate(PROMPTS[0], p)
+    ref = cli(PROMPTS[0], 16, "--temp", "0.8", "--top-p", "0.9", "--seed", "7")
+    assert out.token_ids == ref["token_ids"]
+
+
+def test_streaming_yields_the_same_text(llm):
+    p = cachet.SamplingParams(max_tokens=24)
+    [whole] = llm.generate(PROMPTS[2], p)
+    stream = llm.stream(PROMPTS[2], p)
+    events = list(stream)
+    assert "".join(e.text for e in events) == whole.text
+    assert [e.token.id for e in events if e.token is not None] == whole.token_ids
+    assert events[-1].finish is not None and stream.completion.token_ids == whole.token_ids
+    # closing a stream early cancels it; the engine goes on serving
+    s = llm.stream(PROMPTS[0], cachet.SamplingParams(max_tokens=200))
+    first = next(s)
+    assert first.token is not None
+    s.close()
+    [again] = llm.generate(PROMPTS[2], p)
+    assert again.token_ids == whole.token_ids
+
+
+def test_chat_and_tokenizer(llm):
+    out = llm.chat([{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
+                   cachet.SamplingParams(max_tokens=32))
+    assert "Paris" in out.text and out.finish == cachet.FinishReason.STOP
+    text = "Hello, world! 🦙"
+    assert llm.detokenize(llm.tokenize(text, add_special=False)) == text
+    assert llm.n_vocab == 49152 and llm.architecture == "llama"
+
+
+def test_bad_arguments_raise_with_the_engines_message(llm, tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        cachet.LLM(str(tmp_path / "missing.gguf"))
+    assert "missing.gguf" in str(e.value)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(Exception) as e:
+        cachet.LLM(str(bad))
+    assert str(e.value)
+    with pytest.raises(ValueError, match="temperature"):
+        llm.generate("hi", cachet.SamplingParams(temperature=-1.0))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.generate([10 ** 6], cachet.SamplingParams(max_tokens=2))
+    with pytest.raises(ValueError, match="empty"):
+        llm.generate([[]], cachet.SamplingParams(max_tokens=2))
+    with pytest.raises(ValueError, match="KV cache type"):
+        cachet.LLM(MODEL, kv_type="q9")
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.detokenize([-5])
+    # the LLM is still usable after every error
+    [out] = llm.generate(PROMPTS[0], cachet.SamplingParams(max_tokens=4))
+    assert len(out.token_ids) == 4
