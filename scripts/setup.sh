@@ -26,7 +26,9 @@ fi
 model="$("$venv/bin/python" scripts/fetch_model.py)"
 echo "setup: default model at $model"
 
-# ccache: the Python package's build (pip install .) and later rebuilds reuse these objects.
+# ccache: the Python package's build (pip install .) and later rebuilds reuse these objects, from any checkout
+# (paths under the checkout are hashed relative to it).
+export CCACHE_BASEDIR="$root"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 cmake --build build

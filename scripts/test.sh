@@ -6,6 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 jobs="$(nproc)"
+export CCACHE_BASEDIR="$root"  # ccache: objects shared with setup.sh's build and the Python package's
 bash scripts/setup_tests.sh
 
 # The same configuration as scripts/setup.sh's, now with the tests and benches, configured afresh so that what
@@ -20,6 +21,7 @@ echo "== loaders and parsers under ASan + UBSan =="
 # come from the same objects.
 # -O1 and line tables only: what sanitizer builds usually use; ~20% less compile time than -O2 -g, same reports.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
   -DCACHET_FUZZ=ON -DCACHET_BUILD_BENCH=OFF -DCACHET_PYTHON=/nonexistent >/dev/null
 cmake --build build-asan --target cachet_tests cachet

@@ -8,6 +8,7 @@ build="$(cd "$1" && pwd)"
 venv="$build/package-venv"
 python3 -m venv --clear "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check pytest
+export CCACHE_BASEDIR="$root"
 cmake_args=""
 command -v ccache >/dev/null && cmake_args="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
 CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
