@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
         continue;
       }
       if (timing)
-        for (const auto& x : *ev) tokens += x.token >= 0;
+        for (const auto& x : *ev) tokens += x.token.has_value();
     }
     const double tps = tokens / since(t0);
     if (base == 0) base = tps;
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
     if (!ev.is_ok()) return 1;
     const double after = since(t0);
     for (const auto& x : *ev) {
-      if (x.token < 0) continue;
+      if (!x.token) continue;
       if (!last.count(x.id)) ttft.push_back(after - arrived[x.id]);
       else tbt.push_back(after - last[x.id]);
       last[x.id] = after;

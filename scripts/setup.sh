@@ -8,16 +8,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 apt_pkgs=(cmake ninja-build clang ccache nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev python3-venv)
-missing=()
-for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  sudo_cmd=()
-  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+bash scripts/apt_install.sh "${apt_pkgs[@]}"
 
 venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then

@@ -8,18 +8,9 @@ cd "$root"
 
 apt_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox qemu-user valgrind
           chromium chromium-driver libclang-rt-14-dev  # libclang-rt: libFuzzer (scripts/fuzz.sh)
-          libopenmpi-dev openmpi-bin iproute2         # --tp: MPI (src/dist/); test hosts in netns
+          libopenmpi-dev openmpi-bin iproute2         # --tp: MPI (src/distributed/); test hosts in netns
           libmpich-dev mpich)                         # cachet-mpich: the second MPI the tests run
-missing=()
-for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ((${#missing[@]})); then
-  echo "setup_tests: installing ${missing[*]}"
-  sudo_cmd=()
-  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+bash scripts/apt_install.sh "${apt_pkgs[@]}"
 
 venv="$root/.venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

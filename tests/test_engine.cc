@@ -76,7 +76,7 @@ std::map<RequestId, std::vector<int32_t>> run_engine(Engine& e, const std::vecto
     auto ev = e.step();
     EXPECT_TRUE(ev.is_ok()) << ev.status().message();
     for (const auto& x : *ev)
-      if (x.token >= 0) out[x.id].push_back(x.token);
+      if (x.token) out[x.id].push_back(*x.token);
     if (++steps > 100000) break;
   }
   return out;
@@ -262,7 +262,7 @@ TEST(Engine, NSamplesForkFromOnePrefill) {
     auto ev = e.step();
     ASSERT_TRUE(ev.is_ok());
     for (const auto& x : *ev)
-      if (x.token >= 0) out[x.id].push_back(x.token);
+      if (x.token) out[x.id].push_back(*x.token);
     if (!checked_sharing && out.size() == 4) {
       // 40 prompt tokens = 3 blocks, shared; each sample owns at most one copied or new block so far.
       EXPECT_LE(e.counters().blocks_used, 3 + 4);
@@ -281,7 +281,7 @@ TEST(Engine, NSamplesForkFromOnePrefill) {
       auto ev = solo.step();  // keep the Result alive while iterating its events
       ASSERT_TRUE(ev.is_ok());
       for (const auto& x : *ev)
-        if (x.token >= 0) got.push_back(x.token);
+        if (x.token) got.push_back(*x.token);
     }
     EXPECT_EQ(out[*id + k], got) << "sample " << k;
   }
@@ -354,7 +354,7 @@ TEST(Engine, PrefixCacheNeverChangesTokensOrLogits) {
       auto ev = e.step();
       EXPECT_TRUE(ev.is_ok());
       for (const auto& x : *ev)
-        if (x.token >= 0) out[job_of.at(x.id)].ids.push_back(x.token);
+        if (x.token) out[job_of.at(x.id)].ids.push_back(*x.token);
       EXPECT_EQ(e.check(), "") << "step " << steps;
       if (++steps > 200000) break;
     }

@@ -227,7 +227,7 @@ TEST(SpecEngine, SampledSequencesFollowTheTargetExactly) {
         auto ev = (*e)->step();
         ASSERT_TRUE(ev.is_ok());
         for (const auto& x : *ev)
-          if (x.token >= 0) out[x.id].push_back(x.token);
+          if (x.token) out[x.id].push_back(*x.token);
       }
     }
     std::vector<int64_t> by_draft(V * V * V, 0), by_lookup(V * V * V, 0);
@@ -339,7 +339,7 @@ Served serve(Model& m, Model* draft, const std::vector<Job>& js, bool spec, bool
     auto ev = (*e)->step();
     EXPECT_TRUE(ev.is_ok());
     for (const auto& x : *ev)
-      if (x.token >= 0) out.ids[job_of.at(x.id)].push_back(x.token);
+      if (x.token) out.ids[job_of.at(x.id)].push_back(*x.token);
     EXPECT_EQ((*e)->check(), "");
   }
   out.counters = (*e)->counters();

@@ -101,19 +101,19 @@ Result<std::vector<Completion>> LLM::generate(const std::vector<Request>& reques
       out.request = s.request;
       out.sample = s.index;
       s.out.cached_tokens = ev.cached_tokens;
-      if (ev.token >= 0) {
+      if (ev.token) {
         const auto now = Clock::now();
         if (s.out.token_ids.empty()) s.out.ttft_ms = ms_between(t0, now);
         else s.out.tbt_ms.push_back(ms_between(s.last, now));
         s.last = now;
-        s.out.token_ids.push_back(ev.token);
-        s.out.tokens.push_back(TokenInfo{ev.token, ev.logprob, ev.top});
+        s.out.token_ids.push_back(*ev.token);
+        s.out.tokens.push_back(TokenInfo{*ev.token, ev.logprob, ev.top});
         s.out.spec_draft_tokens = ev.spec_drafted;
         s.out.spec_accepted_tokens = ev.spec_accepted;
         out.token = s.out.tokens.back();
         // A token that ended the request by itself (end of generation) adds no text.
         const bool is_end = ev.finish == RequestFinish::kStop && !s.ignore_eos;
-        out.text = s.text.push(ev.token, is_end);
+        out.text = s.text.push(*ev.token, is_end);
         if (s.text.stopped()) {  // a stop sequence: the request ends here, whatever the engine does next
           out.finish = FinishReason::kStop;
           m.service->cancel(s.id);

@@ -128,7 +128,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   for (RequestId id : aborted_) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;
-    events.push_back({id, -1, RequestFinish::kAborted, 0.0f, {}, it->second->cached_tokens});
+    events.push_back({id, std::nullopt, RequestFinish::kAborted, 0.0f, {}, it->second->cached_tokens});
     finish(it->second.get());
   }
   aborted_.clear();
@@ -227,7 +227,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   // The realized rate of this step, for the speculation policy's guard (decode steps of speculating engines).
   if (decode_only && cfg_.spec_adaptive && (cfg_.spec != SpecMode::kOff || draft_)) {
     int emitted = 0;
-    for (const RequestEvent& e : events) emitted += e.token >= 0;
+    for (const RequestEvent& e : events) emitted += e.token.has_value();
     policy_.observe_step(static_cast<int>(work.size()), step_drafted,
                          emitted,
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count() -

@@ -62,7 +62,7 @@ enum class RequestFinish { kNone, kStop, kLength, kAborted };
 
 struct RequestEvent {
   RequestId id;
-  int32_t token = -1;  // -1 when the event only reports a finish
+  std::optional<int32_t> token;  // none when the event only reports a finish
   RequestFinish finish = RequestFinish::kNone;
   float logprob = 0.0f;           // of the token under the raw logits, when params.logprobs >= 0
   std::vector<TokenLogprob> top;  // the params.logprobs most likely alternatives

@@ -126,7 +126,7 @@ void EngineService::loop() {
         // server stays up.
         for (auto& [id, route] : routes_) engine_->abort(id);
         for (auto& [id, route] : routes_)
-          route.first->push({route.second, RequestEvent{id, -1, RequestFinish::kAborted, 0.0f, {}},
+          route.first->push({route.second, RequestEvent{id, std::nullopt, RequestFinish::kAborted, 0.0f, {}},
                              events.status().message()});
         routes_.clear();
       } else {
@@ -163,7 +163,8 @@ void EngineService::loop() {
   }
   // Shutting down: whoever still waits gets an aborted finish.
   for (auto& [id, route] : routes_)
-    route.first->push({route.second, RequestEvent{id, -1, RequestFinish::kAborted, 0.0f, {}}, "the engine stopped"});
+    route.first->push(
+        {route.second, RequestEvent{id, std::nullopt, RequestFinish::kAborted, 0.0f, {}}, "the engine stopped"});
   std::lock_guard<std::mutex> lk(mu_);
   for (Submission* sub : submissions_) sub->done.set_value(unavailable("the engine is shutting down"));
   submissions_.clear();

@@ -247,8 +247,8 @@ class Generation {
     std::string out;
     json lp = nullptr;
     // A token that ended the request by itself (end of generation) is neither text nor counted.
-    const bool eog = ev.token >= 0 && ev.finish == RequestFinish::kStop;
-    if (ev.token >= 0 && !eog) {
+    const bool eog = ev.token && ev.finish == RequestFinish::kStop;
+    if (ev.token && !eog) {
       const auto now = Clock::now();
       if (!first_token_) {
         first_token_ = true;
@@ -259,7 +259,7 @@ class Generation {
       last_token_ = now;
       ++c.tokens;
       ++app_.metrics.generation_tokens;
-      out = c.text_stream.push(ev.token);
+      out = c.text_stream.push(*ev.token);
       if (r_.logprobs >= 0) lp = record_logprobs(c, ev);
       if (c.text_stream.stopped()) {
         c.finish = "stop";
@@ -278,7 +278,7 @@ class Generation {
   }
 
   json record_logprobs(Choice& c, const RequestEvent& ev) {
-    const std::string piece = app_.tok->decode({ev.token});
+    const std::string piece = app_.tok->decode({*ev.token});
     auto bytes_of = [](const std::string& s) {
       json b = json::array();
       for (unsigned char ch : s) b.push_back(static_cast<int>(ch));
