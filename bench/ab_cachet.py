@@ -19,6 +19,17 @@ import subprocess
 import sys
 
 
+def add_ab_arguments(ap, binary):
+    """The arguments every A/B script here takes: the two binaries, the files, threads, repetitions, sizes."""
+    ap.add_argument("--a", required=True, help=f"{binary} of the baseline")
+    ap.add_argument("--b", required=True, help=f"{binary} under test")
+    ap.add_argument("-m", "--model", action="append", required=True)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-r", "--reps", type=int, default=5)
+    ap.add_argument("-p", "--n-prompt", type=int, default=128)
+    ap.add_argument("-n", "--n-gen", type=int, default=128)
+
+
 def run(binary, isa, model, threads, n_prompt, n_gen):
     env = dict(os.environ)
     if isa:
@@ -31,15 +42,9 @@ def run(binary, isa, model, threads, n_prompt, n_gen):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--a", required=True, help="cachet_bench of the baseline")
-    ap.add_argument("--b", required=True, help="cachet_bench under test")
+    add_ab_arguments(ap, "cachet_bench")
     ap.add_argument("--isa-a", help="CACHET_ISA for A")
     ap.add_argument("--isa-b", help="CACHET_ISA for B")
-    ap.add_argument("-m", "--model", action="append", required=True)
-    ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("-r", "--reps", type=int, default=5)
-    ap.add_argument("-p", "--n-prompt", type=int, default=128)
-    ap.add_argument("-n", "--n-gen", type=int, default=128)
     a = ap.parse_args()
     print("| model | A pp tok/s | B pp tok/s | pp B/A | A tg tok/s | B tg tok/s | tg B/A |")
     print("|---|---|---|---|---|---|---|")

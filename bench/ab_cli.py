@@ -11,9 +11,14 @@ Written to compare the single-sequence loop `cachet run` used before it went thr
 """
 import argparse
 import json
+import pathlib
 import random
 import statistics
 import subprocess
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from ab_cachet import add_ab_arguments  # noqa: E402
 
 
 def run(binary, model, threads, prompt_ids, n_gen):
@@ -26,13 +31,7 @@ def run(binary, model, threads, prompt_ids, n_gen):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", required=True)
-    ap.add_argument("--b", required=True)
-    ap.add_argument("-m", "--model", action="append", required=True)
-    ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("-r", "--reps", type=int, default=5)
-    ap.add_argument("-p", "--n-prompt", type=int, default=128)
-    ap.add_argument("-n", "--n-gen", type=int, default=128)
+    add_ab_arguments(ap, "cachet")
     a = ap.parse_args()
     print("| model | A pp tok/s | B pp tok/s | pp B/A | A tg tok/s | B tg tok/s | tg B/A | same tokens |")
     print("|---|---|---|---|---|---|---|---|")
