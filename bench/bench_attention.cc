@@ -57,7 +57,7 @@ void run_flash(benchmark::State& st, int n, int threads, int n_layers, KvType t,
   const int32_t pos = n - 1, seq = 0;
   for (auto _ : st) {
     Setup& s = *layers[li++ % layers.size()];
-    KvSequence* seqs[] = {s.cache.get()};
+    KvView seqs[] = {s.cache->view()};
     attention(pool, {s.q.data(), s.out.data(), 1, &pos, &seq, seqs, 0, n_head, n_head_kv, kD});
     benchmark::DoNotOptimize(s.out.data());
   }
@@ -91,7 +91,7 @@ void BM_Naive(benchmark::State& st) {
   const Kernels& k = kernels();
   std::vector<float> scores(n);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kD));
-  const KvSpan sp = s.cache->span(0, 0, n);
+  const KvSpan sp = s.cache->view().span(0, 0, n);
   for (auto _ : st) {
     for (int h = 0; h < kH; ++h) {
       const size_t off = static_cast<size_t>(h / (kH / kKH)) * kD * 2;

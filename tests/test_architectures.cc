@@ -13,7 +13,8 @@
 #include "io/gguf_writer.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_cache_manager.h"
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_block_storage.h"
+#include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "model/moe.h"
 #include "model/synthetic.h"
@@ -83,9 +84,9 @@ TEST(Architectures, PrefillEqualsOneTokenAtATimeBitwise) {
     for (DType kv : {DType::kF32, DType::kF16}) {
       ContiguousKvCache one(c, n, kv), step(c, n, kv);
       std::vector<float> la(static_cast<size_t>(n) * c.n_vocab), lb(la.size());
-      ASSERT_TRUE(m->forward(ForwardBatch::single(&one, p, 0, true), la.data()).is_ok());
+      ASSERT_TRUE(m->forward(ForwardBatch::single(one, p, 0, true), la.data()).is_ok());
       for (int i = 0; i < n; ++i)
-        ASSERT_TRUE(m->forward(ForwardBatch::single(&step, {p[i]}, i, true), lb.data() + i * c.n_vocab).is_ok());
+        ASSERT_TRUE(m->forward(ForwardBatch::single(step, {p[i]}, i, true), lb.data() + i * c.n_vocab).is_ok());
       EXPECT_TRUE(same(la, lb)) << a.label << " kv " << dtype_name(kv);
     }
   }
@@ -99,13 +100,13 @@ TEST(Architectures, CachedDecodeEqualsNoCacheRecomputeBitwise) {
     const int n0 = static_cast<int>(seq.size());
     ContiguousKvCache cache(c, 64, DType::kF32);
     std::vector<float> step(c.n_vocab), full(c.n_vocab);
-    ASSERT_TRUE(m->forward(ForwardBatch::single(&cache, seq, 0, false), step.data()).is_ok());
+    ASSERT_TRUE(m->forward(ForwardBatch::single(cache, seq, 0, false), step.data()).is_ok());
     for (int i = 0; i < 30; ++i) {  // greedy: the next token from the cached logits
       const int32_t next = static_cast<int32_t>(std::max_element(step.begin(), step.end()) - step.begin());
       seq.push_back(next);
-      ASSERT_TRUE(m->forward(ForwardBatch::single(&cache, {next}, n0 + i, false), step.data()).is_ok());
+      ASSERT_TRUE(m->forward(ForwardBatch::single(cache, {next}, n0 + i, false), step.data()).is_ok());
       ContiguousKvCache fresh(c, static_cast<int>(seq.size()), DType::kF32);
-      ASSERT_TRUE(m->forward(ForwardBatch::single(&fresh, seq, 0, false), full.data()).is_ok());
+      ASSERT_TRUE(m->forward(ForwardBatch::single(fresh, seq, 0, false), full.data()).is_ok());
       ASSERT_TRUE(same(step, full)) << a.label << " at position " << seq.size() - 1;
     }
   }
@@ -118,21 +119,18 @@ TEST(Architectures, PagedCacheEqualsContiguousAndBatchEqualsAlone) {
     const int64_t V = c.n_vocab;
     constexpr int kBs = 16;
     KvBlockStorage storage(c, 16, kBs, DType::kF16);
-    KvCacheManager mgr(16, kBs, [&](BlockId s, BlockId d, int n) { storage.copy_block(s, d, n); });
+    KvCacheManager mgr(16, kBs);
     // Two sequences of different lengths in one batch (paged), against each alone (contiguous).
     const auto p1 = prompt(*m, 37, 5), p2 = prompt(*m, 21, 6);
     ASSERT_TRUE(mgr.append(1, static_cast<int>(p1.size())) && mgr.append(2, static_cast<int>(p2.size())));
-    PagedKvSequence s1(storage, mgr, 1), s2(storage, mgr, 2);
     ForwardBatch b;
-    b.seqs = {&s1, &s2};
+    b.kv = &storage;
+    b.add_sequence(mgr.block_table(1));
+    b.add_sequence(mgr.block_table(2));
     for (size_t i = 0; i < p1.size() || i < p2.size(); ++i)
       for (int s = 0; s < 2; ++s) {
         const auto& p = s == 0 ? p1 : p2;
-        if (i >= p.size()) continue;
-        b.token_ids.push_back(p[i]);
-        b.positions.push_back(static_cast<int32_t>(i));
-        b.seq_index.push_back(s);
-        b.want_logits.push_back(1);
+        if (i < p.size()) b.add_token(p[i], static_cast<int32_t>(i), s, true);
       }
     std::vector<float> batched(static_cast<size_t>(b.n_tokens()) * V);
     ASSERT_TRUE(m->forward(b, batched.data()).is_ok());
@@ -140,7 +138,7 @@ TEST(Architectures, PagedCacheEqualsContiguousAndBatchEqualsAlone) {
       const auto& p = s == 0 ? p1 : p2;
       ContiguousKvCache alone_cache(c, 64, DType::kF16);
       std::vector<float> alone(p.size() * V);
-      ASSERT_TRUE(m->forward(ForwardBatch::single(&alone_cache, p, 0, true), alone.data()).is_ok());
+      ASSERT_TRUE(m->forward(ForwardBatch::single(alone_cache, p, 0, true), alone.data()).is_ok());
       int row = 0;
       for (int t = 0; t < b.n_tokens(); ++t) {
         if (b.seq_index[t] != s) continue;
@@ -225,12 +223,12 @@ TEST(Moe, ResultsDoNotDependOnTheThreadCount) {
     const auto p = prompt(*m, 40, 9);
     ContiguousKvCache cache(m->config(), 64, DType::kF32);
     std::vector<float> l(p.size() * m->config().n_vocab);
-    ASSERT_TRUE(m->forward(ForwardBatch::single(&cache, p, 0, true), l.data()).is_ok());
+    ASSERT_TRUE(m->forward(ForwardBatch::single(cache, p, 0, true), l.data()).is_ok());
     for (int threads : {1, 3}) {
       auto m2 = load(a, threads);
       ContiguousKvCache c2(m2->config(), 64, DType::kF32);
       std::vector<float> l2(l.size());
-      ASSERT_TRUE(m2->forward(ForwardBatch::single(&c2, p, 0, true), l2.data()).is_ok());
+      ASSERT_TRUE(m2->forward(ForwardBatch::single(c2, p, 0, true), l2.data()).is_ok());
       EXPECT_TRUE(same(l, l2)) << a.label << " threads " << threads;
     }
   }

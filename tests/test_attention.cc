@@ -85,7 +85,7 @@ TEST(Attention, FlashEqualsNaive) {
   for (int n : lengths) {
     for (auto& x : q) x = 2.0f * nd(rng);  // peaky enough that the running max matters
     const int32_t pos = n - 1, seq = 0;
-    KvSequence* seqs[] = {&cache};
+    KvView seqs[] = {cache.view()};
     attention(pool, {q.data(), out.data(), 1, &pos, &seq, seqs, 0, H, KH, D});
     const double worst = worst_vs_naive(
         q, out, n, H, KH, D, [&](int j, int h) { return reinterpret_cast<const float*>(cache.k_row(0, j)) + h * D; },
@@ -109,7 +109,7 @@ TEST(Attention, SplitChunksEqualWholeHeadsBitwise) {
     for (auto& x : q) x = 2.0f * nd(rng);
     const int32_t positions[T] = {1499, 1024, 255, 256, 257, 700, 3, 1300};
     const int32_t seq_index[T] = {0, 0, 0, 0, 0, 0, 0, 0};
-    KvSequence* seqs[] = {&cache};
+    KvView seqs[] = {cache.view()};
     attention(pool, {q.data(), batch_out.data(), T, positions, seq_index, seqs, 0, H, KH, D});
     for (int t = 0; t < T; ++t) {
       attention(pool, {q.data() + t * H * D, alone.data(), 1, &positions[t], seq_index, seqs, 0, H, KH, D});
@@ -139,7 +139,7 @@ TEST(Attention, QueryBlocksEqualTokensAloneBitwise) {
       seq_index[t] = t >= 20 && t < 30 ? 1 : 0;                      // sequence 1 in the middle
       positions[t] = seq_index[t] ? 1100 + (t - 20) * 7 : 500 + t;   // 0: consecutive; 1: scattered
     }
-    KvSequence* seqs[] = {&a_cache, &b_cache};
+    KvView seqs[] = {a_cache.view(), b_cache.view()};
     for (int window : {0, 300}) {
       for (float softcap : {0.0f, 30.0f}) {
         AttentionArgs args{q.data(), batch_out.data(), T, positions.data(), seq_index.data(), seqs, 0, H, KH, D};
@@ -168,12 +168,12 @@ TEST(Attention, DecodeBatchWithManyKvHeadsEqualsThePrefillWalkBitwise) {
   const int max_ctx = 1100, H = 16, KH = 8, D = 64, S = 6;
   for (KvTypes kv : {KvTypes(KvType::kF16), KvTypes(KvType::kQ8_0), KvTypes(KvType::kQ4_0)}) {
     std::vector<std::unique_ptr<ContiguousKvCache>> caches;
-    std::vector<KvSequence*> seqs;
+    std::vector<KvView> seqs;
     std::mt19937 rng(5);
     for (int s = 0; s < S; ++s) {
       caches.push_back(std::make_unique<ContiguousKvCache>(one_layer(H, KH, D), max_ctx, kv));
       fill_random(caches.back().get(), KH * D, &rng, D);
-      seqs.push_back(caches.back().get());
+      seqs.push_back(caches.back()->view());
     }
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> q(2 * S * H * D), batch_out(S * H * D), pair_out(2 * H * D);
@@ -238,7 +238,7 @@ TEST(Attention, EveryKvTypeEqualsNaiveOverItsValues) {
       for (int n : {1, 15, 16, 17, 100, 300}) {
         for (auto& x : q) x = 1.5f * nd(rng);
         const int32_t pos = n - 1, seq = 0;
-        KvSequence* seqs[] = {&cache};
+        KvView seqs[] = {cache.view()};
         attention(pool, {q.data(), out.data(), 1, &pos, &seq, seqs, 0, H, KH, D});
         const double worst = worst_vs_naive(
             query_as_read(q, KvTypes(kt, vt), D), out, n, H, KH, D, [&](int j, int h) { return kf.data() + (static_cast<size_t>(j) * KH + h) * D; },

@@ -136,7 +136,7 @@ TEST(BeamSearch, WidthOneOnAModelIsGreedy) {
   const int64_t V = (*m)->config().n_vocab;
   ContiguousKvCache cache((*m)->config(), static_cast<int>(all.size()), DType::kF16);
   std::vector<float> logits(all.size() * V);
-  ASSERT_TRUE((*m)->forward(ForwardBatch::single(&cache, all, 0, true), logits.data()).is_ok());
+  ASSERT_TRUE((*m)->forward(ForwardBatch::single(cache, all, 0, true), logits.data()).is_ok());
   double lp = 0;
   for (size_t i = 0; i < b4->tokens.size(); ++i) {
     const float* l = logits.data() + (prompt.size() - 1 + i) * V;

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "kv/kv_cache_manager.h"
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_block_storage.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "tests/test_util.h"
@@ -32,21 +32,45 @@ TEST(BlockPool, AllocateFreeAndLruOrder) {
   EXPECT_EQ(p.check(), "");
 }
 
+// Copy-on-write is recorded, not done: the copy reaches the next batch; one whose destination went back to the
+// pool first (its sequence freed or cut) never does, since that block may be handed out again.
+TEST(KvCacheManager, CopiesAreRecordedAndDroppedWithTheirBlock) {
+  KvCacheManager m(8, 4);
+  ASSERT_TRUE(m.append(1, 6));  // blocks: one full, one with 2 tokens
+  m.fork(1, 2);
+  EXPECT_FALSE(m.has_copies());
+  ASSERT_TRUE(m.append(2, 1));  // the shared partial block is copied for 2
+  const BlockId shared = m.block_table(1)[1], own = m.block_table(2)[1];
+  EXPECT_NE(shared, own);
+  EXPECT_EQ(m.take_copies(), (std::vector<KvBlockCopy>{{shared, own, 2}}));
+  EXPECT_TRUE(m.take_copies().empty());
+  m.fork(1, 3);
+  ASSERT_TRUE(m.append(3, 1));
+  m.free(3);
+  EXPECT_TRUE(m.take_copies().empty());
+  m.fork(1, 4);
+  ASSERT_TRUE(m.append(4, 3));  // copy of the partial block, then a fresh one
+  m.truncate(4, 4);             // back to the full block only: the copy's destination is gone
+  EXPECT_TRUE(m.take_copies().empty());
+  EXPECT_EQ(m.check(), "");
+}
+
 // A model of the KV contents: each token slot holds the value its sequence wrote there.
 TEST(KvCacheManager, RandomizedOperationsKeepEveryInvariant) {
   constexpr int kBlocks = 64, kBs = 4;
   std::map<BlockId, std::vector<int64_t>> phys;  // block -> slot values
-  KvCacheManager m(kBlocks, kBs, [&](BlockId src, BlockId dst, int n) {
-    auto& d = phys[dst];
-    d.assign(kBs, -1);
-    for (int i = 0; i < n; ++i) d[i] = phys[src][i];
-  });
+  KvCacheManager m(kBlocks, kBs);
   std::map<SeqId, std::vector<int64_t>> logical;  // what each sequence must read back
   std::mt19937_64 rng(42);
   SeqId next_id = 1;
   int64_t next_value = 1;
   int preemptions = 0, cows = 0, forks = 0;
   auto write = [&](SeqId s, int from, int to) {
+    for (const KvBlockCopy& c : m.take_copies()) {  // as the model does before a step writes
+      auto& d = phys[c.dst];
+      d.assign(kBs, -1);
+      for (int i = 0; i < c.n_tokens; ++i) d[i] = phys[c.src][i];
+    }
     const auto& t = m.block_table(s);
     for (int p = from; p < to; ++p) {
       auto& blk = phys[t[p / kBs]];
@@ -124,7 +148,13 @@ TEST(PagedKvCache, SameLogitsAsTheContiguousCacheForksIncluded) {
   const ModelConfig& c = model.config();
   constexpr int kBs = 16;
   KvBlockStorage storage(c, 32, kBs, DType::kF16);
-  KvCacheManager mgr(32, kBs, [&](BlockId a, BlockId b, int n) { storage.copy_block(a, b, n); });
+  KvCacheManager mgr(32, kBs);
+  // A sequence's batch: its block table, and the copy-on-writes recorded since the last batch.
+  auto paged = [&](SeqId s, const std::vector<int32_t>& tokens, int pos) {
+    ForwardBatch b = ForwardBatch::single(storage, mgr.block_table(s), tokens, pos, false);
+    b.copies = mgr.take_copies();
+    return b;
+  };
   std::vector<int32_t> prompt;
   for (int i = 0; i < 37; ++i) prompt.push_back((i * 31 + 7) % static_cast<int>(c.n_vocab));
   const int64_t V = c.n_vocab;
@@ -132,25 +162,23 @@ TEST(PagedKvCache, SameLogitsAsTheContiguousCacheForksIncluded) {
 
   ContiguousKvCache contiguous(c, 128, DType::kF16);
   ASSERT_TRUE(mgr.append(1, static_cast<int>(prompt.size())));
-  PagedKvSequence paged(storage, mgr, 1);
-  ASSERT_TRUE(model.forward(ForwardBatch::single(&paged, prompt, 0, false), lp.data()).is_ok());
-  ASSERT_TRUE(model.forward(ForwardBatch::single(&contiguous, prompt, 0, false), lc.data()).is_ok());
+  ASSERT_TRUE(model.forward(paged(1, prompt, 0), lp.data()).is_ok());
+  ASSERT_TRUE(model.forward(ForwardBatch::single(contiguous, prompt, 0, false), lc.data()).is_ok());
   ASSERT_EQ(0, std::memcmp(lp.data(), lc.data(), V * sizeof(float)));
 
   // Fork after the prompt: the child shares the 3 prompt blocks; its first append copies the shared,
   // partly filled last block. Both continue with different tokens and must match independent runs.
   mgr.fork(1, 2);
-  PagedKvSequence child(storage, mgr, 2);
   ContiguousKvCache child_ref(c, 128, DType::kF16);
-  ASSERT_TRUE(model.forward(ForwardBatch::single(&child_ref, prompt, 0, false), lr.data()).is_ok());
+  ASSERT_TRUE(model.forward(ForwardBatch::single(child_ref, prompt, 0, false), lr.data()).is_ok());
   int32_t tok_p = 3, tok_c = 5;
   for (int step = 0; step < 20; ++step) {
     const int pos = static_cast<int>(prompt.size()) + step;
     ASSERT_TRUE(mgr.append(1, 1) && mgr.append(2, 1));
-    ASSERT_TRUE(model.forward(ForwardBatch::single(&paged, {tok_p}, pos, false), lp.data()).is_ok());
-    ASSERT_TRUE(model.forward(ForwardBatch::single(&contiguous, {tok_p}, pos, false), lc.data()).is_ok());
-    ASSERT_TRUE(model.forward(ForwardBatch::single(&child, {tok_c}, pos, false), lf.data()).is_ok());
-    ASSERT_TRUE(model.forward(ForwardBatch::single(&child_ref, {tok_c}, pos, false), lr.data()).is_ok());
+    ASSERT_TRUE(model.forward(paged(1, {tok_p}, pos), lp.data()).is_ok());
+    ASSERT_TRUE(model.forward(ForwardBatch::single(contiguous, {tok_p}, pos, false), lc.data()).is_ok());
+    ASSERT_TRUE(model.forward(paged(2, {tok_c}, pos), lf.data()).is_ok());
+    ASSERT_TRUE(model.forward(ForwardBatch::single(child_ref, {tok_c}, pos, false), lr.data()).is_ok());
     ASSERT_EQ(0, std::memcmp(lp.data(), lc.data(), V * sizeof(float))) << "parent, step " << step;
     ASSERT_EQ(0, std::memcmp(lf.data(), lr.data(), V * sizeof(float))) << "child, step " << step;
     tok_p = (tok_p * 7 + 1) % static_cast<int32_t>(V);

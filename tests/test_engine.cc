@@ -165,7 +165,7 @@ TEST(Engine, AbortFreesBlocksAndImpossibleRequestsAreRejected) {
 TEST(KvWaste, PagingWastesUnderFourPercent) {
   std::mt19937 rng(3);
   constexpr int kBs = 16;
-  KvCacheManager mgr(1 << 16, kBs, [](BlockId, BlockId, int) {});
+  KvCacheManager mgr(1 << 16, kBs);
   struct R {
     int len, max_len, target;
   };

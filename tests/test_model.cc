@@ -92,14 +92,14 @@ void expect_cached_equals_uncached(Model& m, const std::string& label) {
   const int64_t V = m.config().n_vocab;
   std::vector<float> a(V), b(V);
   ContiguousKvCache cache(m.config(), static_cast<int>(seq.size()), DType::kF32);
-  ForwardBatch pre = ForwardBatch::single(&cache, prompt, 0, false);
+  ForwardBatch pre = ForwardBatch::single(cache, prompt, 0, false);
   ASSERT_TRUE(m.forward(pre, a.data()).is_ok());
   for (size_t i = prompt.size(); i < seq.size(); ++i) {
-    ForwardBatch step = ForwardBatch::single(&cache, {seq[i]}, static_cast<int>(i), false);
+    ForwardBatch step = ForwardBatch::single(cache, {seq[i]}, static_cast<int>(i), false);
     ASSERT_TRUE(m.forward(step, a.data()).is_ok());
   }
   ContiguousKvCache fresh(m.config(), static_cast<int>(seq.size()), DType::kF32);
-  ForwardBatch all = ForwardBatch::single(&fresh, seq, 0, false);
+  ForwardBatch all = ForwardBatch::single(fresh, seq, 0, false);
   ASSERT_TRUE(m.forward(all, b.data()).is_ok());
   EXPECT_LE(max_abs_diff(a, b), 1e-4f) << label;
 }
@@ -126,9 +126,9 @@ TEST(Model, PrefillInOnePassEqualsOneTokenAtATime) {
     for (DType kv : {DType::kF32, DType::kF16}) {
       ContiguousKvCache one(c, n, kv), step(c, n, kv);
       std::vector<float> la(static_cast<size_t>(n) * c.n_vocab), lb(la.size());
-      ASSERT_TRUE(m->forward(ForwardBatch::single(&one, prompt, 0, true), la.data()).is_ok());
+      ASSERT_TRUE(m->forward(ForwardBatch::single(one, prompt, 0, true), la.data()).is_ok());
       for (int i = 0; i < n; ++i)
-        ASSERT_TRUE(m->forward(ForwardBatch::single(&step, {prompt[i]}, i, true), lb.data() + i * c.n_vocab).is_ok());
+        ASSERT_TRUE(m->forward(ForwardBatch::single(step, {prompt[i]}, i, true), lb.data() + i * c.n_vocab).is_ok());
       EXPECT_LE(max_abs_diff(la, lb), 1e-4f) << name_of(v);
       // The kernels' reduction-order contract makes this exact, not just close.
       EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float))) << name_of(v) << " not bitwise";
@@ -158,23 +158,21 @@ TEST(Model, TwoSequencesInOneBatchEqualSeparateRuns) {
   auto m = synth({DType::kQ4_0, 4, 2, false});
   const ModelConfig& c = m->config();
   auto pa = prompt_for(*m, 9, 3), pb = prompt_for(*m, 5, 4);
-  ContiguousKvCache ca(c, 16, DType::kF16), cb(c, 16, DType::kF16), sa(c, 16, DType::kF16), sb(c, 16, DType::kF16);
+  ContiguousKvCache sa(c, 16, DType::kF16), sb(c, 16, DType::kF16);
+  KvBlockStorage pool(c, 2, 16, DType::kF16);  // a on block 1, b on block 0
   ForwardBatch both;
-  both.seqs = {&ca, &cb};
+  both.kv = &pool;
+  both.add_sequence({1});
+  both.add_sequence({0});
   for (size_t i = 0; i < std::max(pa.size(), pb.size()); ++i) {  // interleaved tokens of both sequences
-    if (i < pa.size()) {
-      both.token_ids.push_back(pa[i]), both.positions.push_back(i), both.seq_index.push_back(0);
-      both.want_logits.push_back(i + 1 == pa.size());
-    }
-    if (i < pb.size()) {
-      both.token_ids.push_back(pb[i]), both.positions.push_back(i), both.seq_index.push_back(1);
-      both.want_logits.push_back(i + 1 == pb.size());
-    }
+    const int pos = static_cast<int>(i);
+    if (i < pa.size()) both.add_token(pa[i], pos, 0, i + 1 == pa.size());
+    if (i < pb.size()) both.add_token(pb[i], pos, 1, i + 1 == pb.size());
   }
   std::vector<float> lboth(2 * c.n_vocab), la(c.n_vocab), lb(c.n_vocab);
   ASSERT_TRUE(m->forward(both, lboth.data()).is_ok());
-  ASSERT_TRUE(m->forward(ForwardBatch::single(&sa, pa, 0, false), la.data()).is_ok());
-  ASSERT_TRUE(m->forward(ForwardBatch::single(&sb, pb, 0, false), lb.data()).is_ok());
+  ASSERT_TRUE(m->forward(ForwardBatch::single(sa, pa, 0, false), la.data()).is_ok());
+  ASSERT_TRUE(m->forward(ForwardBatch::single(sb, pb, 0, false), lb.data()).is_ok());
   // Logit rows come in batch order: b's last token (i = 4) precedes a's (i = 8).
   EXPECT_EQ(0, std::memcmp(lboth.data(), lb.data(), lb.size() * 4));
   EXPECT_EQ(0, std::memcmp(lboth.data() + c.n_vocab, la.data(), la.size() * 4));
@@ -197,10 +195,24 @@ TEST(Model, BadBatchesAreErrors) {
   auto m = synth({DType::kF32, 4, 2, false});
   ContiguousKvCache c(m->config(), 4, DType::kF32);
   std::vector<float> logits(m->config().n_vocab);
-  EXPECT_FALSE(m->forward(ForwardBatch::single(&c, {1, 2, 3, 4, 5}, 0, false), logits.data()).is_ok());
-  EXPECT_FALSE(m->forward(ForwardBatch::single(&c, {static_cast<int32_t>(m->config().n_vocab)}, 0, false),
+  EXPECT_FALSE(m->forward(ForwardBatch::single(c, {1, 2, 3, 4, 5}, 0, false), logits.data()).is_ok());
+  EXPECT_FALSE(m->forward(ForwardBatch::single(c, {static_cast<int32_t>(m->config().n_vocab)}, 0, false),
                           logits.data()).is_ok());
-  EXPECT_FALSE(m->forward(ForwardBatch::single(&c, {-1}, 0, false), logits.data()).is_ok());
+  EXPECT_FALSE(m->forward(ForwardBatch::single(c, {-1}, 0, false), logits.data()).is_ok());
+  // Plain data from elsewhere (another rank's bytes) is checked too: slots, blocks and copies in range.
+  ForwardBatch slot = ForwardBatch::single(c, {1}, 0, false);
+  slot.slots[0] = 4;
+  EXPECT_FALSE(m->forward(slot, logits.data()).is_ok());
+  ForwardBatch block = ForwardBatch::single(c, {1}, 0, false);
+  block.block_tables[0][0] = 1;
+  EXPECT_FALSE(m->forward(block, logits.data()).is_ok());
+  ForwardBatch copy = ForwardBatch::single(c, {1}, 0, false);
+  copy.copies.push_back({0, 1, 1});
+  EXPECT_FALSE(m->forward(copy, logits.data()).is_ok());
+  ForwardBatch none = ForwardBatch::single(c, {1}, 0, false);
+  none.kv = nullptr;
+  EXPECT_FALSE(m->forward(none, logits.data()).is_ok());
+  EXPECT_TRUE(m->forward(ForwardBatch::single(c, {1}, 0, false), logits.data()).is_ok());
   auto empty = generate(*m, {}, GenerateOptions{});
   EXPECT_FALSE(empty.is_ok());
 }

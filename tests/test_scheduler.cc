@@ -16,7 +16,7 @@ TEST(Scheduler, CatchUpRuleCoversPrefillChunksDecodeAndCacheHits) {
   cfg.n_blocks = 32;
   cfg.prefill_chunk = 20;
   cfg.max_batch_tokens = 50;
-  Scheduler s(cfg, [](BlockId, BlockId, int) {});
+  Scheduler s(cfg);
   SchedRequest a;
   a.id = 1;
   for (int i = 0; i < 45; ++i) a.tokens.push_back(i);
@@ -66,7 +66,7 @@ TEST(Scheduler, RandomizedStreamKeepsEveryInvariant) {
     cfg.max_batch_tokens = 40;
     cfg.max_running = 6;
     cfg.prefix_cache = cache;
-    Scheduler s(cfg, [](BlockId, BlockId, int) {});
+    Scheduler s(cfg);
     std::mt19937 rng(cache ? 7 : 8);
     std::vector<std::unique_ptr<SchedRequest>> live;
     std::vector<int> max_new;

@@ -227,7 +227,7 @@ TEST(SpecScheduler, RandomDraftsAndRollbacksKeepEveryInvariant) {
   cfg.prefill_chunk = 16;
   cfg.max_batch_tokens = 48;
   cfg.max_running = 6;
-  Scheduler s(cfg, [](BlockId, BlockId, int) {});
+  Scheduler s(cfg);
   std::mt19937 rng(21);
   std::vector<std::unique_ptr<SchedRequest>> live;
   RequestId next = 1;

@@ -401,7 +401,7 @@ TEST(SpecDraftVocab, HeadSubsetEqualsTheWholeHeadOnItsRows) {
   for (Model* m : {whole.get(), subset.get(), all.get()}) {
     ContiguousKvCache kv(m->config(), 16, KvTypes{});
     std::vector<float> logits(prompt.size() * V);
-    ForwardBatch b = ForwardBatch::single(&kv, prompt, 0, true);
+    ForwardBatch b = ForwardBatch::single(kv, prompt, 0, true);
     ASSERT_TRUE(m->forward(b, logits.data()).is_ok());
     out.push_back(std::move(logits));
   }

@@ -56,7 +56,7 @@ void qk_for(int p, float* q, float* k) {
   q[1 * kDim + 1] = k[1 * kDim + 1] = static_cast<float>(r * std::sin(a));
 }
 
-void write_kv(KvSequence& cache, int pos0, const std::vector<float>& values) {
+void write_kv(ContiguousKvCache& cache, int pos0, const std::vector<float>& values) {
   std::vector<float> q(kHeads * kDim), k(kHeads * kDim), v(kHeads * kDim);
   for (size_t i = 0; i < values.size(); ++i) {
     const int p = pos0 + static_cast<int>(i) + 1;
@@ -69,7 +69,7 @@ void write_kv(KvSequence& cache, int pos0, const std::vector<float>& values) {
 }
 
 // Contexts (one per head) of the tokens at 1-based positions [first, last].
-std::vector<std::vector<float>> contexts(ThreadPool& pool, KvSequence& cache, int first, int last) {
+std::vector<std::vector<float>> contexts(ThreadPool& pool, ContiguousKvCache& cache, int first, int last) {
   const int n = last - first + 1;
   std::vector<float> q(n * kHeads * kDim), k(kHeads * kDim), out(n * kHeads * kDim);
   std::vector<int32_t> pos(n), seq(n, 0);
@@ -77,7 +77,7 @@ std::vector<std::vector<float>> contexts(ThreadPool& pool, KvSequence& cache, in
     qk_for(first + i, q.data() + i * kHeads * kDim, k.data());
     pos[i] = first + i - 1;
   }
-  KvSequence* seqs[] = {&cache};
+  KvView seqs[] = {cache.view()};
   attention(pool, {q.data(), out.data(), n, pos.data(), seq.data(), seqs, 0, kHeads, kHeads, kDim});
   std::vector<std::vector<float>> r(n, std::vector<float>(kHeads));
   for (int i = 0; i < n; ++i)

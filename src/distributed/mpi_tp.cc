@@ -8,11 +8,10 @@
 #include <cstring>
 #include <algorithm>
 #include <map>
-#include <set>
 #include <thread>
 #include <vector>
 
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_block_storage.h"
 
 namespace cachet {
 
@@ -97,8 +96,9 @@ class AllgatherReducer final : public TpReducer {
 enum : int64_t { kOpForward = 1, kOpStop = 2 };
 
 // Rank 0's step message: header {op, length of the body}, then the body.
-// Body: T; n_seqs; n_copies; token ids [T]; positions [T]; sequence indices [T]; want logits [T]; per sequence: storage id,
-// n_blocks, block_size, K type, V type, table length, table; per copy: storage id, src, dst, n_tokens.
+// Body: T; n_seqs; n_copies; the storage's id, n_blocks, block_size, K type, V type; token ids [T]; positions [T];
+// sequence indices [T]; want logits [T]; slots [T]; per sequence: table length, table; per copy: src, dst,
+// n_tokens. The batch is plain data: a worker replays it against its own storage of the same id and shape.
 void send(const std::vector<int64_t>& body, int64_t op) {
   int64_t head[2] = {op, static_cast<int64_t>(body.size())};
   MPI_Request req;
@@ -128,8 +128,7 @@ int64_t receive(std::vector<int64_t>* body) {
 
 class TpLeaderModel final : public Model {
  public:
-  TpLeaderModel(std::unique_ptr<Model> inner, MpiTp& tp)
-      : inner_(std::move(inner)), tp_(tp), copies_(std::make_shared<std::vector<int64_t>>()) {
+  TpLeaderModel(std::unique_ptr<Model> inner, MpiTp& tp) : inner_(std::move(inner)), tp_(tp) {
     set_shared_pool(inner_->shared_pool());
   }
   ~TpLeaderModel() override { tp_.stop_workers(); }
@@ -141,31 +140,27 @@ class TpLeaderModel final : public Model {
   ThreadPool& pool() override { return inner_->pool(); }
 
   Status forward(const ForwardBatch& b, float* logits) override {
-    const int64_t T = b.n_tokens();
-    std::vector<int64_t> body{T, static_cast<int64_t>(b.seqs.size()), 0};
+    if (!b.kv) return invalid_argument("forward batch: no KV storage");
+    const KvBlockStorage& kv = *b.kv;
+    const KvTypes t = kv.types();
+    std::vector<int64_t> body{b.n_tokens(),
+                              b.n_seqs(),
+                              static_cast<int64_t>(b.copies.size()),
+                              static_cast<int64_t>(kv.id()),
+                              kv.n_blocks(),
+                              kv.block_size(),
+                              static_cast<int64_t>(t.k),
+                              static_cast<int64_t>(t.v)};
     body.insert(body.end(), b.token_ids.begin(), b.token_ids.end());
     body.insert(body.end(), b.positions.begin(), b.positions.end());
     body.insert(body.end(), b.seq_index.begin(), b.seq_index.end());
     body.insert(body.end(), b.want_logits.begin(), b.want_logits.end());
-    for (KvSequence* s : b.seqs) {
-      auto m = s->mirror();
-      if (!m) return unimplemented("tensor parallel: this KV cache view cannot be mirrored on the other ranks");
-      if (m->paged && observed_.insert(m->storage_id).second) {
-        auto copies = copies_;
-        const int64_t id = static_cast<int64_t>(m->storage_id);
-        m->paged->set_copy_observer([copies, id](BlockId src, BlockId dst, int n) {
-          copies->insert(copies->end(), {id, src, dst, n});
-        });
-      }
-      const KvTypes t = s->types();
-      body.insert(body.end(), {static_cast<int64_t>(m->storage_id), m->n_blocks, m->block_size,
-                               static_cast<int64_t>(t.k), static_cast<int64_t>(t.v),
-                               static_cast<int64_t>(m->blocks->size())});
-      body.insert(body.end(), m->blocks->begin(), m->blocks->end());
+    body.insert(body.end(), b.slots.begin(), b.slots.end());
+    for (const std::vector<BlockId>& table : b.block_tables) {
+      body.push_back(static_cast<int64_t>(table.size()));
+      body.insert(body.end(), table.begin(), table.end());
     }
-    body[2] = static_cast<int64_t>(copies_->size() / 4);
-    body.insert(body.end(), copies_->begin(), copies_->end());
-    copies_->clear();
+    for (const KvBlockCopy& c : b.copies) body.insert(body.end(), {c.src, c.dst, c.n_tokens});
     send(body, kOpForward);
     return inner_->forward(b, logits);
   }
@@ -173,32 +168,6 @@ class TpLeaderModel final : public Model {
  private:
   std::unique_ptr<Model> inner_;
   MpiTp& tp_;
-  std::set<uint64_t> observed_;                   // paged pools whose copies are mirrored
-  std::shared_ptr<std::vector<int64_t>> copies_;  // {storage id, src, dst, n} since the last step
-};
-
-// A worker's view of one of rank 0's sequences: the same blocks of its own storage.
-class MirroredSequence final : public KvSequence {
- public:
-  MirroredSequence(KvBlockStorage& s, std::vector<int32_t> table) : s_(s), table_(std::move(table)) {}
-  KvTypes types() const override { return s_.types(); }
-  int capacity() const override { return static_cast<int>(table_.size()) * s_.block_size(); }
-  uint8_t* k_row(int layer, int pos) override {
-    return s_.k(layer, table_[pos / s_.block_size()], pos % s_.block_size());
-  }
-  uint8_t* v_row(int layer, int pos) override {
-    return s_.v(layer, table_[pos / s_.block_size()], pos % s_.block_size());
-  }
-  int span_len() const override { return s_.block_size(); }
-  KvSpan span(int layer, int index, int n_positions) const override {
-    const int bs = s_.block_size(), pos0 = index * bs;
-    return {s_.k(layer, table_[index], 0), s_.v(layer, table_[index], 0), s_.k_row_bytes(), s_.v_row_bytes(), pos0,
-            std::min(bs, n_positions - pos0)};
-  }
-
- private:
-  KvBlockStorage& s_;
-  std::vector<int32_t> table_;
 };
 
 [[noreturn]] void desync(const std::string& what) {
@@ -284,39 +253,33 @@ int MpiTp::serve_as_worker(Model& m) {
       return body[p++];
     };
     const int64_t T = next(), n_seqs = next(), n_copies = next();
+    const int64_t id = next(), nb = next(), bs = next(), kt = next(), vt = next();
+    Store& st = stores[id];
+    if (!st.s) {
+      st.s = std::make_unique<KvBlockStorage>(m.config(), static_cast<int>(nb), static_cast<int>(bs),
+                                              KvTypes(static_cast<KvType>(kt), static_cast<KvType>(vt)));
+      st.n_blocks = nb;
+      st.block_size = bs;
+    } else if (st.n_blocks != nb || st.block_size != bs) {
+      desync("storage " + std::to_string(id) + " changed shape");
+    }
+    st.last_use = step;
     ForwardBatch b;
+    b.kv = st.s.get();
     for (auto* v : {&b.token_ids, &b.positions, &b.seq_index})
       for (int64_t i = 0; i < T; ++i) v->push_back(static_cast<int32_t>(next()));
     for (int64_t i = 0; i < T; ++i) b.want_logits.push_back(next() != 0);  // each rank computes its head rows
-    std::vector<std::unique_ptr<MirroredSequence>> seqs;
-    std::vector<int64_t> used;
+    for (int64_t i = 0; i < T; ++i) b.slots.push_back(next());
     for (int64_t i = 0; i < n_seqs; ++i) {
-      const int64_t id = next(), nb = next(), bs = next(), kt = next(), vt = next(), n_table = next();
-      Store& st = stores[id];
-      if (!st.s) {
-        st.s = std::make_unique<KvBlockStorage>(m.config(), static_cast<int>(nb), static_cast<int>(bs),
-                                                KvTypes(static_cast<KvType>(kt), static_cast<KvType>(vt)));
-        st.n_blocks = nb;
-        st.block_size = bs;
-      } else if (st.n_blocks != nb || st.block_size != bs) {
-        desync("storage " + std::to_string(id) + " changed shape");
-      }
-      st.last_use = step;
-      used.push_back(id);
-      std::vector<int32_t> table;
-      for (int64_t j = 0; j < n_table; ++j) {
-        const int64_t blk = next();
-        if (blk < 0 || blk >= nb) desync("block " + std::to_string(blk) + " outside its pool");
-        table.push_back(static_cast<int32_t>(blk));
-      }
-      seqs.push_back(std::make_unique<MirroredSequence>(*st.s, std::move(table)));
-      b.seqs.push_back(seqs.back().get());
+      const int64_t n_table = next();
+      if (n_table < 0 || n_table > nb) desync("a block table longer than its pool");
+      std::vector<BlockId> table(static_cast<size_t>(n_table));
+      for (BlockId& blk : table) blk = static_cast<BlockId>(next());
+      b.add_sequence(std::move(table));
     }
     for (int64_t i = 0; i < n_copies; ++i) {
-      const int64_t id = next(), src = next(), dst = next(), n = next();
-      auto it = stores.find(id);
-      if (it == stores.end()) desync("a block copy in storage " + std::to_string(id) + ", which was never used");
-      it->second.s->copy_block(static_cast<BlockId>(src), static_cast<BlockId>(dst), static_cast<int>(n));
+      const int64_t src = next(), dst = next(), n = next();
+      b.copies.push_back({static_cast<BlockId>(src), static_cast<BlockId>(dst), static_cast<int>(n)});
     }
     // Rank 0 checks the same batch the same way: when it fails there, it fails here too, before any all-reduce.
     const auto t0 = std::chrono::steady_clock::now();

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_block_storage.h"
+#include "kv/kv_cache_manager.h"
 
 namespace cachet {
 
@@ -77,7 +78,7 @@ Result<BeamResult> beam_search_model(Model& model, const std::vector<int32_t>& p
   const int max_len = static_cast<int>(prompt.size()) + p.max_tokens;
   const int n_blocks = (p.width + 1) * ((max_len + kBs - 1) / kBs + 1);
   KvBlockStorage storage(c, n_blocks, kBs, DType::kF16);
-  KvCacheManager mgr(n_blocks, kBs, [&](BlockId a, BlockId b, int n) { storage.copy_block(a, b, n); });
+  KvCacheManager mgr(n_blocks, kBs);
   const int64_t V = c.n_vocab;
   std::vector<SeqId> beam_seqs;  // seq of each live beam, in the scorer's order
   SeqId next_seq = 1;
@@ -97,9 +98,9 @@ Result<BeamResult> beam_search_model(Model& model, const std::vector<int32_t>& p
     if (parents.size() == 1 && parents[0] == -1) {  // the prompt
       const SeqId s = next_seq++;
       if (!mgr.append(s, static_cast<int>(prompt.size()))) return resource_exhausted("KV pool too small");
-      PagedKvSequence view(storage, mgr, s);
       logits.resize(V);
-      CACHET_RETURN_IF_ERROR(model.forward(ForwardBatch::single(&view, prompt, 0, false), logits.data()));
+      CACHET_RETURN_IF_ERROR(model.forward(ForwardBatch::single(storage, mgr.block_table(s), prompt, 0, false),
+                                           logits.data()));
       beam_seqs = {s};
       return std::vector<std::vector<float>>{log_softmax(logits.data())};
     }
@@ -112,18 +113,14 @@ Result<BeamResult> beam_search_model(Model& model, const std::vector<int32_t>& p
     }
     for (SeqId old : beam_seqs) mgr.free(old);
     beam_seqs = seqs;
-    std::vector<std::unique_ptr<PagedKvSequence>> views;
     ForwardBatch b;
+    b.kv = &storage;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const int pos = mgr.num_tokens(seqs[i]);
       if (!mgr.append(seqs[i], 1)) return resource_exhausted("KV pool too small");
-      views.push_back(std::make_unique<PagedKvSequence>(storage, mgr, seqs[i]));
-      b.seqs.push_back(views.back().get());
-      b.token_ids.push_back(tokens[i]);
-      b.positions.push_back(pos);
-      b.seq_index.push_back(static_cast<int32_t>(i));
-      b.want_logits.push_back(1);
+      b.add_token(tokens[i], pos, b.add_sequence(mgr.block_table(seqs[i])), true);
     }
+    b.copies = mgr.take_copies();  // the beams' shared last blocks, copied before they are written
     logits.resize(seqs.size() * V);
     CACHET_RETURN_IF_ERROR(model.forward(b, logits.data()));
     std::vector<std::vector<float>> out;

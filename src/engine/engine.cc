@@ -22,11 +22,11 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineConfig cfg) {
     return invalid_argument("the KV block size must be a positive multiple of 16, got " +
                             std::to_string(cfg.block_size));
   std::unique_ptr<Engine> e(new Engine(model, std::move(cfg)));
-  CACHET_RETURN_IF_ERROR(e->init_speculation());
+  CACHET_ASSIGN_OR_RETURN(e->spec_, Speculator::create(model, *e->storage_, e->cfg_));
   return e;
 }
 
-Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg), policy_(cfg.draft_max) {
+Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   const ModelConfig& c = model.config();
   if (cfg_.n_blocks <= 0) {
     // The chosen K and V types size the pool: a fixed --kv-memory holds more tokens when they are smaller.
@@ -44,22 +44,7 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg), polic
   sc.prefill_chunk = cfg_.prefill_chunk;
   sc.max_running = cfg_.max_running;
   sc.prefix_cache = cfg_.prefix_cache;
-  scheduler_ = std::make_unique<Scheduler>(sc, [this](BlockId a, BlockId b, int n) { storage_->copy_block(a, b, n); });
-}
-
-Status Engine::init_speculation() {
-  if (cfg_.draft_model) {
-    // The draft tracks the same sequences as the target: as many token slots as the target's pool.
-    DraftModelConfig dc;
-    dc.share_target_kv = !cfg_.draft_own_kv && cfg_.draft_model->config() == model_.config();
-    dc.n_blocks = dc.share_target_kv ? 0 : cfg_.n_blocks;
-    dc.block_size = cfg_.block_size;
-    dc.kv_type = cfg_.kv_type;
-    dc.p_min = cfg_.draft_p_min;
-    CACHET_ASSIGN_OR_RETURN(draft_, DraftModelProposer::create(*cfg_.draft_model, model_, dc));
-  }
-  if (cfg_.spec_adaptive && (cfg_.spec != SpecMode::kOff || draft_)) calibrate_spec();
-  return Status::ok();
+  scheduler_ = std::make_unique<Scheduler>(sc);
 }
 
 Engine::~Engine() {
@@ -71,7 +56,7 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
                                       std::optional<SpecMode> spec) {
   if (n < 1 || n > 128) return invalid_argument("n must be in 1..128, got " + std::to_string(n));
   const SpecMode mode = spec.value_or(cfg_.spec);
-  if (mode == SpecMode::kDraft && !draft_)
+  if (mode == SpecMode::kDraft && !spec_->has_draft_model())
     return invalid_argument("speculation with a draft model was asked for, but the engine has no draft model");
   const ModelConfig& c = model_.config();
   CACHET_RETURN_IF_ERROR(params.validate(c.n_vocab));
@@ -96,7 +81,6 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->n_forks = n - 1;
   r->cache_ns = cache_ns;
   r->spec = mode;
-  r->view = std::make_unique<PagedKvSequence>(*storage_, scheduler_->kv(), r->id);
   scheduler_->add(r.get());
   const RequestId id = r->id;
   next_id_ += n - 1;  // the samples' ids
@@ -108,17 +92,8 @@ void Engine::abort(RequestId id) {
   if (requests_.count(id)) aborted_.push_back(id);
 }
 
-Proposer* Engine::proposer(SpecMode m) {
-  if (m == SpecMode::kLookup) return &lookup_;
-  if (m == SpecMode::kDraft) return draft_.get();
-  return nullptr;
-}
-
 void Engine::finish(Request* r) {
-  // How long outputs run here (a draft's catch-up prefill is earned back only over the tokens still to come).
-  const double generated = static_cast<double>(r->tokens.size()) - r->n_draft - r->n_prompt;
-  output_len_ = output_len_ <= 0 ? generated : 0.9 * output_len_ + 0.1 * generated;
-  if (draft_) draft_->release(r->id);
+  spec_->finished(*r);
   scheduler_->finish(r);
   requests_.erase(r->id);
 }
@@ -134,42 +109,39 @@ Result<std::vector<RequestEvent>> Engine::step() {
   aborted_.clear();
 
   const auto step_start = std::chrono::steady_clock::now();
-  catch_up_secs_ = 0;
-  CACHET_RETURN_IF_ERROR(propose_drafts());
+  CACHET_RETURN_IF_ERROR(spec_->propose(*scheduler_));
   const std::vector<ScheduledWork> work = scheduler_->schedule();
 
   // One forward pass over every scheduled token; logits from each request's last accepted token on (one row,
   // or 1 + its draft's length when it speculates).
   ForwardBatch b;
+  b.kv = storage_.get();
+  b.copies = scheduler_->take_kv_copies();
   std::vector<std::pair<Request*, int>> row_counts;
   bool decode_only = true;  // every scheduled request was caught up (no prompt chunk in the pass)
   for (const ScheduledWork& w : work) {
     Request* r = static_cast<Request*>(w.r);
-    const int seq = static_cast<int>(b.seqs.size());
-    b.seqs.push_back(r->view.get());
+    const int seq = b.add_sequence(scheduler_->kv().block_table(r->id));
     const int last_accepted = static_cast<int>(r->tokens.size()) - r->n_draft - 1;
     int rows = 0;
     for (int k = 0; k < w.n; ++k) {
       const int pos = r->num_computed + k;
-      b.token_ids.push_back(r->tokens[pos]);
-      b.positions.push_back(pos);
-      b.seq_index.push_back(seq);
-      b.want_logits.push_back(pos >= last_accepted);
+      b.add_token(r->tokens[pos], pos, seq, pos >= last_accepted);
       rows += pos >= last_accepted;
     }
     if (rows > 0) row_counts.emplace_back(r, rows);
     decode_only = decode_only && rows == w.n;
   }
   if (work.empty()) {
-    for (auto [r, len] : drafted_) drop_draft(r, len);
-    drafted_.clear();
+    if (!b.copies.empty()) CACHET_RETURN_IF_ERROR(model_.forward(b, nullptr));
+    spec_->drop_unverified([](const EngineRequest*) { return false; });
     return events;
   }
   const int64_t V = model_.config().n_vocab;
   logits_.resize(static_cast<size_t>(b.n_logits()) * V);
   const auto t0 = std::chrono::steady_clock::now();
   CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data()));
-  policy_.observe_target(b.n_tokens(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  spec_->observe_pass(b.n_tokens(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   scheduler_->computed(work);
 
   // Drafts: verified (accepted prefix, a replacement or bonus token), and those not scheduled dropped.
@@ -179,12 +151,9 @@ Result<std::vector<RequestEvent>> Engine::step() {
     rows.push_back({r, next_row, n});
     next_row += static_cast<size_t>(n) * V;
   }
-  for (const auto& d : drafted_) {
-    Request* r = d.first;
-    auto it = std::find_if(rows.begin(), rows.end(), [r](const Rows& x) { return x.r == r; });
-    if (it == rows.end() || r->n_draft == 0) drop_draft(r, d.second);
-  }
-  drafted_.clear();
+  spec_->drop_unverified([&rows](const EngineRequest* r) {
+    return std::any_of(rows.begin(), rows.end(), [r](const Rows& x) { return x.r == r; });
+  });
 
   // Sample, append, and retire finished requests.
   std::vector<std::pair<Request*, const float*>> to_sample;
@@ -193,7 +162,15 @@ Result<std::vector<RequestEvent>> Engine::step() {
     Request* r = x.r;
     step_drafted = step_drafted || r->n_draft > 0;
     if (r->n_draft > 0) {
-      CACHET_RETURN_IF_ERROR(verify_drafts(x, &events));
+      const size_t first_event = events.size();
+      CACHET_ASSIGN_OR_RETURN(const bool done, spec_->verify(r, x.first, x.n, *scheduler_, [&](const SampleResult& s) {
+        return emit(r, s, &events);
+      }));
+      for (size_t i = first_event; i < events.size(); ++i) {
+        events[i].spec_drafted = r->spec_drafted;
+        events[i].spec_accepted = r->spec_accepted;
+      }
+      if (done) finish(r);
       continue;
     }
     to_sample.emplace_back(r, x.first);
@@ -209,7 +186,6 @@ Result<std::vector<RequestEvent>> Engine::step() {
       c->sampler = std::make_unique<Sampler>(c->params);
       c->stop_ids = r->stop_ids;
       c->stop_at_eos = r->stop_at_eos;
-      c->view = std::make_unique<PagedKvSequence>(*storage_, scheduler_->kv(), c->id);
       c->cache_ns = r->cache_ns;
       c->cached_tokens = r->cached_tokens;
       c->spec = r->spec;
@@ -225,13 +201,11 @@ Result<std::vector<RequestEvent>> Engine::step() {
     if (emit(r, s, &events)) finish(r);
   }
   // The realized rate of this step, for the speculation policy's guard (decode steps of speculating engines).
-  if (decode_only && cfg_.spec_adaptive && (cfg_.spec != SpecMode::kOff || draft_)) {
+  if (decode_only) {
     int emitted = 0;
     for (const RequestEvent& e : events) emitted += e.token.has_value();
-    policy_.observe_step(static_cast<int>(work.size()), step_drafted,
-                         emitted,
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count() -
-                             catch_up_secs_);
+    spec_->observe_step(static_cast<int>(work.size()), step_drafted, emitted,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
   }
   return events;
 }
@@ -265,8 +239,8 @@ EngineCounters Engine::counters() const {
     c.prefix_query_tokens = rc->query_tokens();
     c.prefix_hit_tokens = rc->hit_tokens();
   }
-  c.spec_draft_tokens = spec_draft_tokens_;
-  c.spec_accepted_tokens = spec_accepted_tokens_;
+  c.spec_draft_tokens = spec_->draft_tokens();
+  c.spec_accepted_tokens = spec_->accepted_tokens();
   return c;
 }
 
@@ -283,7 +257,7 @@ std::vector<uint8_t> Engine::kv_contents(RequestId id, int n_positions) const {
   std::vector<uint8_t> out;
   auto it = requests_.find(id);
   if (it == requests_.end()) return out;
-  PagedKvSequence& v = *it->second->view;
+  const KvView v{storage_.get(), scheduler_->kv().block_table(id)};
   const size_t k_row = storage_->k_row_bytes(), v_row = storage_->v_row_bytes();
   for (int64_t layer = 0; layer < model_.config().n_layer; ++layer)
     for (int pos = 0; pos < n_positions; ++pos) {

@@ -18,45 +18,15 @@
 #include <vector>
 
 #include "cachet/status.h"
-#include "kv/paged_kv_cache.h"
+#include "engine/engine_config.h"
+#include "engine/engine_request.h"
 #include "engine/scheduler.h"
+#include "engine/speculator.h"
+#include "kv/kv_block_storage.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
-#include "speculative/draft_model.h"
-#include "speculative/lookup.h"
-#include "speculative/policy.h"
 
 namespace cachet {
-
-struct EngineConfig {
-  int block_size = 16;
-  int n_blocks = 0;            // 0: from kv_memory_bytes
-  int64_t kv_memory_bytes = 256ll << 20;
-  int max_batch_tokens = 512;  // token budget of one step
-  int prefill_chunk = 256;     // most prompt tokens of one request per step
-  int max_running = 256;
-  KvTypes kv_type;  // K and V element types (f16 both by default; kv/kv_type.h)
-  // Reuse the KV blocks of earlier requests' prefixes (kv/radix_cache.h). Outputs are bitwise the same either way.
-  bool prefix_cache = true;
-  // The tokens that end a request that stops at end of generation (EOS, EOT, <|im_end|>, ...;
-  // end_of_generation_ids in engine/text_stream.h). The model's EOS always does.
-  std::vector<int32_t> end_of_generation;
-  // Called with every row of logits a request samples from (tests: batch invariance; debugging).
-  std::function<void(RequestId, const float*, int64_t)> on_logits;
-  // Speculative decoding (docs/speculative.md): the mode of requests that do not choose one; the draft model
-  // (same vocabulary; not owned; required for SpecMode::kDraft); the most draft tokens per step. With
-  // spec_adaptive each request drafts what the measured costs and its own acceptance say pays (possibly
-  // nothing); without, always draft_max (tests).
-  SpecMode spec = SpecMode::kOff;
-  Model* draft_model = nullptr;
-  int draft_max = 8;
-  float draft_p_min = kDefaultDraftPMin;
-  bool spec_adaptive = true;
-  // A draft model of the target's exact shape (a requantization) reads the target's KV cache
-  // (DraftModelConfig::share_target_kv) unless this is set: then it keeps a pool of its own, as a draft of
-  // another shape must.
-  bool draft_own_kv = false;
-};
 
 enum class RequestFinish { kNone, kStop, kLength, kAborted };
 
@@ -118,24 +88,11 @@ class Engine {
   int num_computed(RequestId id) const;
   int kv_slots(RequestId id) const { return scheduler_->kv().num_tokens(id); }
   std::vector<uint8_t> kv_contents(RequestId id, int n_positions) const;
-  const DraftModelProposer* draft_proposer() const { return draft_.get(); }
+  const DraftModelProposer* draft_proposer() const { return spec_->draft_proposer(); }
 
  private:
   Engine(Model& model, EngineConfig cfg);
-  Status init_speculation();  // the draft proposer and the speculation policy's calibration
-  struct Request : SchedRequest {
-    SamplingParams params;
-    std::unique_ptr<Sampler> sampler;
-    std::vector<int32_t> stop_ids;
-    bool stop_at_eos = true;
-    int n_forks = 0;  // samples still to fork off at the first sampling point
-    std::unique_ptr<PagedKvSequence> view;
-    SpecMode spec = SpecMode::kOff;
-    Acceptance acceptance;
-    int spec_idle = 0;               // steps since it last drafted
-    std::vector<TokenDist> draft_q;  // the draft's distributions when it sampled (else empty)
-    int64_t spec_drafted = 0, spec_accepted = 0;
-  };
+  using Request = EngineRequest;
   // A request's rows of logits in this step's pass: positions from its last accepted token on.
   struct Rows {
     Request* r;
@@ -143,14 +100,6 @@ class Engine {
     int n;
   };
   void finish(Request* r);
-  Proposer* proposer(SpecMode m);
-  // Speculation (engine_spec.cc): drafts for caught-up speculating requests, appended to their tokens;
-  // after the pass, the accept/resample rule over a request's rows, the rejected positions rolled back.
-  void calibrate_spec();
-  Status propose_drafts();
-  Status verify_drafts(const Rows& rows, std::vector<RequestEvent>* events);
-  // Drafts that were not scheduled this step (or were preempted) are dropped.
-  void drop_draft(Request* r, int n_accepted_tokens);
   // Appends a chosen token and its event; true when it ends the request.
   bool emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events);
 
@@ -162,18 +111,7 @@ class Engine {
   std::vector<RequestId> aborted_;
   RequestId next_id_ = 1;
   std::vector<float> logits_;
-  LookupProposer lookup_;
-  std::unique_ptr<DraftModelProposer> draft_;
-  SpecPolicy policy_;
-  std::vector<std::pair<Request*, int>> drafted_;  // this step's drafting requests and their accepted length
-  // Per SpecMode, over every request: a new request's prior (a longer memory than a request's own counts).
-  Acceptance mode_acceptance_[3] = {{.decay = Acceptance::kEngineDecay},
-                                    {.decay = Acceptance::kEngineDecay},
-                                    {.decay = Acceptance::kEngineDecay}};
-  double mode_idle_secs_[3] = {};  // per SpecMode: time of steps with candidates of that kind and none drafting
-  double catch_up_secs_ = 0;       // this step's draft catch-up prefill (left out of the guard's step rate)
-  double output_len_ = 0;          // finished requests' generated tokens, a moving average (0: none yet)
-  int64_t spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
+  std::unique_ptr<Speculator> spec_;
 };
 
 }  // namespace cachet

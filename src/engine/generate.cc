@@ -72,12 +72,12 @@ Result<GenerateResult> run_loop(Model& model, ContiguousKvCache* cache, int reus
       std::vector<int32_t> feed =
           step == 0 ? std::vector<int32_t>(prompt.begin() + reused, prompt.end()) : std::vector<int32_t>{seq.back()};
       int pos0 = step == 0 ? reused : static_cast<int>(seq.size()) - 1;
-      ForwardBatch b = ForwardBatch::single(cache, feed, pos0, false);
+      ForwardBatch b = ForwardBatch::single(*cache, feed, pos0, false);
       CACHET_RETURN_IF_ERROR(model.forward(b, logits.data()));
     } else {
       // Naive: a fresh cache and the whole sequence every step.
       ContiguousKvCache scratch(cfg, static_cast<int>(seq.size()), opts.kv_type);
-      ForwardBatch b = ForwardBatch::single(&scratch, seq, 0, false);
+      ForwardBatch b = ForwardBatch::single(scratch, seq, 0, false);
       CACHET_RETURN_IF_ERROR(model.forward(b, logits.data()));
     }
     TokenEvent ev;
@@ -117,7 +117,7 @@ Result<GenerateResult> run_loop(Model& model, ContiguousKvCache* cache, int reus
     std::string tail = stops.feed(sanitize_utf8(pending_bytes));
     tail += stops.flush();
     res.text += tail;
-    if (!tail.empty() && on_token) on_token(TokenEvent{-1, tail, {}});
+    if (!tail.empty() && on_token) on_token(TokenEvent{std::nullopt, tail, {}});
   }
   res.decode_ms = ms_between(t0, last) - res.ttft_ms;
   return res;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "base/dtype.h"
@@ -28,7 +29,7 @@ struct GenerateOptions {
 
 // One generated token as it is streamed.
 struct TokenEvent {
-  int32_t id;
+  std::optional<int32_t> id;  // none on the last event when it only flushes held-back text
   std::string text;  // text now safe to emit (empty while a possible stop sequence is held back)
   SampleResult sample;
 };

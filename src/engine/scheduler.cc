@@ -6,8 +6,7 @@
 
 namespace cachet {
 
-Scheduler::Scheduler(SchedulerConfig cfg, KvCacheManager::CopyFn copy)
-    : cfg_(cfg), manager_(cfg.n_blocks, cfg.block_size, std::move(copy)) {
+Scheduler::Scheduler(SchedulerConfig cfg) : cfg_(cfg), manager_(cfg.n_blocks, cfg.block_size) {
   if (cfg_.prefix_cache) radix_ = std::make_unique<RadixCache>(manager_.shared_pool(), cfg_.block_size);
 }
 

@@ -49,8 +49,7 @@ struct ScheduledWork {
 
 class Scheduler {
  public:
-  // copy(src, dst, n): copy-on-write of a shared, partly filled block (the engine's KV storage does it).
-  Scheduler(SchedulerConfig cfg, KvCacheManager::CopyFn copy);
+  explicit Scheduler(SchedulerConfig cfg);
   ~Scheduler();
 
   void add(SchedRequest* r) { waiting_.push_back(r); }
@@ -76,6 +75,8 @@ class Scheduler {
   int n_waiting() const { return static_cast<int>(waiting_.size()); }
   int64_t preemptions() const { return preemptions_; }
   const KvCacheManager& kv() const { return manager_; }
+  // The copy-on-writes the block tables need before the next forward pass (KvCacheManager::take_copies).
+  std::vector<KvBlockCopy> take_kv_copies() { return manager_.take_copies(); }
   const RadixCache* prefix_cache() const { return radix_.get(); }
   const std::vector<SchedRequest*>& running() const { return running_; }
   // Blocks at least one request's table references.

@@ -12,22 +12,18 @@ namespace cachet {
 
 namespace {
 
-// A cache that can write one slot off: from `shift_from` on, position p is stored in slot p - 1.
-class FaultyKvCache final : public KvSequence {
- public:
-  FaultyKvCache(const ModelConfig& cfg, int capacity) : inner_(cfg, capacity, DType::kF32) {}
-  KvTypes types() const override { return inner_.types(); }
-  int capacity() const override { return inner_.capacity(); }
-  uint8_t* k_row(int layer, int pos) override { return inner_.k_row(layer, slot(pos)); }
-  uint8_t* v_row(int layer, int pos) override { return inner_.v_row(layer, slot(pos)); }
-  int span_len() const override { return inner_.span_len(); }
-  KvSpan span(int layer, int index, int n) const override { return inner_.span(layer, index, n); }
-  ContiguousKvCache& inner() { return inner_; }
+// A cache that can write one slot off: from `shift_from` on, position p's K and V go to slot p - 1 while
+// attention still reads position p from slot p (the batch's slot mapping and block table disagree).
+struct FaultyKvCache {
+  FaultyKvCache(const ModelConfig& cfg, int capacity) : cache(cfg, capacity, DType::kF32) {}
+  ForwardBatch batch(const std::vector<int32_t>& tokens, int pos0) {
+    ForwardBatch b = ForwardBatch::single(cache, tokens, pos0, false);
+    for (int i = 0; i < b.n_tokens(); ++i)
+      if (shift_from >= 0 && b.positions[i] >= shift_from && b.positions[i] > 0) b.slots[i] -= 1;
+    return b;
+  }
+  ContiguousKvCache cache;
   int shift_from = -1;
-
- private:
-  int slot(int pos) const { return shift_from >= 0 && pos >= shift_from && pos > 0 ? pos - 1 : pos; }
-  ContiguousKvCache inner_;
 };
 
 std::vector<double> softmax(const std::vector<float>& l) {
@@ -87,16 +83,15 @@ Result<BreakReport> run_break_experiment(Model& model, const std::vector<int32_t
   // token after s generated ones, and the corruption applies from step `after` on.
   FaultyKvCache clean(cfg, cap), broken(cfg, cap);
   std::vector<float> lc(V), lb(V);
-  CACHET_RETURN_IF_ERROR(model.forward(ForwardBatch::single(&clean, prompt, 0, false), lc.data()));
-  CACHET_RETURN_IF_ERROR(model.forward(ForwardBatch::single(&broken, prompt, 0, false), lb.data()));
+  CACHET_RETURN_IF_ERROR(model.forward(clean.batch(prompt, 0), lc.data()));
+  CACHET_RETURN_IF_ERROR(model.forward(broken.batch(prompt, 0), lb.data()));
   for (int s = 0; s < n_steps; ++s) {
     if (s > 0) {
       const int pos = P + s - 1;
-      if (s == after && kind == Corruption::kRandomKey) corrupt_key(cfg, broken.inner(), rep.corrupt_pos, seed);
+      if (s == after && kind == Corruption::kRandomKey) corrupt_key(cfg, broken.cache, rep.corrupt_pos, seed);
       if (s == after && kind == Corruption::kShiftedWrite) broken.shift_from = pos;
-      CACHET_RETURN_IF_ERROR(model.forward(ForwardBatch::single(&clean, {rep.clean_ids.back()}, pos, false), lc.data()));
-      CACHET_RETURN_IF_ERROR(
-          model.forward(ForwardBatch::single(&broken, {rep.free_run_ids.back()}, pos, false), lb.data()));
+      CACHET_RETURN_IF_ERROR(model.forward(clean.batch({rep.clean_ids.back()}, pos), lc.data()));
+      CACHET_RETURN_IF_ERROR(model.forward(broken.batch({rep.free_run_ids.back()}, pos), lb.data()));
     }
     const int32_t ct = argmax(lc.data(), V), bt = argmax(lb.data(), V);
     rep.steps.push_back({s, kind != Corruption::kNone && s >= after && s > 0, ct, bt, kl_divergence(lc, lb)});

@@ -1,11 +1,12 @@
 #include "kv/kv_cache_manager.h"
 
+#include <utility>
+
 #include "base/check.h"
 
 namespace cachet {
 
-KvCacheManager::KvCacheManager(int n_blocks, int block_size, CopyFn copy)
-    : block_size_(block_size), pool_(n_blocks), copy_(std::move(copy)) {
+KvCacheManager::KvCacheManager(int n_blocks, int block_size) : block_size_(block_size), pool_(n_blocks) {
   CACHET_CHECK(block_size > 0);
 }
 
@@ -40,7 +41,7 @@ bool KvCacheManager::append(SeqId s, int n_new) {
   size_t next = 0;
   if (n_new > 0 && q.num_tokens % block_size_ != 0 && pool_.ref_cnt(q.table.back()) > 1) {
     const BlockId shared = q.table.back(), own = fresh[next++];
-    copy_(shared, own, q.num_tokens % block_size_);
+    copies_.push_back({shared, own, q.num_tokens % block_size_});
     pool_.decref(shared);
     q.table.back() = own;
   }
@@ -68,7 +69,7 @@ void KvCacheManager::adopt(SeqId s, const std::vector<BlockId>& blocks) {
 void KvCacheManager::free(SeqId s) {
   auto it = seqs_.find(s);
   if (it == seqs_.end()) return;
-  for (BlockId b : it->second.table) pool_.decref(b);
+  for (BlockId b : it->second.table) release(b);
   seqs_.erase(it);
 }
 
@@ -76,10 +77,18 @@ void KvCacheManager::truncate(SeqId s, int n_tokens) {
   Seq& q = seqs_.at(s);
   CACHET_CHECK(n_tokens >= 0 && n_tokens <= q.num_tokens);
   const size_t keep = static_cast<size_t>((n_tokens + block_size_ - 1) / block_size_);
-  for (size_t i = keep; i < q.table.size(); ++i) pool_.decref(q.table[i]);
+  for (size_t i = keep; i < q.table.size(); ++i) release(q.table[i]);
   q.table.resize(keep);
   q.num_tokens = n_tokens;
 }
+
+void KvCacheManager::release(BlockId b) {
+  pool_.decref(b);
+  if (pool_.ref_cnt(b) == 0 && !copies_.empty())
+    std::erase_if(copies_, [b](const KvBlockCopy& c) { return c.dst == b; });
+}
+
+std::vector<KvBlockCopy> KvCacheManager::take_copies() { return std::exchange(copies_, {}); }
 
 std::string KvCacheManager::check(const std::function<int(BlockId)>& external) const {
   std::vector<int> refs(pool_.n_total(), 0);

@@ -1,7 +1,8 @@
 // KvCacheManager: the block tables of every sequence over one BlockPool. A sequence's positions
 // [0, num_tokens) live in block_table[p / block_size] at offset p % block_size. Forked sequences share
 // blocks (ref counts); appending into a shared, partly filled last block copies it first (copy-on-write).
-// Runs without any KV memory: the copy is a callback, so the bookkeeping is tested alone.
+// Runs without any KV memory: a copy is recorded (take_copies), and whoever builds the next forward batch
+// hands it to the model, which makes it before the step writes anything; so the bookkeeping is tested alone.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/kv_block_storage.h"
 
 namespace cachet {
 
@@ -18,9 +20,7 @@ using SeqId = int64_t;
 
 class KvCacheManager {
  public:
-  // copy(src, dst, n): copy the first n token slots of block src into block dst (every layer's K and V).
-  using CopyFn = std::function<void(BlockId src, BlockId dst, int n_tokens)>;
-  KvCacheManager(int n_blocks, int block_size, CopyFn copy);
+  KvCacheManager(int n_blocks, int block_size);
 
   int block_size() const { return block_size_; }
   const BlockPool& pool() const { return pool_; }
@@ -39,6 +39,11 @@ class KvCacheManager {
   // s (new) starts with whole blocks computed elsewhere (a prefix cache hit): it takes a reference on each and
   // holds blocks.size() * block_size tokens.
   void adopt(SeqId s, const std::vector<BlockId>& blocks);
+  // The copy-on-writes recorded since the last call, in order. A copy whose destination goes back to the pool
+  // before it is taken is dropped then (the block may be handed out again, or revived by a prefix cache).
+  std::vector<KvBlockCopy> take_copies();
+  bool has_copies() const { return !copies_.empty(); }
+
   // Drops all of s's references (finish, abort, or preemption by recompute).
   void free(SeqId s);
   // s keeps only its first n_tokens (n_tokens <= num_tokens): blocks past them go back (speculative positions
@@ -58,7 +63,8 @@ class KvCacheManager {
   };
   int block_size_;
   BlockPool pool_;
-  CopyFn copy_;
+  std::vector<KvBlockCopy> copies_;
+  void release(BlockId b);  // one reference of b dropped
   std::unordered_map<SeqId, Seq> seqs_;
 };
 

@@ -72,6 +72,7 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> cos_sin_;      // [n_tokens, rope_dim] global layers
   AlignedBuffer<float> cos_sin_swa_;  // [n_tokens, rope_dim] sliding-window layers (their own RoPE base)
   AlignedBuffer<float> router_;       // [n_tokens, n_expert]
+  std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
   // Tensor parallel, exact mode: every rank's attention output / FFN activations, and this rank's output rows.
   AlignedBuffer<float> attn_full_;    // [n_tokens, q_dim of the whole model]
   AlignedBuffer<float> act_full_;     // [n_tokens, n_ff of the whole model]
@@ -84,18 +85,32 @@ class DecoderModel final : public Model {
 
 Status DecoderModel::check_batch(const ForwardBatch& b) const {
   const size_t n = b.token_ids.size();
-  if (b.positions.size() != n || b.seq_index.size() != n || b.want_logits.size() != n)
-    return invalid_argument("forward batch: token, position, sequence and logits lists differ in length");
+  if (b.positions.size() != n || b.seq_index.size() != n || b.want_logits.size() != n || b.slots.size() != n)
+    return invalid_argument("forward batch: token, position, sequence, logits and slot lists differ in length");
+  if (n == 0 && b.copies.empty()) return Status::ok();
+  const KvBlockStorage* kv = b.kv;
+  if (!kv) return invalid_argument("forward batch: no KV storage");
+  if (kv->n_layers() != cfg_.n_layer || kv->k_row_bytes() != kv_row_bytes(kv->types().k, cfg_.kv_dim()) ||
+      kv->v_row_bytes() != kv_row_bytes(kv->types().v, cfg_.kv_dim()))
+    return invalid_argument("forward batch: the KV storage was made for another model's shape");
+  for (const KvBlockCopy& c : b.copies)
+    if (c.src < 0 || c.src >= kv->n_blocks() || c.dst < 0 || c.dst >= kv->n_blocks() || c.n_tokens < 0 ||
+        c.n_tokens > kv->block_size())
+      return invalid_argument("forward batch: a block copy outside the KV storage");
+  for (const std::vector<BlockId>& t : b.block_tables)
+    for (BlockId blk : t)
+      if (blk < 0 || blk >= kv->n_blocks()) return invalid_argument("forward batch: a block outside the KV storage");
   for (size_t i = 0; i < n; ++i) {
     if (b.token_ids[i] < 0 || b.token_ids[i] >= cfg_.n_vocab)
       return invalid_argument("token id " + std::to_string(b.token_ids[i]) + " is outside the vocabulary (0.." +
                               std::to_string(cfg_.n_vocab - 1) + ")");
-    if (b.seq_index[i] < 0 || static_cast<size_t>(b.seq_index[i]) >= b.seqs.size())
-      return invalid_argument("forward batch: bad sequence index");
-    const KvSequence* s = b.seqs[b.seq_index[i]];
-    if (b.positions[i] < 0 || b.positions[i] >= s->capacity())
+    if (b.seq_index[i] < 0 || b.seq_index[i] >= b.n_seqs()) return invalid_argument("forward batch: bad sequence index");
+    const int capacity = b.view(b.seq_index[i]).capacity();
+    if (b.positions[i] < 0 || b.positions[i] >= capacity)
       return out_of_range("position " + std::to_string(b.positions[i]) + " is outside the KV cache (capacity " +
-                          std::to_string(s->capacity()) + ")");
+                          std::to_string(capacity) + ")");
+    if (b.slots[i] < 0 || b.slots[i] >= kv->n_slots())
+      return out_of_range("forward batch: slot " + std::to_string(b.slots[i]) + " is outside the KV storage");
   }
   return Status::ok();
 }
@@ -146,8 +161,11 @@ std::vector<int64_t> wshape(const TensorView& w) {
 
 Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
   CACHET_RETURN_IF_ERROR(check_batch(batch));
+  for (const KvBlockCopy& cp : batch.copies) batch.kv->copy_block(cp);  // copy-on-write, before any write
   const int T = batch.n_tokens();
   if (T == 0) return Status::ok();
+  views_.clear();
+  for (int i = 0; i < batch.n_seqs(); ++i) views_.push_back(batch.view(i));
   ensure_scratch(T);
   ThreadPool& pool = *pool_;
   const Kernels& kern = kernels();
@@ -220,13 +238,12 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
                   (!swa && c.rope_scaling != "none" ? ", " + c.rope_scaling + " scaling" : "")});
     trace(l, {"kv_store", "", "", {}, {T, 2, KH * hd}, {T, 2, KH * hd},
               "K and V of these tokens written at their positions"});
+    const KvTypes kt = batch.kv->types();
     for (int t = 0; t < T; ++t) {
-      KvSequence* s = batch.seqs[batch.seq_index[t]];
-      const KvTypes kt = s->types();
-      kv_store(kt.k, k_.data() + t * kvd, s->k_row(static_cast<int>(l), batch.positions[t]), kvd, hd);
-      kv_store(kt.v, v_.data() + t * kvd, s->v_row(static_cast<int>(l), batch.positions[t]), kvd, hd);
+      kv_store(kt.k, k_.data() + t * kvd, batch.kv->k_slot(static_cast<int>(l), batch.slots[t]), kvd, hd);
+      kv_store(kt.v, v_.data() + t * kvd, batch.kv->v_slot(static_cast<int>(l), batch.slots[t]), kvd, hd);
     }
-    AttentionArgs aa{q_.data(), attn_.data(), T, batch.positions.data(), batch.seq_index.data(), batch.seqs.data(),
+    AttentionArgs aa{q_.data(), attn_.data(), T, batch.positions.data(), batch.seq_index.data(), views_.data(),
                      static_cast<int>(l), static_cast<int>(H), static_cast<int>(KH), static_cast<int>(hd),
                      c.query_scale()};
     aa.window = swa ? static_cast<int>(c.sliding_window) : 0;

@@ -1,11 +1,16 @@
-// ForwardBatch: the contract between whoever schedules tokens and the model. A flat list of tokens, each
-// with its position and the sequence (KV cache) it belongs to. Tokens of one sequence appear in position
-// order; a token attends to positions [0, its position] of its own sequence (the causal mask).
+// ForwardBatch: the contract between whoever schedules tokens and the model, as plain data. A flat list of
+// tokens, each with its position, the sequence it belongs to and the KV slot its K and V rows are written to;
+// per sequence, its block table in the batch's storage (what attention reads); and the copy-on-writes to make
+// before anything is written. Tokens of one sequence appear in position order; a token attends to positions
+// [0, its position] of its own sequence (the causal mask). Nothing here points into the scheduler's
+// bookkeeping, so another process (a tensor-parallel rank) replays a batch from its bytes against its own
+// storage.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "kv/kv_block_storage.h"
 #include "kv/kv_cache.h"
 
 namespace cachet {
@@ -13,28 +18,51 @@ namespace cachet {
 struct ForwardBatch {
   std::vector<int32_t> token_ids;    // [n_tokens]
   std::vector<int32_t> positions;    // [n_tokens]
-  std::vector<int32_t> seq_index;    // [n_tokens] index into seqs
+  std::vector<int32_t> seq_index;    // [n_tokens] index into block_tables
   std::vector<uint8_t> want_logits;  // [n_tokens] 1 = return this token's next-token logits
-  std::vector<KvSequence*> seqs;     // [n_seqs]
+  std::vector<int64_t> slots;        // [n_tokens] where its K and V go: block * block_size + offset
+  KvBlockStorage* kv = nullptr;      // the storage every sequence's blocks are in
+  std::vector<std::vector<BlockId>> block_tables;  // [n_seqs] blocks in position order
+  std::vector<KvBlockCopy> copies;                 // made, in order, before the step writes
 
   int n_tokens() const { return static_cast<int>(token_ids.size()); }
+  int n_seqs() const { return static_cast<int>(block_tables.size()); }
   int n_logits() const {
     int n = 0;
     for (uint8_t w : want_logits) n += w;
     return n;
   }
+  // Adds a sequence (its block table); its index for add_token.
+  int add_sequence(std::vector<BlockId> blocks) {
+    block_tables.push_back(std::move(blocks));
+    return n_seqs() - 1;
+  }
+  // Adds a token of sequence `seq` at `pos`, written to the slot its block table gives (a position past the
+  // table gets an out-of-range slot, which the model rejects).
+  void add_token(int32_t id, int32_t pos, int seq, bool logits) {
+    const std::vector<BlockId>& t = block_tables[seq];
+    const int bs = kv->block_size();
+    token_ids.push_back(id);
+    positions.push_back(pos);
+    seq_index.push_back(seq);
+    want_logits.push_back(logits);
+    slots.push_back(pos >= 0 && pos / bs < static_cast<int>(t.size()) ? static_cast<int64_t>(t[pos / bs]) * bs + pos % bs
+                                                                      : kv->n_slots());
+  }
+  KvView view(int seq) const { return {kv, block_tables[seq]}; }
 
   // One sequence: tokens at positions pos0.. ; logits for the last token only, or for all.
-  static ForwardBatch single(KvSequence* seq, const std::vector<int32_t>& tokens, int pos0, bool all_logits) {
+  static ForwardBatch single(KvBlockStorage& kv, std::vector<BlockId> blocks, const std::vector<int32_t>& tokens,
+                             int pos0, bool all_logits) {
     ForwardBatch b;
-    b.seqs = {seq};
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      b.token_ids.push_back(tokens[i]);
-      b.positions.push_back(pos0 + static_cast<int32_t>(i));
-      b.seq_index.push_back(0);
-      b.want_logits.push_back(all_logits || i + 1 == tokens.size());
-    }
+    b.kv = &kv;
+    b.add_sequence(std::move(blocks));
+    for (size_t i = 0; i < tokens.size(); ++i)
+      b.add_token(tokens[i], pos0 + static_cast<int32_t>(i), 0, all_logits || i + 1 == tokens.size());
     return b;
+  }
+  static ForwardBatch single(ContiguousKvCache& cache, const std::vector<int32_t>& tokens, int pos0, bool all_logits) {
+    return single(cache.storage(), cache.blocks(), tokens, pos0, all_logits);
   }
 };
 

@@ -299,10 +299,10 @@ struct TileAt {
   KvSpan sp;
   int off, n;
 };
-TileAt tile_at(KvSequence* seq, int layer, int p, int p1) {
-  const int len = seq->span_len();
+TileAt tile_at(const KvView& seq, int layer, int p, int p1) {
+  const int len = seq.span_len();
   const int sp_i = p / len;
-  const KvSpan sp = seq->span(layer, sp_i, p1);
+  const KvSpan sp = seq.span(layer, sp_i, p1);
   const int off = p - sp_i * len;
   return {sp, off, std::min({kAttnTile - p % kAttnTile, sp.n - off, p1 - p})};
 }
@@ -311,7 +311,7 @@ TileAt tile_at(KvSequence* seq, int layer, int p, int p1) {
 // first of them, a prefetch's); their number. A chunk's positions are at most kChunkTiles tiles: spans are whole
 // tiles (KvBlockStorage checks its block size).
 constexpr int kChunkTiles = kAttnChunkRows / kAttnTile;
-int chunk_tiles(KvSequence* seq, int layer, int p0, int p1, AttnTile* out, int cap = kChunkTiles) {
+int chunk_tiles(const KvView& seq, int layer, int p0, int p1, AttnTile* out, int cap = kChunkTiles) {
   int n = 0, p = p0;
   for (; p < p1 && n < cap; ++n) {
     const auto [sp, off, nt] = tile_at(seq, layer, p, p1);
@@ -332,7 +332,7 @@ int chunk_tiles(KvSequence* seq, int layer, int p0, int p1, AttnTile* out, int c
 // positions, 2 threads, per layer: q8_0 617-637 -> 467-474 us, f16 796-830 -> 736-788 us; docs/kv_quant.md).
 class TilePrefetch {
  public:
-  TilePrefetch(KvSequence* seq, int layer, int p, int end, int kvh0, int kvh1, size_t k_head, size_t v_head) {
+  TilePrefetch(const KvView& seq, int layer, int p, int end, int kvh0, int kvh1, size_t k_head, size_t v_head) {
     const int pa = p + kAttnPrefetch * kAttnTile;
     if (pa >= end) return;
     const auto [sp, off, n] = tile_at(seq, layer, pa, end);
@@ -396,9 +396,9 @@ struct CacheLayout {
 // q(kvh) and st(kvh) give a KV head's query rows and softmax state. Per head, the same tiles in the same order
 // as a head walked alone.
 template <typename QueryOf, typename StateOf>
-void attend_chunk(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int kvh0, int kvh1, QueryOf q, int group,
+void attend_chunk(const Kernels& k, const AttentionArgs& a, const KvView& seq, int kvh0, int kvh1, QueryOf q, int group,
                   float scale, int p0, int p1, int pf_end, StateOf st) {
-  const CacheLayout cl(seq->types(), a.head_dim);
+  const CacheLayout cl(seq.types(), a.head_dim);
   const auto& [types, k_head, v_head, direct, row] = cl;
   if (direct) {
     // Up to kAttnChunkHeads KV heads a call: the kernel may read whole rows. q(h) and st(h) are a fixed stride
@@ -463,12 +463,12 @@ struct BlockQuery {
 // at span ends; its own range clips the first and last), in the same order: results equal a token walked alone.
 // Kernel-read types: the chunk's tiles once, each token's call reads them from L2. Widened types: the union of
 // the ranges tile by tile, each tile widened once and, in L1, serving every token whose range it meets.
-void attend_tokens(const Kernels& k, const AttentionArgs& a, KvSequence* seq, int kvh, std::span<BlockQuery> qs,
+void attend_tokens(const Kernels& k, const AttentionArgs& a, const KvView& seq, int kvh, std::span<BlockQuery> qs,
                    int group, float scale) {
   int lo = std::numeric_limits<int>::max(), hi = 0;
   for (const BlockQuery& b : qs)
     if (b.p0 < b.p1) lo = std::min(lo, b.p0), hi = std::max(hi, b.p1);
-  const CacheLayout cl(seq->types(), a.head_dim);
+  const CacheLayout cl(seq.types(), a.head_dim);
   const auto& [types, k_head, v_head, direct, row] = cl;
   if (direct) {
     AttnTile tiles[kChunkTiles], mine[kChunkTiles];
@@ -557,7 +557,7 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq);
 void attention(ThreadPool& pool, const AttentionArgs& args) {
   // A q4r cache holds K and V turned block by block (kv/kv_type.h): q.k is the same with q turned alike, and the
   // output comes back turned, so it is turned back at the end.
-  const KvTypes types = args.seqs[0]->types();
+  const KvTypes types = args.seqs[0].types();
   AttentionArgs a = args;
   const int64_t q_floats = static_cast<int64_t>(a.n_tokens) * a.n_head * a.head_dim;
   if (kv_rotated(types.k)) {

@@ -8,7 +8,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_view.h"
 #include "model/rope_scaling.h"
 #include "model/tensor.h"
 
@@ -63,7 +63,7 @@ struct AttentionArgs {
   int n_tokens;
   const int32_t* positions;
   const int32_t* seq_index;
-  KvSequence* const* seqs;
+  const KvView* seqs;  // [n_seqs]
   int layer;
   int n_head;
   int n_head_kv;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 namespace cachet {
 
@@ -25,15 +26,12 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(Model& dr
 DraftModelProposer::DraftModelProposer(Model& draft, DraftModelConfig cfg) : model_(draft), cfg_(cfg) {
   if (cfg.share_target_kv) return;
   storage_ = std::make_unique<KvBlockStorage>(draft.config(), cfg.n_blocks, cfg.block_size, cfg.kv_type);
-  manager_ = std::make_unique<KvCacheManager>(cfg.n_blocks, cfg.block_size, [this](BlockId a, BlockId b, int n) {
-    storage_->copy_block(a, b, n);
-  });
+  manager_ = std::make_unique<KvCacheManager>(cfg.n_blocks, cfg.block_size);
 }
 
 DraftModelProposer::Seq& DraftModelProposer::seq(const DraftJob& j) {
   Seq& s = seqs_[j.id];
   if (!s.sampler) {
-    if (manager_) s.view = std::make_unique<PagedKvSequence>(*storage_, *manager_, j.id);
     SamplingParams p = *j.params;
     p.seed = p.seed ^ 0x9E3779B97F4A7C15ull;  // the draft's own generator, not the target's
     p.logprobs = -1;
@@ -48,10 +46,12 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
   struct Live {
     DraftJob* job;
     Seq* s;
-    KvSequence* kv;                // its own pool's view, or the target's cache of the request
     std::vector<int32_t> history;  // tokens, then the draft so far
   };
   std::vector<Live> live;
+  // The storage every pass reads and writes: the draft's own pool, or the target's (every job's alike).
+  KvBlockStorage* kv = storage_.get();
+  std::vector<KvBlockCopy> copies;  // the target's copy-on-writes, made before the first pass reads
   for (DraftJob& j : jobs) {
     j.draft.clear();
     j.q.clear();
@@ -60,9 +60,12 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
     const int len = static_cast<int>(j.tokens->size());
     if (!manager_) {
       // The target's cache: computed up to the last token, room made for k - 1 drafted tokens fed back.
-      CACHET_CHECK(j.target_kv && j.target_kv->capacity() >= len + j.k - 1);
+      CACHET_CHECK(j.target_kv && (!kv || kv == j.target_kv) &&
+                   static_cast<int64_t>(j.target_blocks.size()) * j.target_kv->block_size() >= len + j.k - 1);
+      kv = j.target_kv;
+      copies.insert(copies.end(), j.target_copies.begin(), j.target_copies.end());
       s.computed = len - 1;
-      live.push_back({&j, &s, j.target_kv, *j.tokens});
+      live.push_back({&j, &s, *j.tokens});
       continue;
     }
     s.computed = std::min(s.computed, len - 1);  // the last token is fed again: its logits are the first draft's
@@ -73,7 +76,7 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
       release(j.id);
       continue;
     }
-    live.push_back({&j, &s, s.view.get(), *j.tokens});
+    live.push_back({&j, &s, *j.tokens});
   }
   // Pass r feeds each live request's unseen tokens (pass 0: the catch-up; later: its previous draft token)
   // and drafts one more token from the last position's logits.
@@ -97,16 +100,12 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
       live = std::move(kept);
     }
     ForwardBatch b;
+    b.kv = kv;
+    b.copies = manager_ ? manager_->take_copies() : std::exchange(copies, {});
     for (const Live& l : live) {
-      const int seq = static_cast<int>(b.seqs.size());
-      b.seqs.push_back(l.kv);
+      const int seq = b.add_sequence(manager_ ? manager_->block_table(l.job->id) : l.job->target_blocks);
       const int len = static_cast<int>(l.history.size());
-      for (int p = l.s->computed; p < len; ++p) {
-        b.token_ids.push_back(l.history[p]);
-        b.positions.push_back(p);
-        b.seq_index.push_back(seq);
-        b.want_logits.push_back(p + 1 == len);
-      }
+      for (int p = l.s->computed; p < len; ++p) b.add_token(l.history[p], p, seq, p + 1 == len);
     }
     logits_.resize(live.size() * V);
     const auto t0 = std::chrono::steady_clock::now();
@@ -168,13 +167,10 @@ std::vector<std::pair<int, double>> DraftModelProposer::calibrate() {
   if (manager_ && !manager_->append(kScratch, kCatchUp)) return out;
   {
     // Reading the target's cache, the draft's passes attend as they would over a paged one of its own.
-    std::unique_ptr<KvSequence> scratch;
-    if (manager_) {
-      scratch = std::make_unique<PagedKvSequence>(*storage_, *manager_, kScratch);
-    } else {
-      scratch = std::make_unique<ContiguousKvCache>(model_.config(), kCatchUp, cfg_.kv_type);
-    }
-    KvSequence& view = *scratch;
+    std::unique_ptr<ContiguousKvCache> contiguous;
+    if (!manager_) contiguous = std::make_unique<ContiguousKvCache>(model_.config(), kCatchUp, cfg_.kv_type);
+    KvBlockStorage& kv = manager_ ? *storage_ : contiguous->storage();
+    const std::vector<BlockId> blocks = manager_ ? manager_->block_table(kScratch) : contiguous->blocks();
     for (int rep = 0; rep < 3; ++rep) {
       // A drafting pass carries one token per request, each with its logits (1 and 4 requests); a catch-up pass
       // (a prompt) many tokens and one row of logits. The catch-up is timed once: on a CPU where the target's
@@ -183,7 +179,7 @@ std::vector<std::pair<int, double>> DraftModelProposer::calibrate() {
       for (int n : {1, 4, kCatchUp}) {
         if (n == kCatchUp && rep == 1) continue;
         const std::vector<int32_t> tokens(n, 0);
-        ForwardBatch b = ForwardBatch::single(&view, tokens, 0, n != kCatchUp);
+        ForwardBatch b = ForwardBatch::single(kv, blocks, tokens, 0, n != kCatchUp);
         logits_.resize(static_cast<size_t>(model_.config().n_vocab) * (n == kCatchUp ? 1 : n));
         const auto t0 = std::chrono::steady_clock::now();
         if (!model_.forward(b, logits_.data()).is_ok()) break;

@@ -15,7 +15,8 @@
 
 #include "cachet/config.h"
 #include "kv/kv_cache_manager.h"
-#include "kv/paged_kv_cache.h"
+#include "kv/kv_block_storage.h"
+#include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "speculative/proposer.h"
 
@@ -75,7 +76,6 @@ class DraftModelProposer final : public Proposer {
   DraftModelProposer(Model& draft, DraftModelConfig cfg);
   struct Seq {
     int computed = 0;  // tokens whose K/V the draft holds
-    std::unique_ptr<PagedKvSequence> view;
     std::unique_ptr<Sampler> sampler;
   };
   Seq& seq(const DraftJob& j);

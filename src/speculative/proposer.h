@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "cachet/status.h"
+#include "kv/kv_block_storage.h"
 #include "sampling/sampler.h"
 
 namespace cachet {
 
-class KvSequence;
 
 enum class SpecMode { kOff, kLookup, kDraft };
 
@@ -29,8 +29,11 @@ struct DraftJob {
   // The request's own K/V in the target's cache, for a draft model that reads it instead of keeping a cache of
   // its own (DraftModelConfig::share_target_kv): positions below tokens->size() - 1 hold the target's K/V, and
   // the engine has made room up to position tokens->size() + k - 2 for the draft's own rows, which the target's
-  // verification overwrites before it reads them. Null otherwise.
-  KvSequence* target_kv = nullptr;
+  // verification overwrites before it reads them; target_copies, the copy-on-writes that making room recorded,
+  // go first. Null storage otherwise.
+  KvBlockStorage* target_kv = nullptr;
+  std::vector<BlockId> target_blocks;
+  std::vector<KvBlockCopy> target_copies;
   // Out: the draft, and per token the draft's distribution when it sampled (temperature > 0). Empty q: the
   // draft is deterministic (all of q's mass on each draft token).
   std::vector<int32_t> draft;

@@ -50,7 +50,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     std::vector<float> logits(static_cast<size_t>(n) * V);
     if (a->one_by_one) {
       for (int i = 0; i < n; ++i) {
-        ForwardBatch b = ForwardBatch::single(&cache, {(*ids)[i]}, i, true);
+        ForwardBatch b = ForwardBatch::single(cache, {(*ids)[i]}, i, true);
         Status s = model.forward(b, logits.data() + i * V);
         if (!s.is_ok()) {
           *exit_code = fail(s);
@@ -58,7 +58,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
         }
       }
     } else {
-      ForwardBatch b = ForwardBatch::single(&cache, *ids, 0, true);
+      ForwardBatch b = ForwardBatch::single(cache, *ids, 0, true);
       Status s = model.forward(b, logits.data());
       if (!s.is_ok()) {
         *exit_code = fail(s);

@@ -94,7 +94,7 @@ int perplexity(const PplArgs& a) {
                              tokens.begin() + static_cast<int64_t>(c + 1) * a.ctx);
     if (tok.add_bos() && tok.bos()) ids[0] = *tok.bos();
     // The cache is addressed by position: this chunk's prefill overwrites the previous chunk's rows.
-    ForwardBatch b = ForwardBatch::single(&cache, ids, 0, true);
+    ForwardBatch b = ForwardBatch::single(cache, ids, 0, true);
     if (Status s = model.forward(b, logits.data()); !s.is_ok()) return fail(s);
     for (int i = first; i < a.ctx - 1; ++i) {
       const float* l = logits.data() + static_cast<size_t>(i) * V;

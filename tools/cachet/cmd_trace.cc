@@ -94,7 +94,7 @@ void add_trace_command(CLI::App& app, int* exit_code) {
     o.kv_type = DType::kF16;
     size_t step_i = 0;
     auto res = generate(model, prompt, o, [&](const TokenEvent& ev) {
-      if (ev.id >= 0 && step_i < rec.steps.size()) rec.steps[step_i++].token_out = ev.id;
+      if (ev.id && step_i < rec.steps.size()) rec.steps[step_i++].token_out = *ev.id;
       return true;
     });
     model.set_tracer(nullptr);

@@ -1,29 +1,55 @@
-// Engine: the speculative part of a step (docs/speculative.md). Before scheduling, caught-up speculating
-// requests get a draft appended to their tokens (n_draft of them), so the scheduler's catch-up rule schedules
-// the last accepted token and the draft in the step's one forward pass, next to other requests' prefill and
-// decode tokens. After the pass, the accept/resample rule (spec/verify.h) walks the draft against the
-// target's rows; the K/V of rejected positions leave the block table.
+#include "engine/speculator.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
-#include "engine/engine.h"
 #include "speculative/verify.h"
 
 namespace cachet {
 
-void Engine::calibrate_spec() {
+Result<std::unique_ptr<Speculator>> Speculator::create(Model& target, KvBlockStorage& target_kv,
+                                                       const EngineConfig& cfg) {
+  std::unique_ptr<Speculator> s(new Speculator(target, target_kv, cfg));
+  if (cfg.draft_model) {
+    // The draft tracks the same sequences as the target: as many token slots as the target's pool.
+    DraftModelConfig dc;
+    dc.share_target_kv = !cfg.draft_own_kv && cfg.draft_model->config() == target.config();
+    dc.n_blocks = dc.share_target_kv ? 0 : cfg.n_blocks;
+    dc.block_size = cfg.block_size;
+    dc.kv_type = cfg.kv_type;
+    dc.p_min = cfg.draft_p_min;
+    CACHET_ASSIGN_OR_RETURN(s->draft_, DraftModelProposer::create(*cfg.draft_model, target, dc));
+  }
+  if (cfg.spec_adaptive && (cfg.spec != SpecMode::kOff || s->draft_)) s->calibrate();
+  return s;
+}
+
+Proposer* Speculator::proposer(SpecMode m) {
+  if (m == SpecMode::kLookup) return &lookup_;
+  if (m == SpecMode::kDraft) return draft_.get();
+  return nullptr;
+}
+
+void Speculator::finished(const EngineRequest& r) {
+  // How long outputs run here (a draft's catch-up prefill is earned back only over the tokens still to come).
+  const double generated = static_cast<double>(r.tokens.size()) - r.n_draft - r.n_prompt;
+  output_len_ = output_len_ <= 0 ? generated : 0.9 * output_len_ + 0.1 * generated;
+  if (draft_) draft_->release(r.id);
+}
+
+void Speculator::calibrate() {
   // The policy's first choices need the cost of small passes (verifying k drafts) before any step measured
   // them: a few warm passes of 1..9 tokens on a scratch cache (the first round pays one-time costs: scratch
   // buffers growing, caches cold, and is not kept), then the draft model's 1- and 4-token passes.
-  ContiguousKvCache scratch(model_.config(), 16, cfg_.kv_type);
-  std::vector<float> logits(static_cast<size_t>(model_.config().n_vocab) * 9);
+  ContiguousKvCache scratch(target_.config(), 16, cfg_.kv_type);
+  std::vector<float> logits(static_cast<size_t>(target_.config().n_vocab) * 9);
   for (int rep = 0; rep < 2; ++rep) {
     for (int n = 1; n <= 9; ++n) {
-      ForwardBatch b = ForwardBatch::single(&scratch, std::vector<int32_t>(n, 0), 0, true);
+      ForwardBatch b = ForwardBatch::single(scratch, std::vector<int32_t>(n, 0), 0, true);
       const auto t0 = std::chrono::steady_clock::now();
-      if (!model_.forward(b, logits.data()).is_ok()) return;
+      if (!target_.forward(b, logits.data()).is_ok()) return;
       if (rep > 0)
         policy_.observe_target(n, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
@@ -32,12 +58,13 @@ void Engine::calibrate_spec() {
     for (auto [tokens, secs] : draft_->calibrate()) policy_.observe_draft(tokens, secs);
 }
 
-Status Engine::propose_drafts() {
+Status Speculator::propose(Scheduler& sched) {
   drafted_.clear();
-  std::vector<Request*> cands;
+  catch_up_secs_ = 0;
+  std::vector<EngineRequest*> cands;
   int other_tokens = 0;
-  for (SchedRequest* sr : scheduler_->running()) {
-    Request* r = static_cast<Request*>(sr);
+  for (SchedRequest* sr : sched.running()) {
+    auto* r = static_cast<EngineRequest*>(sr);
     const int len = static_cast<int>(r->tokens.size());
     const int room = r->params.max_tokens - (len - r->n_prompt) - 1;  // the step emits up to k + 1 tokens
     if (r->spec != SpecMode::kOff && r->num_computed == len - 1 && r->n_forks == 0 && room >= 1) {
@@ -47,7 +74,7 @@ Status Engine::propose_drafts() {
     }
   }
   if (cands.empty()) return Status::ok();
-  for (size_t i = 0; i < static_cast<size_t>(scheduler_->n_waiting()) && other_tokens < cfg_.max_batch_tokens; ++i)
+  for (size_t i = 0; i < static_cast<size_t>(sched.n_waiting()) && other_tokens < cfg_.max_batch_tokens; ++i)
     other_tokens += cfg_.prefill_chunk;  // waiting prompts take what budget is left
   other_tokens = std::min(other_tokens, cfg_.max_batch_tokens);
 
@@ -56,7 +83,7 @@ Status Engine::propose_drafts() {
   if (cfg_.spec_adaptive) {
     std::vector<bool> uses_draft;
     std::vector<int> catch_up, remaining;
-    for (Request* r : cands) {
+    for (EngineRequest* r : cands) {
       const double weight =
           r->spec == SpecMode::kDraft ? Acceptance::kDraftPriorWeight : Acceptance::kLookupPriorWeight;
       rates.push_back(
@@ -72,7 +99,7 @@ Status Engine::propose_drafts() {
       const int typical = output_len_ > 0 ? std::max(16, static_cast<int>(output_len_) - (len - r->n_prompt)) : left;
       remaining.push_back(std::min(left, typical));
     }
-    const int batch = scheduler_->n_running();
+    const int batch = sched.n_running();
     ks = policy_.plain_probe(batch) ? std::vector<int>(cands.size(), 0)
                                     : policy_.choose(rates, uses_draft, other_tokens, batch, &catch_up, &remaining);
     // A request the policy keeps from drafting still tries now and then (SpecPolicy::idle_retry).
@@ -122,17 +149,17 @@ Status Engine::propose_drafts() {
                    t.predict(6) * 1e3, t.predict(7) * 1e3, t.predict(8) * 1e3, d.predict(1) * 1e3, d.predict(2) * 1e3);
       for (size_t i = 0; i < ks.size(); ++i)
         std::fprintf(stderr, " %d(first=%.2f cont=%.2f catch-up %d)", ks[i], rates[i].first, rates[i].cont, catch_up[i]);
-      const auto [drafting, plain] = policy_.step_rates(scheduler_->n_running());
+      const auto [drafting, plain] = policy_.step_rates(sched.n_running());
       std::fprintf(stderr, "; guard %.0f vs %.0f tok/s\n", drafting, plain);
     }
   }
   // One job list per proposer kind; every job of a kind is proposed at once (a draft model batches them).
   for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft}) {
     std::vector<DraftJob> jobs;
-    std::vector<Request*> owners;
-    std::vector<std::pair<Request*, int>> reserved;  // slots made for a draft in the target's cache: tokens before
+    std::vector<EngineRequest*> owners;
+    std::vector<std::pair<EngineRequest*, int>> reserved;  // slots made for a draft in the target's cache: tokens before
     for (size_t i = 0; i < cands.size(); ++i) {
-      Request* r = cands[i];
+      EngineRequest* r = cands[i];
       const int room = r->params.max_tokens - (static_cast<int>(r->tokens.size()) - r->n_prompt) - 1;
       const int k = std::min(ks[i], room);
       if (r->spec != mode || k <= 0) continue;
@@ -149,10 +176,12 @@ Status Engine::propose_drafts() {
       if (mode == SpecMode::kDraft && draft_->shares_target_kv()) {
         // The draft's rows of this step go to the target's slots past the last token (the verification
         // overwrites them); without room for them (a full pool) the request does not draft now.
-        const int before = scheduler_->kv().num_tokens(r->id);
-        if (!scheduler_->reserve(r, static_cast<int>(r->tokens.size()) + k - 1)) continue;
+        const int before = sched.kv().num_tokens(r->id);
+        if (!sched.reserve(r, static_cast<int>(r->tokens.size()) + k - 1)) continue;
         reserved.emplace_back(r, before);
-        j.target_kv = r->view.get();
+        j.target_kv = &target_kv_;
+        j.target_blocks = sched.kv().block_table(r->id);
+        j.target_copies = sched.take_kv_copies();
       }
       jobs.push_back(std::move(j));
       owners.push_back(r);
@@ -162,7 +191,7 @@ Status Engine::propose_drafts() {
       // Further draft passes only while they pay at this batch size (DraftModelProposer::PassBudget).
       DraftModelProposer::PassBudget budget;
       if (cfg_.spec_adaptive && policy_.target_cost().measured() && policy_.draft_cost().measured()) {
-        const int batch = std::max(1, scheduler_->n_running());
+        const int batch = std::max(1, sched.n_running());
         budget.token_secs = policy_.target_cost().predict(batch) / batch;
         const int v0 = other_tokens + static_cast<int>(cands.size()), dv = 4 * static_cast<int>(jobs.size());
         budget.verify_secs_per_token =
@@ -172,7 +201,7 @@ Status Engine::propose_drafts() {
       draft_->set_pass_budget(std::move(budget));
     }
     const Status proposed = proposer(mode)->propose(jobs);
-    for (auto [r, before] : reserved) scheduler_->rollback(r, before);  // schedule() makes room for the verify
+    for (auto [r, before] : reserved) sched.rollback(r, before);  // schedule() makes room for the verify
     CACHET_RETURN_IF_ERROR(proposed);
     if (mode == SpecMode::kDraft)
       for (auto [tokens, secs] : draft_->last_passes()) {
@@ -182,7 +211,7 @@ Status Engine::propose_drafts() {
         if (std::getenv("CACHET_SPEC_DEBUG")) std::fprintf(stderr, "[spec] draft pass %d tokens %.2f ms\n", tokens, secs * 1e3);
       }
     for (size_t i = 0; i < jobs.size(); ++i) {
-      Request* r = owners[i];
+      EngineRequest* r = owners[i];
       if (jobs[i].draft.empty()) continue;
       drafted_.emplace_back(r, static_cast<int>(r->tokens.size()));
       r->tokens.insert(r->tokens.end(), jobs[i].draft.begin(), jobs[i].draft.end());
@@ -193,29 +222,39 @@ Status Engine::propose_drafts() {
   return Status::ok();
 }
 
-void Engine::drop_draft(Request* r, int n_accepted_tokens) {
+void Speculator::drop_unverified(const std::function<bool(const EngineRequest*)>& verified) {
+  for (auto [r, len] : drafted_)
+    if (r->n_draft == 0 || !verified(r)) drop_draft(r, len);
+  drafted_.clear();
+}
+
+void Speculator::observe_step(int n_running, bool drafted, int emitted, double secs) {
+  if (cfg_.spec_adaptive && (cfg_.spec != SpecMode::kOff || draft_))
+    policy_.observe_step(n_running, drafted, emitted, secs - catch_up_secs_);
+}
+
+void Speculator::drop_draft(EngineRequest* r, int n_accepted_tokens) {
   r->tokens.resize(n_accepted_tokens);
   r->n_draft = 0;
   r->draft_q.clear();
   if (Proposer* p = proposer(r->spec)) p->truncate(r->id, n_accepted_tokens);
 }
 
-Status Engine::verify_drafts(const Rows& x, std::vector<RequestEvent>* events) {
-  Request* r = x.r;
-  const int64_t V = model_.config().n_vocab;
+Result<bool> Speculator::verify(EngineRequest* r, const float* rows, int n_rows, Scheduler& sched,
+                                const std::function<bool(const SampleResult&)>& emit) {
+  const int64_t V = target_.config().n_vocab;
   const int len = static_cast<int>(r->tokens.size()) - r->n_draft;  // accepted tokens before this step
   const std::vector<int32_t> draft(r->tokens.begin() + len, r->tokens.end());
   const std::vector<TokenDist> q = std::move(r->draft_q);
   r->tokens.resize(len);
   r->n_draft = 0;
   r->draft_q.clear();
-  const int m = x.n - 1;  // draft tokens the pass computed (fewer than drafted when the token budget cut it)
+  const int m = n_rows - 1;  // draft tokens the pass computed (fewer than drafted when the token budget cut it)
   const bool greedy = r->params.temperature <= 0.0f;
   int accepted = 0;
   bool done = false;
-  const size_t first_event = events->size();
   for (int i = 0; i <= m && !done; ++i) {
-    const float* row = x.first + static_cast<size_t>(i) * V;
+    const float* row = rows + static_cast<size_t>(i) * V;
     if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
     SampleResult s;
     bool rejected = false;
@@ -232,26 +271,21 @@ Status Engine::verify_drafts(const Rows& x, std::vector<RequestEvent>* events) {
       // Every computed draft token passed: the next token comes from the target's row (the bonus token).
       CACHET_ASSIGN_OR_RETURN(s, r->sampler->sample(row, V, r->tokens, r->n_prompt));
     }
-    done = emit(r, s, events);
+    done = emit(s);
     if (rejected) break;
   }
-  spec_draft_tokens_ += m;
-  spec_accepted_tokens_ += accepted;
+  draft_tokens_ += m;
+  accepted_tokens_ += accepted;
   r->spec_drafted += m;
   r->spec_accepted += accepted;
-  for (size_t i = first_event; i < events->size(); ++i) {
-    (*events)[i].spec_drafted = r->spec_drafted;
-    (*events)[i].spec_accepted = r->spec_accepted;
-  }
   if (m > 0) {
     r->acceptance.add(m, accepted);
     mode_acceptance_[static_cast<int>(r->spec)].add(m, accepted);
   }
   // K/V is valid for the accepted tokens; the positions of rejected (or never verified) draft tokens go back.
-  scheduler_->rollback(r, len + accepted);
+  sched.rollback(r, len + accepted);
   if (Proposer* p = proposer(r->spec)) p->truncate(r->id, len + accepted);
-  if (done) finish(r);
-  return Status::ok();
+  return done;
 }
 
 }  // namespace cachet

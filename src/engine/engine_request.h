@@ -1,0 +1,29 @@
+// EngineRequest: what the Engine keeps of a request beyond the scheduler's view (SchedRequest): its sampling
+// state, stop rules, samples still to fork, and its speculation (kind, acceptance record, pending draft).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "sampling/sampler.h"
+#include "speculative/policy.h"
+#include "speculative/proposer.h"
+
+namespace cachet {
+
+struct EngineRequest : SchedRequest {
+  SamplingParams params;
+  std::unique_ptr<Sampler> sampler;
+  std::vector<int32_t> stop_ids;
+  bool stop_at_eos = true;
+  int n_forks = 0;  // samples still to fork off at the first sampling point
+  SpecMode spec = SpecMode::kOff;
+  Acceptance acceptance;
+  int spec_idle = 0;               // steps since it last drafted
+  std::vector<TokenDist> draft_q;  // the draft's distributions when it sampled (else empty)
+  int64_t spec_drafted = 0, spec_accepted = 0;
+};
+
+}  // namespace cachet
