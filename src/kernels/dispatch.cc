@@ -27,6 +27,7 @@ const char* isa_name(Isa isa) {
 
 namespace {
 
+#if CACHET_TABLE_AMX
 // AMX tiles need cpuid's AMX-TILE and AMX-BF16, the OS's XCR0 bits for the tile state, and (Linux 5.16+) the
 // process's permission to use it: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once here.
 bool amx_usable(const CpuFeatures& f) {
@@ -49,6 +50,7 @@ const Kernels* amx_table() {
   }();
   return &k;
 }
+#endif
 
 }  // namespace
 
@@ -58,14 +60,23 @@ std::vector<const Kernels*> supported_kernels() {
   const CpuFeatures& f = cpu_features();
   std::vector<const Kernels*> v{&ref::kKernels};
   const bool avx2 = f.avx2 && f.fma && f.f16c;
+  // A build may leave tables out (CMake's CACHET_KERNEL_TABLES); avx2 is always there.
   if (avx2) v.push_back(&avx2::kKernels);
+#if CACHET_TABLE_AVXVNNI
   if (avx2 && f.avx_vnni) v.push_back(&avx2_vnni::kKernels);
+#endif
+#if CACHET_TABLE_AVX512
   if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) {
     v.push_back(&avx512::kKernels);
+#if CACHET_TABLE_AVX512BF16
     if (f.avx512bf16) v.push_back(&avx512_bf16::kKernels);
+#endif
+#if CACHET_TABLE_AMX
     static const bool amx = f.avx512bf16 && amx_usable(f);
     if (amx) v.push_back(amx_table());
+#endif
   }
+#endif
   return v;
 }
 

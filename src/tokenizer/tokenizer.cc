@@ -21,7 +21,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& f) {
   CACHET_ASSIGN_OR_RETURN(std::string model, f.get_string("tokenizer.ggml.model"));
   if (model == "llama") return make_spm_tokenizer(f);
   if (model == "gpt2") return make_bpe_tokenizer(f);
-  return unimplemented("tokenizer model '" + model + "' is not supported (supported: llama, gpt2)");
+  if (model == "bert") return make_wpm_tokenizer(f);
+  return unimplemented("tokenizer model '" + model + "' is not supported (supported: llama, gpt2, bert)");
 }
 
 Status Tokenizer::init_common(const GgufFile& f, Kind kind) {
@@ -63,12 +64,15 @@ Status Tokenizer::init_common(const GgufFile& f, Kind kind) {
   CACHET_RETURN_IF_ERROR(special("eos_token_id", &eos_));
   CACHET_RETURN_IF_ERROR(special("eot_token_id", &eot_));
   CACHET_RETURN_IF_ERROR(special("unknown_token_id", &unk_));
+  CACHET_RETURN_IF_ERROR(special("seperator_token_id", &sep_));  // sic: llama.cpp's key
+  if (!bos_) CACHET_RETURN_IF_ERROR(special("cls_token_id", &bos_));
   auto flag = [&](const char* key, bool fallback) -> Result<bool> {
     const std::string k = std::string("tokenizer.ggml.") + key;
     if (!f.find(k)) return fallback;
     return f.get_bool(k);
   };
-  CACHET_ASSIGN_OR_RETURN(add_bos_, flag("add_bos_token", kind == Kind::kSpm));
+  CACHET_ASSIGN_OR_RETURN(add_bos_, flag("add_bos_token", kind == Kind::kSpm || kind == Kind::kWpm));
+  CACHET_ASSIGN_OR_RETURN(add_sep_, flag("add_sep_token", kind == Kind::kWpm));
   CACHET_ASSIGN_OR_RETURN(add_eos_, flag("add_eos_token", false));
   CACHET_ASSIGN_OR_RETURN(add_space_prefix_, flag("add_space_prefix", kind == Kind::kSpm));
 
@@ -142,6 +146,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special, b
     }
   }
   if (add_special && add_eos_ && eos_) out.push_back(*eos_);
+  if (add_special && add_sep_ && sep_) out.push_back(*sep_);
   return out;
 }
 
@@ -151,6 +156,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) con
   if (kind_ == Kind::kSpm && add_space_prefix_ && !ids.empty() && ids.front() >= 0 && ids.front() < n_vocab() &&
       types_[ids.front()] != TokenType::kControl && !out.empty() && out[0] == ' ')
     out.erase(0, 1);
+  if (kind_ == Kind::kWpm && !out.empty() && out[0] == ' ') out.erase(0, 1);  // every word starts with one
   return out;
 }
 

@@ -1,6 +1,6 @@
 // Tokenizers built from GGUF metadata: `tokenizer.ggml.model` = "llama" (SentencePiece-style: scores,
-// byte fallback, U+2581 for space) or "gpt2" (byte-level BPE with merges, pre-tokenized by the regexes of
-// `tokenizer.ggml.pre`). Special tokens are parsed out of text only when the caller asks.
+// byte fallback, U+2581 for space), "gpt2" (byte-level BPE with merges, pre-tokenized by the regexes of
+// `tokenizer.ggml.pre`) or "bert" (WordPiece, wpm.cc). Special tokens are parsed out of text only when the caller asks.
 #pragma once
 
 #include <cstdint>
@@ -23,12 +23,13 @@ enum class TokenType : int32_t { kUndefined = 0, kNormal = 1, kUnknown = 2, kCon
 
 class Tokenizer {
  public:
-  enum class Kind { kSpm, kBpe };
+  enum class Kind { kSpm, kBpe, kWpm };
 
   static Result<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& f);
   virtual ~Tokenizer() = default;
 
-  // add_special: BOS/EOS as the vocabulary's add_bos/add_eos flags say. parse_special: text that spells a
+  // add_special: BOS/EOS (and a WordPiece vocabulary's [SEP]) as the vocabulary's add_bos/add_eos/add_sep flags
+  // say. parse_special: text that spells a
   // control token (e.g. "<|im_start|>") becomes that token; otherwise it is tokenized as plain text.
   // Invalid UTF-8 in `text` is replaced by U+FFFD, one per invalid byte (docs/tokenizer.md).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
@@ -47,6 +48,7 @@ class Tokenizer {
   std::optional<int32_t> bos() const { return bos_; }
   std::optional<int32_t> eos() const { return eos_; }
   std::optional<int32_t> eot() const { return eot_; }
+  std::optional<int32_t> sep() const { return sep_; }
   bool add_bos() const { return add_bos_; }
   // True for tokens that end a turn (EOS, EOT, and control tokens such as <|im_end|> / <|eot_id|>).
   bool is_end_of_generation(int32_t id) const;
@@ -64,8 +66,8 @@ class Tokenizer {
   std::vector<float> scores_;
   std::vector<TokenType> types_;
   std::unordered_map<std::string, int32_t> index_;
-  std::optional<int32_t> bos_, eos_, eot_, unk_;
-  bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
+  std::optional<int32_t> bos_, eos_, eot_, unk_, sep_;
+  bool add_bos_ = false, add_eos_ = false, add_sep_ = false, add_space_prefix_ = false;
   std::vector<int32_t> special_by_length_;  // control / user-defined tokens, longest text first
   std::vector<int32_t> end_of_generation_;
 };

@@ -1,4 +1,4 @@
-// Internal: the factories of the two tokenizer families (spm.cc, bpe.cc), dispatched by tokenizer.cc.
+// Internal: the factories of the tokenizer families (spm.cc, bpe.cc, wpm.cc), dispatched by tokenizer.cc.
 #pragma once
 
 #include <memory>
@@ -9,5 +9,6 @@ namespace cachet {
 
 Result<std::unique_ptr<Tokenizer>> make_spm_tokenizer(const GgufFile& f);
 Result<std::unique_ptr<Tokenizer>> make_bpe_tokenizer(const GgufFile& f);
+Result<std::unique_ptr<Tokenizer>> make_wpm_tokenizer(const GgufFile& f);
 
 }  // namespace cachet

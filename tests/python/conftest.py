@@ -29,3 +29,14 @@ def default_model() -> str:
     path = out.stdout.strip().splitlines()[-1]
     assert os.path.exists(path), path
     return path
+
+
+@pytest.fixture(scope="session")
+def llamacpp_models() -> pathlib.Path:
+    """llama.cpp's models/ directory (vocab test files, templates) inside the llama-cpp-python sdist that
+    scripts/setup_oracles.sh unpacks; its absence is a failure."""
+    src = pathlib.Path(os.environ.get("CACHET_LLAMACPP_SRC",
+                                      pathlib.Path.home() / ".cache" / "cachet" / "llama.cpp" / "src-0.3.36"))
+    d = src / "vendor" / "llama.cpp" / "models"
+    assert d.is_dir(), f"{d} is missing: bash scripts/setup_oracles.sh"
+    return d

@@ -1,5 +1,6 @@
-"""The default model's tokenizer against HF `tokenizers` built from the same vocabulary and merges, on
-thousands of varied strings; and the encoder's work (linear in the input)."""
+"""The default model's tokenizer against HF `tokenizers` built from the same vocabulary and merges, and a
+WordPiece (BERT) vocabulary against HF's BERT normalizer, pre-tokenizer and WordPiece model, on thousands of
+varied strings; and the encoder's work (linear in the input)."""
 import json
 import random
 import shutil
@@ -69,6 +70,36 @@ def test_default_tokenizer_matches_hf_tokenizers(cachet_bin, default_model, hf_t
     assert len(ours) == len(strings)
     mismatches = [(s, o, hf_tokenizer.encode(s, add_special_tokens=False).ids)
                   for s, o in zip(strings, ours) if o != hf_tokenizer.encode(s, add_special_tokens=False).ids]
+    assert not mismatches, f"{len(mismatches)} of {len(strings)} differ; first: {mismatches[0]!r}"
+
+
+def bert_hf_tokenizer(path):
+    """HF `tokenizers` configured as an uncased BERT tokenizer.json, from a GGUF WordPiece vocabulary (llama.cpp
+    writes word starts as U+2581 + piece and continuations bare; HF's WordPiece wants bare starts and "##")."""
+    from gguf import GGUFReader
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    r = GGUFReader(str(path))
+    assert r.fields["tokenizer.ggml.model"].contents() == "bert"
+    vocab = {}
+    for i, t in enumerate(r.fields["tokenizer.ggml.tokens"].contents()):
+        key = t[1:] if t.startswith("\u2581") else (t if t.startswith("[") and t.endswith("]") else "##" + t)
+        vocab.setdefault(key, i)
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=10**9))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=True,
+                                                lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tok
+
+
+def test_wordpiece_matches_hf_bert_tokenizer(cachet_bin, llamacpp_models, tmp_path):
+    path = llamacpp_models / "ggml-vocab-bert-bge.gguf"
+    hf = bert_hf_tokenizer(path)
+    strings = make_strings(2500, seed=99) + ["Ünïcödé ÀÉÎÕÜ", "x\u0000y\ufffdz", "a\u00adb", "\u3000full\uff01width"]
+    ours = ours_batch(cachet_bin, path, strings, tmp_path)
+    assert len(ours) == len(strings)
+    mismatches = [(s, o, hf.encode(s, add_special_tokens=False).ids)
+                  for s, o in zip(strings, ours) if o != hf.encode(s, add_special_tokens=False).ids]
     assert not mismatches, f"{len(mismatches)} of {len(strings)} differ; first: {mismatches[0]!r}"
 
 
