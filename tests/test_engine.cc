@@ -448,3 +448,102 @@ TEST(Engine, EveryKvTypeKeepsTheBitwiseGuarantees) {
 
 }  // namespace
 }  // namespace cachet
+
+namespace cachet {
+namespace {
+
+// Embedding requests run in the same steps as generation: each pooled vector is bitwise the one its input gets
+// alone (chunked, with a preempting pool, with the prefix cache), and the generated tokens are unchanged.
+TEST(Engine, EmbeddingsBatchWithGenerationAndEqualAloneBitwise) {
+  auto m = small_model();
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> inputs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> in(1 + rng() % 70);
+    for (int32_t& t : in) t = static_cast<int32_t>(rng() % m->config().n_vocab);
+    inputs.push_back(in);
+  }
+  inputs.push_back(inputs[0]);  // the same input again: a prefix-cache hit for last pooling
+  auto drain = [](Engine& e, std::map<RequestId, std::vector<float>>* vecs,
+                  std::map<RequestId, std::vector<int32_t>>* toks) {
+    for (int steps = 0; e.has_work() && steps < 100000; ++steps) {
+      auto ev = e.step();
+      ASSERT_TRUE(ev.is_ok()) << ev.status().message();
+      for (const auto& x : *ev) {
+        if (x.token) (*toks)[x.id].push_back(*x.token);
+        if (!x.embedding.empty()) {
+          EXPECT_EQ(x.finish, RequestFinish::kStop);
+          (*vecs)[x.id] = x.embedding;
+        }
+      }
+    }
+  };
+  for (Pooling pooling : {Pooling::kMean, Pooling::kCls, Pooling::kLast}) {
+    std::vector<std::vector<float>> alone;
+    for (const auto& in : inputs) {
+      EngineConfig cfg;
+      cfg.n_blocks = 64;
+      cfg.prefix_cache = false;
+      auto e = make_engine(*m, cfg);
+      auto id = e->add_embedding(in, pooling);
+      ASSERT_TRUE(id.is_ok());
+      std::map<RequestId, std::vector<float>> vecs;
+      std::map<RequestId, std::vector<int32_t>> toks;
+      drain(*e, &vecs, &toks);
+      ASSERT_EQ(vecs.count(*id), 1u);
+      ASSERT_EQ(static_cast<int64_t>(vecs[*id].size()), m->config().n_embd);
+      alone.push_back(vecs[*id]);
+    }
+    for (int n_blocks : {512, 12}) {  // 12: preemptions, embeddings among the preempted
+      EngineConfig cfg;
+      cfg.n_blocks = n_blocks;
+      cfg.prefill_chunk = 16;
+      cfg.max_batch_tokens = 64;
+      auto e = make_engine(*m, cfg);
+      const auto js = jobs(*m, 8);
+      std::vector<RequestId> gen_ids, emb_ids;
+      for (size_t i = 0; i < js.size(); ++i) {
+        SamplingParams p;
+        p.max_tokens = js[i].max_tokens;
+        auto id = e->add_request(js[i].prompt, p, {}, /*stop_at_eos=*/false);
+        ASSERT_TRUE(id.is_ok());
+        gen_ids.push_back(*id);
+        if (i < inputs.size() - 1) {
+          auto eid = e->add_embedding(inputs[i], pooling);
+          ASSERT_TRUE(eid.is_ok());
+          emb_ids.push_back(*eid);
+        }
+      }
+      std::map<RequestId, std::vector<float>> vecs;
+      std::map<RequestId, std::vector<int32_t>> toks;
+      drain(*e, &vecs, &toks);
+      auto again = e->add_embedding(inputs.back(), pooling);  // after inputs[0] finished: cached for kLast
+      ASSERT_TRUE(again.is_ok());
+      emb_ids.push_back(*again);
+      drain(*e, &vecs, &toks);
+      for (size_t i = 0; i < emb_ids.size(); ++i)
+        EXPECT_EQ(vecs[emb_ids[i]], alone[i]) << pooling_name(pooling) << " input " << i << " pool " << n_blocks;
+      for (size_t i = 0; i < js.size(); ++i) {
+        GenerateOptions o;
+        o.sampling.max_tokens = js[i].max_tokens;
+        o.stop_at_eos = false;
+        auto ref = generate(*m, js[i].prompt, o);
+        ASSERT_TRUE(ref.is_ok());
+        EXPECT_EQ(toks[gen_ids[i]], ref->token_ids) << "request " << i;
+      }
+      EXPECT_EQ(e->check(), "");
+      if (n_blocks == 12) EXPECT_GT(e->counters().preemptions, 0);
+      const EngineCounters c = e->counters();
+      EXPECT_EQ(c.blocks_used, c.blocks_cached);
+    }
+  }
+  EngineConfig cfg;
+  cfg.n_blocks = 2;
+  auto e = make_engine(*m, cfg);
+  EXPECT_FALSE(e->add_embedding({}, Pooling::kMean).is_ok());
+  EXPECT_FALSE(e->add_embedding(std::vector<int32_t>(100, 1), Pooling::kMean).is_ok());  // never fits
+  EXPECT_FALSE(e->add_embedding({static_cast<int32_t>(m->config().n_vocab)}, Pooling::kMean).is_ok());
+}
+
+}  // namespace
+}  // namespace cachet

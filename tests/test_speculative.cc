@@ -146,7 +146,7 @@ class MarkovModel final : public Model {
     cfg_.head_dim = 16;
   }
   const ModelConfig& config() const override { return cfg_; }
-  Status forward(const ForwardBatch& b, float* logits) override {
+  Status forward(const ForwardBatch& b, float* logits, float* hidden = nullptr) override {
     for (int t = 0; t < b.n_tokens(); ++t)
       if (b.want_logits[t]) {
         const auto& row = table_.at(static_cast<size_t>(b.token_ids[t]));

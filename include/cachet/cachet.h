@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cachet/config.h"
+#include "cachet/embedding.h"
 #include "cachet/llm.h"
 #include "cachet/sampling.h"
 #include "cachet/status.h"

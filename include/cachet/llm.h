@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cachet/config.h"
+#include "cachet/embedding.h"
 #include "cachet/export.h"
 #include "cachet/sampling.h"
 #include "cachet/status.h"
@@ -99,6 +100,7 @@ struct ModelInfo {
   std::string architecture, name;
   int64_t n_vocab = 0, n_ctx_train = 0, n_layer = 0, n_embd = 0;
   bool has_tokenizer = false, has_chat_template = false;
+  std::optional<Pooling> pooling;  // an embedding model's, from its file
 };
 
 // Called for each event; returning false aborts that request (its other samples and requests go on).
@@ -134,6 +136,12 @@ class CACHET_API LLM {
                           const OutputCallback& on_event = {});
   // Beam search instead of sampling.
   Result<BeamCompletion> beam_search(const Request& request, const BeamParams& params);
+  // One embedding per input, in order, batched in the engine with whatever else runs. Texts are tokenized with
+  // the vocabulary's BOS/EOS/[SEP] (special tokens in the text not parsed). Errors: an empty input, an input
+  // longer than the model's context (unless params.truncate), no pooling, a bad `dimensions`.
+  Result<std::vector<std::vector<float>>> embed(const std::vector<std::string>& inputs, const EmbedParams& params = {});
+  Result<std::vector<std::vector<float>>> embed(const std::vector<std::vector<int32_t>>& inputs,
+                                                const EmbedParams& params = {});
 
   // Engine-internal access for cachet's own front ends (src/api/llm_impl.h); not part of the API.
   struct Impl;

@@ -113,6 +113,7 @@ ModelInfo LLM::info() const {
   i.n_embd = c.n_embd;
   i.has_tokenizer = impl_->tok != nullptr;
   i.has_chat_template = !impl_->chat_template.empty();
+  i.pooling = pooling_from_name(c.pooling);
   return i;
 }
 

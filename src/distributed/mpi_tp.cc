@@ -139,7 +139,7 @@ class TpLeaderModel final : public Model {
   const GgufFile* gguf() const override { return inner_->gguf(); }
   ThreadPool& pool() override { return inner_->pool(); }
 
-  Status forward(const ForwardBatch& b, float* logits) override {
+  Status forward(const ForwardBatch& b, float* logits, float* hidden = nullptr) override {
     if (!b.kv) return invalid_argument("forward batch: no KV storage");
     const KvBlockStorage& kv = *b.kv;
     const KvTypes t = kv.types();
@@ -162,7 +162,7 @@ class TpLeaderModel final : public Model {
     }
     for (const KvBlockCopy& c : b.copies) body.insert(body.end(), {c.src, c.dst, c.n_tokens});
     send(body, kOpForward);
-    return inner_->forward(b, logits);
+    return inner_->forward(b, logits, hidden);  // hidden states: rank 0's own (every rank holds them whole)
   }
 
  private:

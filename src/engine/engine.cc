@@ -88,6 +88,31 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   return id;
 }
 
+Result<RequestId> Engine::add_embedding(std::vector<int32_t> prompt, Pooling pooling, uint64_t cache_ns) {
+  const ModelConfig& c = model_.config();
+  if (prompt.empty()) return invalid_argument("the input is empty");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= c.n_vocab) return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
+  const int64_t blocks = (static_cast<int64_t>(prompt.size()) + cfg_.block_size - 1) / cfg_.block_size;
+  if (blocks > cfg_.n_blocks)
+    return resource_exhausted("the input needs " + std::to_string(blocks) + " KV blocks (" +
+                              std::to_string(prompt.size()) + " tokens) but the pool has " +
+                              std::to_string(cfg_.n_blocks) + " in all: it can never fit");
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->n_prompt = static_cast<int>(prompt.size());
+  r->tokens = std::move(prompt);
+  r->params.max_tokens = 0;
+  r->cache_ns = cache_ns;
+  r->pooling = pooling;
+  r->reuse_prefix = pooling == Pooling::kLast;  // the last token is always computed; the others' states are not kept
+  r->pooled.assign(static_cast<size_t>(c.n_embd), 0.0f);
+  scheduler_->add(r.get());
+  const RequestId id = r->id;
+  requests_.emplace(id, std::move(r));
+  return id;
+}
+
 void Engine::abort(RequestId id) {
   if (requests_.count(id)) aborted_.push_back(id);
 }
@@ -118,10 +143,29 @@ Result<std::vector<RequestEvent>> Engine::step() {
   b.kv = storage_.get();
   b.copies = scheduler_->take_kv_copies();
   std::vector<std::pair<Request*, int>> row_counts;
+  std::vector<std::pair<Request*, int>> hidden_rows;  // embedding requests: rows of hidden states, in order
   bool decode_only = true;  // every scheduled request was caught up (no prompt chunk in the pass)
   for (const ScheduledWork& w : work) {
     Request* r = static_cast<Request*>(w.r);
     const int seq = b.add_sequence(scheduler_->kv().block_table(r->id));
+    if (r->pooling) {
+      // A chunk from position 0: the first, or the request was preempted and starts over.
+      if (r->num_computed == 0) std::fill(r->pooled.begin(), r->pooled.end(), 0.0f);
+      const int last = static_cast<int>(r->tokens.size()) - 1;
+      int rows = 0;
+      for (int k = 0; k < w.n; ++k) {
+        const int pos = r->num_computed + k;
+        b.add_token(r->tokens[pos], pos, seq, false);
+        if (*r->pooling == Pooling::kMean || (*r->pooling == Pooling::kCls && pos == 0) ||
+            (*r->pooling == Pooling::kLast && pos == last)) {
+          b.want_hidden_of_last();
+          ++rows;
+        }
+      }
+      if (rows > 0) hidden_rows.emplace_back(r, rows);
+      decode_only = false;
+      continue;
+    }
     const int last_accepted = static_cast<int>(r->tokens.size()) - r->n_draft - 1;
     int rows = 0;
     for (int k = 0; k < w.n; ++k) {
@@ -139,10 +183,30 @@ Result<std::vector<RequestEvent>> Engine::step() {
   }
   const int64_t V = model_.config().n_vocab;
   logits_.resize(static_cast<size_t>(b.n_logits()) * V);
+  const int64_t D = model_.config().n_embd;
+  hidden_.resize(static_cast<size_t>(b.n_hidden()) * D);
   const auto t0 = std::chrono::steady_clock::now();
-  CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data()));
+  CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data(), hidden_.data()));
   spec_->observe_pass(b.n_tokens(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   scheduler_->computed(work);
+
+  // Embedding requests: their rows of hidden states summed (in position order, so the sum does not depend on
+  // the chunking); a request whose every token is computed finishes with its pooled vector.
+  const float* hrow = hidden_.data();
+  for (auto [r, n] : hidden_rows) {
+    for (int i = 0; i < n; ++i, hrow += D)
+      for (int64_t j = 0; j < D; ++j) r->pooled[j] += hrow[j];
+  }
+  for (const ScheduledWork& w : work) {
+    Request* r = static_cast<Request*>(w.r);
+    if (!r->pooling || r->num_computed < static_cast<int>(r->tokens.size())) continue;
+    if (*r->pooling == Pooling::kMean)
+      for (float& x : r->pooled) x /= static_cast<float>(r->tokens.size());
+    RequestEvent ev{r->id, std::nullopt, RequestFinish::kStop, 0.0f, {}, r->cached_tokens};
+    ev.embedding = std::move(r->pooled);
+    events.push_back(std::move(ev));
+    finish(r);
+  }
 
   // Drafts: verified (accepted prefix, a replacement or bonus token), and those not scheduled dropped.
   std::vector<Rows> rows;

@@ -39,6 +39,7 @@ struct RequestEvent {
   int cached_tokens = 0;          // prompt tokens the prefix cache supplied (on the request's events)
   int64_t spec_drafted = 0;       // speculation so far: the request's draft tokens verified, and accepted
   int64_t spec_accepted = 0;
+  std::vector<float> embedding;   // an embedding request's pooled hidden state (with its kStop finish)
 };
 
 struct EngineCounters {
@@ -71,6 +72,10 @@ class Engine {
   Result<RequestId> add_request(std::vector<int32_t> prompt, const SamplingParams& params,
                                 std::vector<int32_t> stop_ids = {}, bool stop_at_eos = true, int n = 1,
                                 uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt);
+  // An embedding request: the prompt runs like any other (batched with generation, chunked), nothing is
+  // sampled, and its finishing event carries the final hidden states pooled (not normalized). Mean and CLS
+  // pooling need every token's (the first token's) state, so they never start from a cached prefix.
+  Result<RequestId> add_embedding(std::vector<int32_t> prompt, Pooling pooling, uint64_t cache_ns = 0);
   // Frees the request's blocks at the next step.
   void abort(RequestId id);
   Result<std::vector<RequestEvent>> step();
@@ -111,6 +116,7 @@ class Engine {
   std::vector<RequestId> aborted_;
   RequestId next_id_ = 1;
   std::vector<float> logits_;
+  std::vector<float> hidden_;
   std::unique_ptr<Speculator> spec_;
 };
 

@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "cachet/embedding.h"
 #include "engine/scheduler.h"
 #include "sampling/sampler.h"
 #include "speculative/policy.h"
@@ -24,6 +26,9 @@ struct EngineRequest : SchedRequest {
   int spec_idle = 0;               // steps since it last drafted
   std::vector<TokenDist> draft_q;  // the draft's distributions when it sampled (else empty)
   int64_t spec_drafted = 0, spec_accepted = 0;
+  // An embedding request: no sampling; its final hidden states pooled (summed so far, for the mean).
+  std::optional<Pooling> pooling;
+  std::vector<float> pooled;
 };
 
 }  // namespace cachet

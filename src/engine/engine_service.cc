@@ -51,8 +51,19 @@ Result<RequestId> EngineService::add(std::vector<int32_t> prompt, const Sampling
                                      std::vector<int32_t> stop_ids, bool stop_at_eos, int n, uint64_t cache_ns,
                                      std::optional<SpecMode> spec, std::shared_ptr<RequestStream> stream,
                                      int index_base) {
-  Submission sub{std::move(prompt), params, std::move(stop_ids), stop_at_eos, n, cache_ns, spec, std::move(stream),
-                 index_base, {}};
+  Submission sub{std::move(prompt), params, std::move(stop_ids), stop_at_eos, n, cache_ns, spec, std::nullopt,
+                 std::move(stream), index_base, {}};
+  return enqueue(sub);
+}
+
+Result<RequestId> EngineService::add_embedding(std::vector<int32_t> prompt, Pooling pooling, uint64_t cache_ns,
+                                               std::shared_ptr<RequestStream> stream, int index) {
+  Submission sub{std::move(prompt), SamplingParams{}, {}, false, 1, cache_ns, std::nullopt, pooling,
+                 std::move(stream), index, {}};
+  return enqueue(sub);
+}
+
+Result<RequestId> EngineService::enqueue(Submission& sub) {
   auto fut = sub.done.get_future();
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -102,8 +113,9 @@ void EngineService::loop() {
       cancels.swap(cancels_);
     }
     for (Submission* sub : subs) {
-      auto id = engine_->add_request(std::move(sub->prompt), sub->params, std::move(sub->stop_ids), sub->stop_at_eos,
-                                    sub->n, sub->cache_ns, sub->spec);
+      auto id = sub->pooling ? engine_->add_embedding(std::move(sub->prompt), *sub->pooling, sub->cache_ns)
+                             : engine_->add_request(std::move(sub->prompt), sub->params, std::move(sub->stop_ids),
+                                                    sub->stop_at_eos, sub->n, sub->cache_ns, sub->spec);
       if (!id.is_ok()) {
         sub->done.set_value(id.status());
         continue;

@@ -69,6 +69,9 @@ class EngineService {
   Result<RequestId> add(std::vector<int32_t> prompt, const SamplingParams& params, std::vector<int32_t> stop_ids,
                         bool stop_at_eos, int n, uint64_t cache_ns, std::optional<SpecMode> spec,
                         std::shared_ptr<RequestStream> stream, int index_base);
+  // An embedding request (Engine::add_embedding) into a stream, its one event at index `index`.
+  Result<RequestId> add_embedding(std::vector<int32_t> prompt, Pooling pooling, uint64_t cache_ns,
+                                  std::shared_ptr<RequestStream> stream, int index);
   // Cancels the choices of a stream that have not finished; their blocks are freed at the next step.
   void cancel(const std::shared_ptr<RequestStream>& s, int index = -1);
   // Cancels one sample by its id.
@@ -85,11 +88,13 @@ class EngineService {
     int n;
     uint64_t cache_ns;
     std::optional<SpecMode> spec;
+    std::optional<Pooling> pooling;  // an embedding request
     std::shared_ptr<RequestStream> stream;
     int index_base;
     std::promise<Result<RequestId>> done;
   };
   void loop();
+  Result<RequestId> enqueue(Submission& sub);  // to the engine thread; waits until it took the submission
 
   std::unique_ptr<Engine> engine_;
   int max_waiting_;

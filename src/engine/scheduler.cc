@@ -17,7 +17,7 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::take_cached_prefix(SchedRequest* r) {
-  if (!radix_ || manager_.has(r->id)) return;
+  if (!radix_ || !r->reuse_prefix || manager_.has(r->id)) return;
   // The last token is always computed: its logits are what the request samples from.
   const int n = static_cast<int>(r->tokens.size());
   RadixCache::Match m = radix_->match(r->cache_ns, r->tokens.data(), n, (n - 1) / cfg_.block_size);

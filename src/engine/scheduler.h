@@ -30,6 +30,7 @@ struct SchedRequest {
   RadixCache::Node* cache_node = nullptr;  // the locked end of the prefix it took from the cache
   int cached_tokens = 0;        // prompt tokens the prefix cache supplied at first admission
   int n_draft = 0;              // the last n_draft tokens are a speculative draft, verified by this step's pass
+  bool reuse_prefix = true;     // may start from a cached prefix (not when it needs every token's output)
 };
 
 struct SchedulerConfig {

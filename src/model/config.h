@@ -46,6 +46,7 @@ namespace cachet {
   X(bool, qk_norm, false, "per-head RMSNorm of Q and K before RoPE")                                        \
   X(bool, post_norms, false, "RMSNorm of the attention and FFN outputs before the residual add")           \
   X(std::string, ffn_act, "silu", "gated FFN activation: silu or gelu (tanh approximation)")               \
+  X(std::string, pooling, "none", "embedding pooling of final hidden states: none, mean, cls, last, rank")  \
   X(int64_t, n_expert, 0, "experts per MoE layer (0: dense FFN)")                                          \
   X(int64_t, n_expert_used, 0, "experts each token is routed to")                                          \
   X(bool, expert_norm, true, "top-k router weights renormalized to sum 1")                                 \

@@ -38,7 +38,7 @@ class DecoderModel final : public Model {
   const GgufFile* gguf() const override { return gguf_.get(); }
   ThreadPool& pool() override { return *pool_; }
 
-  Status forward(const ForwardBatch& batch, float* logits) override;
+  Status forward(const ForwardBatch& batch, float* logits, float* hidden = nullptr) override;
 
  private:
   Status check_batch(const ForwardBatch& b) const;
@@ -85,8 +85,9 @@ class DecoderModel final : public Model {
 
 Status DecoderModel::check_batch(const ForwardBatch& b) const {
   const size_t n = b.token_ids.size();
-  if (b.positions.size() != n || b.seq_index.size() != n || b.want_logits.size() != n || b.slots.size() != n)
-    return invalid_argument("forward batch: token, position, sequence, logits and slot lists differ in length");
+  if (b.positions.size() != n || b.seq_index.size() != n || b.want_logits.size() != n || b.slots.size() != n ||
+      (!b.want_hidden.empty() && b.want_hidden.size() != n))
+    return invalid_argument("forward batch: token, position, sequence, output and slot lists differ in length");
   if (n == 0 && b.copies.empty()) return Status::ok();
   const KvBlockStorage* kv = b.kv;
   if (!kv) return invalid_argument("forward batch: no KV storage");
@@ -159,7 +160,7 @@ std::vector<int64_t> wshape(const TensorView& w) {
 }
 }  // namespace
 
-Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
+Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hidden) {
   CACHET_RETURN_IF_ERROR(check_batch(batch));
   for (const KvBlockCopy& cp : batch.copies) batch.kv->copy_block(cp);  // copy-on-write, before any write
   const int T = batch.n_tokens();
@@ -309,7 +310,15 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits) {
     trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + feed-forward"});
   }
 
-  // Final norm and head, only for the rows that want logits (gathered to the front of xn_).
+  // Final hidden states (every rank holds the whole residual stream), then the final norm and head, only for
+  // the rows that want logits (gathered to the front of xn_).
+  if (hidden && !batch.want_hidden.empty()) {
+    int n_hid = 0;
+    for (int t = 0; t < T; ++t)
+      if (batch.want_hidden[t])
+        rms_norm(x_.data() + t * d, reinterpret_cast<const float*>(w_.output_norm.data), hidden + n_hid++ * d, 1, d,
+                 eps);
+  }
   int n_out = 0;
   for (int t = 0; t < T; ++t) {
     if (!batch.want_logits[t]) continue;

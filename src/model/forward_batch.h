@@ -20,6 +20,7 @@ struct ForwardBatch {
   std::vector<int32_t> positions;    // [n_tokens]
   std::vector<int32_t> seq_index;    // [n_tokens] index into block_tables
   std::vector<uint8_t> want_logits;  // [n_tokens] 1 = return this token's next-token logits
+  std::vector<uint8_t> want_hidden;  // [n_tokens] or empty: 1 = return its final hidden state (embeddings)
   std::vector<int64_t> slots;        // [n_tokens] where its K and V go: block * block_size + offset
   KvBlockStorage* kv = nullptr;      // the storage every sequence's blocks are in
   std::vector<std::vector<BlockId>> block_tables;  // [n_seqs] blocks in position order
@@ -30,6 +31,11 @@ struct ForwardBatch {
   int n_logits() const {
     int n = 0;
     for (uint8_t w : want_logits) n += w;
+    return n;
+  }
+  int n_hidden() const {
+    int n = 0;
+    for (uint8_t w : want_hidden) n += w;
     return n;
   }
   // Adds a sequence (its block table); its index for add_token.
@@ -46,8 +52,14 @@ struct ForwardBatch {
     positions.push_back(pos);
     seq_index.push_back(seq);
     want_logits.push_back(logits);
+    if (!want_hidden.empty()) want_hidden.push_back(0);
     slots.push_back(pos >= 0 && pos / bs < static_cast<int>(t.size()) ? static_cast<int64_t>(t[pos / bs]) * bs + pos % bs
                                                                       : kv->n_slots());
+  }
+  // The last token added also returns its final hidden state.
+  void want_hidden_of_last() {
+    want_hidden.resize(token_ids.size(), 0);
+    want_hidden.back() = 1;
   }
   KvView view(int seq) const { return {kv, block_tables[seq]}; }
 

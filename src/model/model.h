@@ -29,8 +29,9 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
   // Runs every token of the batch: writes its K and V into its sequence's cache, then, for each token with
-  // want_logits, writes n_vocab next-token logits to `logits` (rows in batch order).
-  virtual Status forward(const ForwardBatch& batch, float* logits) = 0;
+  // want_logits, writes n_vocab next-token logits to `logits`, and for each with want_hidden, its final hidden
+  // state (after the output norm: what embedding models pool; n_embd floats) to `hidden` (rows in batch order).
+  virtual Status forward(const ForwardBatch& batch, float* logits, float* hidden = nullptr) = 0;
   // The weights in file order (for `cachet info`).
   virtual const std::vector<TensorView>& tensors() const = 0;
   virtual const SpecialTokens& special_tokens() const = 0;

@@ -47,6 +47,7 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   w.set_string("general.name", "cachet synthetic");
   w.set_u32("general.alignment", 32);
   w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
+  if (s.pooling_type >= 0) w.set_u32(a + "pooling_type", static_cast<uint32_t>(s.pooling_type));
   w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
   w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));

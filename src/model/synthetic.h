@@ -36,6 +36,7 @@ struct SyntheticSpec {
   double rope_scale = 1.0;
   int64_t rope_orig_ctx = 0;       // 0: not written
   double rope_attn_factor = 0.0;   // 0: not written
+  int64_t pooling_type = -1;       // >= 0: {arch}.pooling_type (1 mean, 2 cls, 3 last), an embedding model
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

@@ -43,6 +43,8 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--n-ff", a->spec.n_ff);
   c->add_option("--n-ctx", a->spec.n_ctx);
   c->add_option("--seed", a->spec.seed);
+  c->add_option("--pooling-type", a->spec.pooling_type, "write {arch}.pooling_type (1 mean, 2 cls, 3 last)")
+      ->check(CLI::Range(0, 4));
   c->add_flag("--untied", a->untied, "separate output head");
   c->add_flag("--neox", a->spec.rope_neox, "NeoX RoPE layout");
   c->callback([a, exit_code] {

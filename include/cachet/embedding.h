@@ -1,0 +1,39 @@
+// Embeddings: one vector per input from a model's final hidden states, pooled as the model's file says
+// (`{arch}.pooling_type`) or as asked.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace cachet {
+
+// How a sequence's final hidden states become one vector: their mean, the first token's (BERT's [CLS]) or the
+// last token's (causal embedders such as Qwen3-Embedding).
+enum class Pooling { kMean, kCls, kLast };
+
+// "mean", "cls", "last"; nullopt for anything else.
+inline std::optional<Pooling> pooling_from_name(const std::string& name) {
+  if (name == "mean") return Pooling::kMean;
+  if (name == "cls") return Pooling::kCls;
+  if (name == "last") return Pooling::kLast;
+  return std::nullopt;
+}
+inline const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::kMean: return "mean";
+    case Pooling::kCls: return "cls";
+    case Pooling::kLast: return "last";
+  }
+  return "?";
+}
+
+struct EmbedParams {
+  std::optional<Pooling> pooling;  // default: the model's (an error when its file names none)
+  bool normalize = true;           // unit L2 length
+  int dimensions = 0;              // > 0: the first `dimensions` values (Matryoshka), renormalized when normalize
+  bool truncate = false;           // cut inputs longer than the model's context (else they are an error)
+  uint64_t cache_namespace = 0;    // the prefix cache's tenant (as Request::cache_namespace)
+};
+
+}  // namespace cachet
