@@ -32,6 +32,8 @@
 #include "server/metrics.h"
 #include "server/stack_trim.h"
 #include "server/openai.h"
+#include "server/server_app.h"
+#include "server/embeddings.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cachet::server {
@@ -40,52 +42,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-enum class State { kLoading, kReady, kDraining };
-
-struct Metrics {
-  LabeledCounter requests{"cachet_requests_total", "HTTP requests by status code", "status"};
-  Histogram ttft{"cachet_time_to_first_token_seconds", "request arrival to its first generated token",
-                 exponential_buckets(0.005, 2, 14)};
-  Histogram itl{"cachet_inter_token_latency_seconds", "time between consecutive tokens of a request",
-                exponential_buckets(0.001, 2, 14)};
-  Histogram e2e{"cachet_request_duration_seconds", "request arrival to its last token",
-                exponential_buckets(0.01, 2, 14)};
-  std::atomic<int64_t> prompt_tokens{0}, generation_tokens{0};
-};
-
-struct App {
-  ServerOptions opts;
-  std::atomic<State> state{State::kLoading};
-  std::unique_ptr<LLM> llm;
-  // Views into llm, set once it is loaded.
-  const Tokenizer* tok = nullptr;
-  EngineService* service = nullptr;
-  std::string model_id, chat_template;
-  int n_ctx = 0;
-  size_t max_token_bytes = 1;  // the longest token text of the vocabulary
-  bool trust_request_template = false;
-  Metrics metrics;
-  std::atomic<int> in_flight{0};  // generation requests between acceptance and their last byte
-  // The engine can no longer finish a step (a tensor-parallel rank died): waiting requests answer with this.
-  std::atomic<bool> broken{false};
-  std::string broken_message;  // written before `broken` is set
-};
-
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(e.body().dump(), "application/json");
-}
-
-ApiError error_of(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kResourceExhausted: return {429, s.message(), "rate_limit_error", "", "queue_full"};
-    case StatusCode::kUnavailable: return {503, s.message(), "server_error", "", "unavailable"};
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange: return {400, s.message(), "invalid_request_error", "", ""};
-    default: return {500, s.message(), "server_error", "", ""};
-  }
-}
 
 // cpp-httplib 0.11 does not expose a request's socket, so a handler finds it by the peer address; then
 // poll(POLLRDHUP) tells whether the client has gone, even while nothing is being written (queued, prefill).
@@ -565,6 +521,9 @@ void install_routes(App& app, httplib::Server& svr) {
   });
   svr.Post("/v1/chat/completions", [&app](const httplib::Request& req, httplib::Response& res) {
     handle_generate(app, req, res, Endpoint::kChat);
+  });
+  svr.Post("/v1/embeddings", [&app](const httplib::Request& req, httplib::Response& res) {
+    handle_embeddings(app, req, res);
   });
 }
 

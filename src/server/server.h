@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cachet/config.h"
+#include "cachet/embedding.h"
 #include "model/model.h"
 
 namespace cachet::server {
@@ -23,6 +25,7 @@ struct ServerOptions {
   int ctx = 8192;                     // context per request (capped at the model's training context)
   size_t max_body_bytes = 1 << 20;    // larger bodies get 413
   bool trust_request_chat_template = false;  // accept vLLM's per-request `chat_template` (rendered in the sandbox)
+  std::optional<Pooling> pooling;     // /v1/embeddings' pooling when the model's file names none
   // The engine: threads, KV cache, batching, prefix cache, speculation, RoPE overrides and the chat template
   // replacing the model's (llama-server's --chat-template-file). max_waiting: queued requests before 429.
   LLMConfig llm = [] {

@@ -34,10 +34,13 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       ->check(CLI::ExistingFile);
   c->add_flag("--trust-request-chat-template", o->trust_request_chat_template,
               "accept a 'chat_template' in chat requests (vLLM's field; rendered within the template limits)");
+  auto pooling = std::make_shared<std::string>();
+  c->add_option("--pooling", *pooling, "/v1/embeddings from a model whose file names no pooling: mean, cls or last")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
   auto no_prefix_cache = std::make_shared<bool>(false);
   c->add_flag("--no-prefix-cache", *no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
   add_spec_flags(c, &o->llm.speculation);
-  c->callback([o, kv, kv_memory, template_file, no_prefix_cache, exit_code] {
+  c->callback([o, kv, kv_memory, template_file, no_prefix_cache, pooling, exit_code] {
     if (Status s = o->llm.speculation.validate(); !s.is_ok()) {
       *exit_code = fail(s);
       return;
@@ -45,6 +48,7 @@ void add_serve_command(CLI::App& app, int* exit_code) {
     server::ServerOptions opts = *o;
     kv->apply(&opts.llm);
     opts.llm.prefix_cache = !*no_prefix_cache;
+    if (!pooling->empty()) opts.pooling = pooling_from_name(*pooling);
     if (!template_file->empty()) {
       auto t = read_file(*template_file);
       if (!t.is_ok()) {
