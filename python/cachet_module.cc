@@ -278,6 +278,44 @@ NB_MODULE(_cachet, m) {
           "messages"_a, "params"_a = cachet::SamplingParams(),
           "One reply to a conversation ([{'role': ..., 'content': ...}]) through the model's chat template.")
       .def(
+          "embed",
+          [](cachet::LLM& llm, const nb::handle& inputs, std::optional<std::string> pooling, bool normalize,
+             int dimensions, bool truncate) {
+            cachet::EmbedParams p;
+            if (pooling) {
+              p.pooling = cachet::pooling_from_name(*pooling);
+              if (!p.pooling) throw nb::value_error("pooling must be 'mean', 'cls' or 'last'");
+            }
+            p.normalize = normalize;
+            p.dimensions = dimensions;
+            p.truncate = truncate;
+            // One text, one list of token ids, or a list of either.
+            const bool one = nb::isinstance<nb::str>(inputs) ||
+                             (nb::len(inputs) > 0 && nb::isinstance<nb::int_>(inputs[0]));
+            std::vector<nb::handle> items;
+            if (one) items.push_back(inputs);
+            else
+              for (nb::handle x : inputs) items.push_back(x);
+            std::vector<std::string> texts;
+            std::vector<std::vector<int32_t>> ids;
+            for (nb::handle x : items) {
+              if (nb::isinstance<nb::str>(x)) texts.push_back(nb::cast<std::string>(x));
+              else ids.push_back(nb::cast<std::vector<int32_t>>(x));
+            }
+            if (!texts.empty() && !ids.empty()) throw nb::value_error("inputs mix texts and token ids");
+            std::vector<std::vector<float>> out;
+            {
+              nb::gil_scoped_release release;
+              auto r = texts.empty() ? llm.embed(ids, p) : llm.embed(texts, p);
+              nb::gil_scoped_acquire acquire;
+              out = unwrap(std::move(r));
+            }
+            return out;
+          },
+          "inputs"_a, "pooling"_a = nb::none(), "normalize"_a = true, "dimensions"_a = 0, "truncate"_a = false,
+          "Embeddings (lists of floats) of a text, token ids, or a list of either; pooling as the model's file says "
+          "unless given ('mean', 'cls', 'last').")
+      .def(
           "apply_chat_template",
           [](cachet::LLM& llm, const std::vector<std::unordered_map<std::string, std::string>>& messages,
              bool add_generation_prompt) {

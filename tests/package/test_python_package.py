@@ -96,3 +96,22 @@ def test_bad_arguments_raise_with_the_engines_message(llm, tmp_path):
     # the LLM is still usable after every error
     [out] = llm.generate(PROMPTS[0], cachet.SamplingParams(max_tokens=4))
     assert len(out.token_ids) == 4
+
+
+def test_embeddings_equal_the_cli(llm):
+    # The default model's file names no pooling: asked for, mean and last give what `cachet embed` prints.
+    with pytest.raises(ValueError, match="names no pooling"):
+        llm.embed("hello")
+    for pooling in ("mean", "last"):
+        got = llm.embed(PROMPTS, pooling=pooling)
+        r = subprocess.run([BIN, "embed", "-m", MODEL, "--pooling", pooling, "-t", "2",
+                            *sum([["--text", p] for p in PROMPTS], [])], capture_output=True, text=True, check=True)
+        assert got == [json.loads(line) for line in r.stdout.splitlines()]
+        assert llm.embed(PROMPTS[0], pooling=pooling) == [got[0]]
+        assert llm.embed(llm.tokenize(PROMPTS[0]), pooling=pooling) == [got[0]]
+    [cut] = llm.embed(PROMPTS[0], pooling="mean", dimensions=8)
+    assert len(cut) == 8 and abs(sum(x * x for x in cut) - 1.0) < 1e-5
+    with pytest.raises(ValueError, match="pooling must be"):
+        llm.embed("hi", pooling="max")
+    with pytest.raises(ValueError, match="empty"):
+        llm.embed([[]], pooling="mean")

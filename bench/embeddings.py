@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Embeddings per second from `cachet serve`'s /v1/embeddings, side by side with llama.cpp's llama-server
+(`--embeddings`, same file, threads and parallel slots) when --llama-server is given: requests of 1 input
+sent one after another, and requests of 32 inputs; inputs of about --tokens tokens. The servers alternate,
+medians of --reps runs. Optionally while --chat-clients streams chat completions against the same server.
+
+  python3 bench/embeddings.py -m FILE.gguf [--llama-server ~/.cache/cachet/llama.cpp/native/bin/llama-server]
+      [-t 2] [--tokens 128] [--reps 3] [--chat-clients 16]
+
+A file without {arch}.pooling_type needs --pooling (ours: serve --pooling; llama-server: --pooling)."""
+import argparse
+import http.client
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loadgen import free_port, wait_ready  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = "the of and to in a is that for it as was with be by on not he this are or his from at which".split()
+
+
+def texts(n, tokens, seed):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(tokens)) for _ in range(n)]
+
+
+def post(port, path, body):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    if r.status != 200:
+        raise RuntimeError(f"{path}: {r.status} {data[:300]!r}")
+    return json.loads(data)
+
+
+def chat_load(port, stop, n_clients):
+    def one():
+        while not stop.is_set():
+            try:
+                post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me a story."}],
+                                                    "max_tokens": 64, "temperature": 0})
+            except Exception:  # noqa: BLE001 - a load thread: errors show up in the figures
+                time.sleep(0.1)
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n_clients)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def measure(port, inputs, batch):
+    t0 = time.perf_counter()
+    for i in range(0, len(inputs), batch):
+        out = post(port, "/v1/embeddings", {"input": inputs[i:i + batch], "encoding_format": "float"})
+        assert len(out["data"]) == len(inputs[i:i + batch])
+    return len(inputs) / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("--llama-server")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--n", type=int, default=64, help="inputs per measurement")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--pooling", choices=["mean", "cls", "last"])
+    ap.add_argument("--chat-clients", type=int, default=0)
+    a = ap.parse_args()
+
+    servers = {}
+    port = free_port()
+    cmd = [os.path.join(ROOT, "build", "cachet"), "serve", "-m", a.model, "--port", str(port), "-t", str(a.threads),
+           "--parallel", "64"] + (["--pooling", a.pooling] if a.pooling else [])
+    servers["cachet"] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port)
+    if a.llama_server:
+        port = free_port()
+        cmd = [a.llama_server, "-m", a.model, "--port", str(port), "-t", str(a.threads), "-tb", str(a.threads),
+               "--embeddings", "--parallel", "32", "-c", str(32 * (a.tokens + 16)), "-b", "4096", "-ub", "4096"]
+        cmd += ["--pooling", a.pooling] if a.pooling else []
+        servers["llama-server"] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port)
+    try:
+        for proc, p in servers.values():
+            wait_ready(p, proc, "/health")
+        inputs = texts(a.n, a.tokens, 1)
+        results = {name: {1: [], 32: []} for name in servers}
+        for rep in range(a.reps + 1):  # the first round warms up
+            for name, (_, p) in servers.items():  # the engines alternate
+                stop = threading.Event()
+                load = chat_load(p, stop, a.chat_clients) if a.chat_clients else []
+                for batch in (1, 32):
+                    rate = measure(p, inputs, batch)
+                    if rep > 0:
+                        results[name][batch].append(rate)
+                stop.set()
+                for t in load:
+                    t.join(timeout=120)
+        out = {"model": os.path.basename(a.model), "threads": a.threads, "tokens": a.tokens,
+               "chat_clients": a.chat_clients}
+        for name, r in results.items():
+            for batch, v in r.items():
+                out[f"{name}_batch{batch}_per_s"] = round(statistics.median(v), 2)
+        if "llama-server" in results:
+            for batch in (1, 32):
+                out[f"ratio_batch{batch}"] = round(out[f"cachet_batch{batch}_per_s"] /
+                                                   out[f"llama-server_batch{batch}_per_s"], 3)
+        print(json.dumps(out))
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()
