@@ -55,12 +55,16 @@ Result<std::vector<int32_t>> LLM::Impl::prompt_ids(const Request& r) const {
   return ids;
 }
 
-Result<std::unique_ptr<LLM>> make_llm(std::unique_ptr<Model> model, const LLMConfig& config) {
+Result<std::unique_ptr<LLM>> make_llm(std::unique_ptr<Model> model, const LLMConfig& config,
+                                      std::unique_ptr<Tokenizer> tokenizer) {
   auto impl = std::make_unique<LLM::Impl>();
   impl->config = config;
   CACHET_ASSIGN_OR_RETURN(EngineConfig ec, engine_config(config, *model));
   if (const GgufFile* g = model->gguf(); g && g->find("tokenizer.ggml.model")) {
-    CACHET_ASSIGN_OR_RETURN(impl->tok, Tokenizer::from_gguf(*g));
+    if (!tokenizer) {
+      CACHET_ASSIGN_OR_RETURN(tokenizer, Tokenizer::from_gguf(*g));
+    }
+    impl->tok = std::move(tokenizer);
     if (auto t = g->get_string("tokenizer.chat_template"); t.is_ok()) impl->chat_template = *t;
   }
   if (!config.chat_template.empty()) impl->chat_template = config.chat_template;

@@ -28,9 +28,11 @@ struct LLM::Impl {
   Result<std::vector<int32_t>> prompt_ids(const Request& r) const;
 };
 
-// The LLM over an already loaded model (the CLI's tensor-parallel load, tests): reads the tokenizer and chat
-// template from its file, loads the config's draft, builds the engine once through Engine::create.
-Result<std::unique_ptr<LLM>> make_llm(std::unique_ptr<Model> model, const LLMConfig& config);
+// The LLM over an already loaded model (the CLI's tensor-parallel load, tests): reads the tokenizer (unless the
+// caller already built it from the same file) and chat template from its file, loads the config's draft, builds
+// the engine once through Engine::create.
+Result<std::unique_ptr<LLM>> make_llm(std::unique_ptr<Model> model, const LLMConfig& config,
+                                      std::unique_ptr<Tokenizer> tokenizer = nullptr);
 
 // The engine configuration an LLMConfig asks for (KV types parsed, speculation fields; the draft not loaded).
 Result<EngineConfig> engine_config(const LLMConfig& c, const Model& model);

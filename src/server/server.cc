@@ -26,7 +26,6 @@
 #include "engine/text_stream.h"
 #include "io/gguf.h"
 #include "model/model.h"
-#include "sampling/stop.h"
 #include "server/chat_page.h"
 #include "server/dashboard_page.h"
 #include "server/metrics.h"

@@ -130,18 +130,18 @@ int run(const RunArgs& a) {
   }
   auto model = load(a.model, cfg.threads, cfg.precise, cfg.rope);
   if (!model.is_ok()) return fail(model.status());
-  std::unique_ptr<Tokenizer> counting_tok;
+  std::unique_ptr<Tokenizer> tok;
   if (const GgufFile* g = (*model)->gguf(); g && g->find("tokenizer.ggml.model")) {
     auto t = Tokenizer::from_gguf(*g);
     if (!t.is_ok()) return fail(t.status());
-    counting_tok = std::move(*t);
+    tok = std::move(*t);
   }
-  auto prompt = prompt_tokens(counting_tok.get(), a.prompt, a.prompt_ids);
+  auto prompt = prompt_tokens(tok.get(), a.prompt, a.prompt_ids);
   if (!prompt.is_ok()) return fail(prompt.status());
   if (a.kv_memory.empty() && !a.spec.any())
     cfg.kv_tokens = static_cast<int64_t>(prompt->size()) +
                     std::max(a.beam_width > 0 ? 0 : sampling.max_tokens, 1) + cfg.block_size;
-  auto llm_r = make_llm(std::move(*model), cfg);
+  auto llm_r = make_llm(std::move(*model), cfg, std::move(tok));  // the tokenizer is built once
   if (!llm_r.is_ok()) return fail(llm_r.status());
   LLM& llm = **llm_r;
   const bool has_text = llm.info().has_tokenizer;
