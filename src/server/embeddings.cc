@@ -116,18 +116,9 @@ std::string base64_of(const std::vector<float>& v) {
 }  // namespace
 
 void handle_embeddings(App& app, const httplib::Request& req, httplib::Response& res) {
-  const State st = app.state.load();
-  if (st != State::kReady) {
-    res.set_header("Retry-After", "5");
-    return send_error(res, {503, st == State::kLoading ? "the model is still loading" : "the server is shutting down",
-                            "server_error", "", "unavailable"});
-  }
-  if (sanitize_utf8(req.body) != req.body)
-    return send_error(res, bad("invalid JSON body: the request is not valid UTF-8", ""));
-  auto body_or = parse_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body_or)) return send_error(res, *e);
-  const int64_t n_vocab = app.llm->info().n_vocab;
-  auto parsed = parse(std::get<json>(body_or), n_vocab);
+  const std::optional<json> body = accept_json_body(app, req, res);
+  if (!body) return;
+  auto parsed = parse(*body, app.llm->info().n_vocab);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   EmbeddingRequest r = std::move(std::get<EmbeddingRequest>(parsed));
   if (!r.model.empty() && r.model != app.model_id)

@@ -277,17 +277,9 @@ std::string sse(const json& j) {
 
 void handle_generate(App& app, const httplib::Request& req, httplib::Response& res, Endpoint ep) {
   const auto t0 = Clock::now();
-  const State st = app.state.load();
-  if (st != State::kReady) {
-    res.set_header("Retry-After", "5");
-    return send_error(res, {503, st == State::kLoading ? "the model is still loading" : "the server is shutting down",
-                            "server_error", "", "unavailable"});
-  }
-  if (sanitize_utf8(req.body) != req.body)
-    return send_error(res, {400, "invalid JSON body: the request is not valid UTF-8", "invalid_request_error", "", ""});
-  auto body_or = parse_body(req.body);
-  if (auto* e = std::get_if<ApiError>(&body_or)) return send_error(res, *e);
-  const json& body = std::get<json>(body_or);
+  const std::optional<json> body_or = accept_json_body(app, req, res);
+  if (!body_or) return;
+  const json& body = *body_or;
   auto parsed = parse_generation_request(body, ep, app.tok->n_vocab());
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   GenerationRequest r = std::move(std::get<GenerationRequest>(parsed));

@@ -6,8 +6,12 @@
 
 #include <atomic>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <variant>
 
+#include "base/utf8.h"
 #include "cachet/llm.h"
 #include "engine/engine_service.h"
 #include "server/metrics.h"
@@ -61,6 +65,29 @@ inline ApiError error_of(const Status& s) {
     case StatusCode::kOutOfRange: return {400, s.message(), "invalid_request_error", "", ""};
     default: return {500, s.message(), "server_error", "", ""};
   }
+}
+
+// The checks every POST handler makes first: the server is ready (else 503 with Retry-After), and the body is
+// UTF-8 and JSON within the nesting limit (else 400). The body, or nullopt once the error has been sent.
+inline std::optional<nlohmann::json> accept_json_body(App& app, const httplib::Request& req,
+                                                      httplib::Response& res) {
+  const State st = app.state.load();
+  if (st != State::kReady) {
+    res.set_header("Retry-After", "5");
+    send_error(res, {503, st == State::kLoading ? "the model is still loading" : "the server is shutting down",
+                     "server_error", "", "unavailable"});
+    return std::nullopt;
+  }
+  if (sanitize_utf8(req.body) != req.body) {
+    send_error(res, {400, "invalid JSON body: the request is not valid UTF-8", "invalid_request_error", "", ""});
+    return std::nullopt;
+  }
+  auto body_or = parse_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&body_or)) {
+    send_error(res, *e);
+    return std::nullopt;
+  }
+  return std::get<nlohmann::json>(std::move(body_or));
 }
 
 }  // namespace cachet::server

@@ -1,7 +1,6 @@
 // cachet embed: one embedding per input (the model's pooling, or --pooling), printed as JSON, one array a line.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tools/cachet/common.h"
@@ -33,19 +32,12 @@ void add_embed_command(CLI::App& app, int* exit_code) {
   c->callback([a, exit_code] {
     std::vector<std::string> inputs = a->texts;
     if (!a->lines_json.empty()) {
-      std::ifstream in(a->lines_json, std::ios::binary);
-      if (!in) {
-        *exit_code = fail(io_error("cannot read " + a->lines_json));
+      auto lines = read_lines_json(a->lines_json);
+      if (!lines.is_ok()) {
+        *exit_code = fail(lines.status());
         return;
       }
-      for (std::string line; std::getline(in, line);) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_string()) {
-          *exit_code = fail(invalid_argument("--lines-json: a line is not a JSON string"));
-          return;
-        }
-        inputs.push_back(j.get<std::string>());
-      }
+      inputs.insert(inputs.end(), lines->begin(), lines->end());
     }
     if (inputs.empty()) {
       *exit_code = fail(invalid_argument("nothing to embed: give --text or --lines-json"));

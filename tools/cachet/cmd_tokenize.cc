@@ -45,20 +45,13 @@ void add_tokenize_commands(CLI::App& app, int* exit_code) {
       return;
     }
     if (!a->lines_json.empty()) {
-      std::ifstream in(a->lines_json, std::ios::binary);
-      if (!in) {
-        *exit_code = fail(io_error("cannot read " + a->lines_json));
+      auto lines = read_lines_json(a->lines_json);
+      if (!lines.is_ok()) {
+        *exit_code = fail(lines.status());
         return;
       }
-      for (std::string line; std::getline(in, line);) {
-        auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded() || !j.is_string()) {
-          *exit_code = fail(invalid_argument("--lines-json: a line is not a JSON string"));
-          return;
-        }
-        std::printf("%s\n", nlohmann::json((*tok)->encode(j.get<std::string>(), !a->no_add_special,
-                                                           a->parse_special)).dump().c_str());
-      }
+      for (const std::string& line : *lines)
+        std::printf("%s\n", nlohmann::json((*tok)->encode(line, !a->no_add_special, a->parse_special)).dump().c_str());
       *exit_code = 0;
       return;
     }

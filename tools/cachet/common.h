@@ -82,6 +82,8 @@ Result<std::unique_ptr<LLM>> load_llm(const std::string& model_flag, const LLMCo
 
 // A whole file's bytes.
 Result<std::string> read_file(const std::string& path);
+// --lines-json: every line of the file a JSON string.
+Result<std::vector<std::string>> read_lines_json(const std::string& path);
 
 // Figures of a completion for the summary lines: prompt tokens per second of the time to the first token,
 // generated tokens after the first per second of the time between them, and that time's mean and percentiles.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 
@@ -107,6 +108,19 @@ Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return io_error("cannot read " + path);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+Result<std::vector<std::string>> read_lines_json(const std::string& path) {
+  CACHET_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_string())
+      return invalid_argument(path + ": line " + std::to_string(out.size() + 1) + " is not a JSON string");
+    out.push_back(j.get<std::string>());
+  }
+  return out;
 }
 
 double prefill_tok_per_s(const Completion& c) { return c.ttft_ms > 0 ? c.prompt_tokens * 1000.0 / c.ttft_ms : 0.0; }
