@@ -123,18 +123,8 @@ std::string SpmTokenizer::token_to_piece(int32_t id, bool special) const {
   const std::string& t = tokens_[id];
   switch (types_[id]) {
     case TokenType::kNormal:
-    case TokenType::kUserDefined: {
-      std::string out;
-      for (size_t i = 0; i < t.size();) {
-        if (t.compare(i, 3, kSpace) == 0) {
-          out += ' ';
-          i += 3;
-        } else {
-          out += t[i++];
-        }
-      }
-      return out;
-    }
+    case TokenType::kUserDefined:
+      return u2581_to_spaces(t);
     case TokenType::kByte: {
       unsigned v = 0;
       if (t.size() == 6 && std::sscanf(t.c_str(), "<0x%02X>", &v) == 1) return std::string(1, static_cast<char>(v));

@@ -92,6 +92,19 @@ Status Tokenizer::init_common(const GgufFile& f, Kind kind) {
   return Status::ok();
 }
 
+std::string u2581_to_spaces(const std::string& t) {
+  std::string out;
+  for (size_t i = 0; i < t.size();) {
+    if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += t[i++];
+    }
+  }
+  return out;
+}
+
 std::optional<int32_t> Tokenizer::find(std::string_view text) const {
   auto it = index_.find(std::string(text));
   if (it == index_.end()) return std::nullopt;

@@ -70,16 +70,7 @@ class WpmTokenizer final : public Tokenizer {
     if (id < 0 || id >= n_vocab()) return {};
     const std::string& t = tokens_[id];
     if (types_[id] == TokenType::kControl || types_[id] == TokenType::kUnknown) return special ? t : std::string();
-    std::string out;
-    for (size_t i = 0; i < t.size();) {
-      if (t.compare(i, 3, kWordStart) == 0) {
-        out += ' ';
-        i += 3;
-      } else {
-        out += t[i++];
-      }
-    }
-    return out;
+    return u2581_to_spaces(t);
   }
 
  protected:
