@@ -39,7 +39,7 @@ struct RequestEvent {
   int cached_tokens = 0;          // prompt tokens the prefix cache supplied (on the request's events)
   int64_t spec_drafted = 0;       // speculation so far: the request's draft tokens verified, and accepted
   int64_t spec_accepted = 0;
-  std::vector<float> embedding;   // an embedding request's pooled hidden state (with its kStop finish)
+  std::vector<float> embedding = {};  // an embedding request's pooled hidden state (with its kStop finish)
 };
 
 struct EngineCounters {
