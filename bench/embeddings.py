@@ -58,9 +58,12 @@ def chat_load(port, stop, n_clients):
 
 def measure(port, inputs, batch):
     t0 = time.perf_counter()
+    tokens = 0
     for i in range(0, len(inputs), batch):
         out = post(port, "/v1/embeddings", {"input": inputs[i:i + batch], "encoding_format": "float"})
         assert len(out["data"]) == len(inputs[i:i + batch])
+        tokens += out.get("usage", {}).get("prompt_tokens", 0)
+    measure.tokens_per_input = tokens / len(inputs)
     return len(inputs) / (time.perf_counter() - t0)
 
 
@@ -74,6 +77,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pooling", choices=["mean", "cls", "last"])
     ap.add_argument("--chat-clients", type=int, default=0)
+    ap.add_argument("--slot-ctx", type=int, default=1024, help="llama-server: context of each of its 16 slots")
     a = ap.parse_args()
 
     servers = {}
@@ -84,7 +88,7 @@ def main():
     if a.llama_server:
         port = free_port()
         cmd = [a.llama_server, "-m", a.model, "--port", str(port), "-t", str(a.threads), "-tb", str(a.threads),
-               "--embeddings", "--parallel", "32", "-c", str(32 * (a.tokens + 16)), "-b", "4096", "-ub", "4096"]
+               "--embeddings", "--parallel", "16", "-c", str(16 * a.slot_ctx), "-b", "4096", "-ub", "4096"]
         cmd += ["--pooling", a.pooling] if a.pooling else []
         servers["llama-server"] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port)
     try:
@@ -103,8 +107,8 @@ def main():
                 stop.set()
                 for t in load:
                     t.join(timeout=120)
-        out = {"model": os.path.basename(a.model), "threads": a.threads, "tokens": a.tokens,
-               "chat_clients": a.chat_clients}
+        out = {"model": os.path.basename(a.model), "threads": a.threads, "words": a.tokens,
+               "tokens_per_input": round(measure.tokens_per_input, 1), "chat_clients": a.chat_clients}
         for name, r in results.items():
             for batch, v in r.items():
                 out[f"{name}_batch{batch}_per_s"] = round(statistics.median(v), 2)
