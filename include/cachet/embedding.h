@@ -9,14 +9,16 @@
 namespace cachet {
 
 // How a sequence's final hidden states become one vector: their mean, the first token's (BERT's [CLS]) or the
-// last token's (causal embedders such as Qwen3-Embedding).
-enum class Pooling { kMean, kCls, kLast };
+// last token's (causal embedders such as Qwen3-Embedding); or, for a reranker, its classifier's outputs on the
+// state its file names (the first of them is the relevance score).
+enum class Pooling { kMean, kCls, kLast, kRank };
 
 // "mean", "cls", "last"; nullopt for anything else.
 inline std::optional<Pooling> pooling_from_name(const std::string& name) {
   if (name == "mean") return Pooling::kMean;
   if (name == "cls") return Pooling::kCls;
   if (name == "last") return Pooling::kLast;
+  if (name == "rank") return Pooling::kRank;
   return std::nullopt;
 }
 inline const char* pooling_name(Pooling p) {
@@ -24,6 +26,7 @@ inline const char* pooling_name(Pooling p) {
     case Pooling::kMean: return "mean";
     case Pooling::kCls: return "cls";
     case Pooling::kLast: return "last";
+    case Pooling::kRank: return "rank";
   }
   return "?";
 }

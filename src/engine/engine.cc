@@ -59,6 +59,9 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   if (mode == SpecMode::kDraft && !spec_->has_draft_model())
     return invalid_argument("speculation with a draft model was asked for, but the engine has no draft model");
   const ModelConfig& c = model_.config();
+  if (!c.causal)
+    return invalid_argument("this model attends both ways (an encoder or embedding model): it embeds and ranks, it "
+                            "does not generate text");
   CACHET_RETURN_IF_ERROR(params.validate(c.n_vocab));
   if (prompt.empty()) return invalid_argument("the prompt is empty");
   for (int32_t t : prompt)
@@ -88,9 +91,21 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   return id;
 }
 
+Pooling Engine::rows_pooled(Pooling p) const {
+  if (p != Pooling::kRank) return p;
+  const ModelConfig& c = model_.config();
+  if (c.rank_input.empty()) return c.causal ? Pooling::kLast : Pooling::kCls;
+  return *pooling_from_name(c.rank_input);
+}
+
 Result<RequestId> Engine::add_embedding(std::vector<int32_t> prompt, Pooling pooling, uint64_t cache_ns) {
   const ModelConfig& c = model_.config();
   if (prompt.empty()) return invalid_argument("the input is empty");
+  if (pooling == Pooling::kRank && model_.pooled_dim(pooling) == 0)
+    return invalid_argument("rank pooling needs a reranker: this model's file has no classifier head (cls.output)");
+  if (!c.causal && static_cast<int64_t>(prompt.size()) > c.n_ctx_train)
+    return invalid_argument("the input has " + std::to_string(prompt.size()) + " tokens, more than the model's " +
+                            "context of " + std::to_string(c.n_ctx_train));
   for (int32_t t : prompt)
     if (t < 0 || t >= c.n_vocab) return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
   const int64_t blocks = (static_cast<int64_t>(prompt.size()) + cfg_.block_size - 1) / cfg_.block_size;
@@ -105,7 +120,10 @@ Result<RequestId> Engine::add_embedding(std::vector<int32_t> prompt, Pooling poo
   r->params.max_tokens = 0;
   r->cache_ns = cache_ns;
   r->pooling = pooling;
-  r->reuse_prefix = pooling == Pooling::kLast;  // the last token is always computed; the others' states are not kept
+  // A causal model's last token is always computed, the others' states are not kept: only last-token pooling
+  // may start from a cached prefix. A bidirectional model's states depend on the whole input: never cached.
+  r->reuse_prefix = c.causal && rows_pooled(pooling) == Pooling::kLast;
+  r->whole = !c.causal;
   r->pooled.assign(static_cast<size_t>(c.n_embd), 0.0f);
   scheduler_->add(r.get());
   const RequestId id = r->id;
@@ -152,12 +170,12 @@ Result<std::vector<RequestEvent>> Engine::step() {
       // A chunk from position 0: the first, or the request was preempted and starts over.
       if (r->num_computed == 0) std::fill(r->pooled.begin(), r->pooled.end(), 0.0f);
       const int last = static_cast<int>(r->tokens.size()) - 1;
+      const Pooling p = rows_pooled(*r->pooling);
       int rows = 0;
       for (int k = 0; k < w.n; ++k) {
         const int pos = r->num_computed + k;
         b.add_token(r->tokens[pos], pos, seq, false);
-        if (*r->pooling == Pooling::kMean || (*r->pooling == Pooling::kCls && pos == 0) ||
-            (*r->pooling == Pooling::kLast && pos == last)) {
+        if (p == Pooling::kMean || (p == Pooling::kCls && pos == 0) || (p == Pooling::kLast && pos == last)) {
           b.want_hidden_of_last();
           ++rows;
         }
@@ -200,10 +218,11 @@ Result<std::vector<RequestEvent>> Engine::step() {
   for (const ScheduledWork& w : work) {
     Request* r = static_cast<Request*>(w.r);
     if (!r->pooling || r->num_computed < static_cast<int>(r->tokens.size())) continue;
-    if (*r->pooling == Pooling::kMean)
+    if (rows_pooled(*r->pooling) == Pooling::kMean)
       for (float& x : r->pooled) x /= static_cast<float>(r->tokens.size());
     RequestEvent ev{r->id, std::nullopt, RequestFinish::kStop, 0.0f, {}, r->cached_tokens};
-    ev.embedding = std::move(r->pooled);
+    ev.embedding.resize(static_cast<size_t>(model_.pooled_dim(*r->pooling)));
+    CACHET_RETURN_IF_ERROR(model_.pooled_head(r->pooled.data(), *r->pooling, ev.embedding.data()));
     events.push_back(std::move(ev));
     finish(r);
   }

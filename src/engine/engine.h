@@ -73,8 +73,10 @@ class Engine {
                                 std::vector<int32_t> stop_ids = {}, bool stop_at_eos = true, int n = 1,
                                 uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt);
   // An embedding request: the prompt runs like any other (batched with generation, chunked), nothing is
-  // sampled, and its finishing event carries the final hidden states pooled (not normalized). Mean and CLS
-  // pooling need every token's (the first token's) state, so they never start from a cached prefix.
+  // sampled, and its finishing event carries the final hidden states pooled (not normalized) through the
+  // model's pooled head (Model::pooled_head: a reranker's scores for rank pooling). Mean and CLS pooling need
+  // every token's (the first token's) state, so they never start from a cached prefix. On a bidirectional
+  // model an input runs whole in one pass (SchedRequest::whole) and is never cached.
   Result<RequestId> add_embedding(std::vector<int32_t> prompt, Pooling pooling, uint64_t cache_ns = 0);
   // Frees the request's blocks at the next step.
   void abort(RequestId id);
@@ -98,6 +100,8 @@ class Engine {
  private:
   Engine(Model& model, EngineConfig cfg);
   using Request = EngineRequest;
+  // Whose final hidden states a pooling sums: rank pooling reads the state the model's file names.
+  Pooling rows_pooled(Pooling p) const;
   // A request's rows of logits in this step's pass: positions from its last accepted token on.
   struct Rows {
     Request* r;

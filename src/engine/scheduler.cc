@@ -30,7 +30,7 @@ void Scheduler::take_cached_prefix(SchedRequest* r) {
 }
 
 void Scheduler::release(SchedRequest* r) {
-  if (radix_ && manager_.has(r->id)) {
+  if (radix_ && manager_.has(r->id) && !r->whole) {
     const int full = r->num_computed / cfg_.block_size;  // only whole blocks of computed tokens
     radix_->insert(r->cache_ns, r->tokens.data(), full * cfg_.block_size, manager_.block_table(r->id).data());
   }
@@ -106,7 +106,8 @@ std::vector<ScheduledWork> Scheduler::schedule() {
   while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_running) {
     SchedRequest* r = waiting_.front();
     take_cached_prefix(r);
-    const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
+    const int left = static_cast<int>(r->tokens.size()) - r->num_computed;
+    const int n = r->whole ? left : std::min({left, cfg_.prefill_chunk, budget});
     if (!manager_.can_append(r->id, n) && !make_room(manager_.blocks_to_append(r->id, n))) {
       if (r->cache_node) {  // give the prefix back: it waits holding nothing
         radix_->unlock(r->cache_node);

@@ -31,6 +31,9 @@ struct SchedRequest {
   int cached_tokens = 0;        // prompt tokens the prefix cache supplied at first admission
   int n_draft = 0;              // the last n_draft tokens are a speculative draft, verified by this step's pass
   bool reuse_prefix = true;     // may start from a cached prefix (not when it needs every token's output)
+  // All its tokens run in one pass, never cached: an encoder's input, where every token attends to all of them.
+  // Admitted whole even past the step's token budget (a step runs at most one such input over it).
+  bool whole = false;
 };
 
 struct SchedulerConfig {

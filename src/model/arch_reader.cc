@@ -164,7 +164,7 @@ Status ArchReader::experts(ModelConfig* c, const char* expert_ff_key) {
   return Status::ok();
 }
 
-Result<std::string> ArchReader::swa_layers(int64_t n_layer, int64_t default_period) {
+Result<std::string> ArchReader::swa_layers(int64_t n_layer, int64_t default_period, bool dense_first) {
   const std::string k = arch_ + ".attention.sliding_window_pattern";
   keys_read_.insert(k);
   std::string layers(n_layer, 'S');
@@ -182,7 +182,8 @@ Result<std::string> ArchReader::swa_layers(int64_t n_layer, int64_t default_peri
     period = static_cast<int64_t>(p);
   }
   if (period > 1)
-    for (int64_t l = 0; l < n_layer; ++l) layers[l] = l % period < period - 1 ? 'S' : 'G';
+    for (int64_t l = 0; l < n_layer; ++l)
+      layers[l] = (dense_first ? l % period != 0 : l % period < period - 1) ? 'S' : 'G';
   return layers;
 }
 

@@ -48,8 +48,8 @@ class ArchReader {
 
   // Which layers use the sliding window, as ModelConfig::swa_layers: `attention.sliding_window_pattern` is
   // either a period n (layer l is local unless l % n == n - 1; 0 or 1 = every layer local) or one bool per layer;
-  // without it, `default_period`.
-  Result<std::string> swa_layers(int64_t n_layer, int64_t default_period);
+  // without it, `default_period`. dense_first: a period's first layer is the global one (l % n == 0).
+  Result<std::string> swa_layers(int64_t n_layer, int64_t default_period, bool dense_first = false);
 
   // Errors naming the first `{arch}.*` key or tensor nobody read.
   Status finish() const;

@@ -61,6 +61,9 @@ Status ModelConfig::validate() const {
       return invalid_argument("swa_layers holds a letter other than S and G");
   }
   if (ffn_act != "silu" && ffn_act != "gelu") return invalid_argument("ffn_act '" + ffn_act + "' is not silu or gelu");
+  if (!rank_input.empty() && rank_input != "cls" && rank_input != "last" && rank_input != "mean")
+    return invalid_argument("rank_input '" + rank_input + "' is not cls, last or mean");
+  if (n_cls_out < 0) return invalid_argument("n_cls_out must be >= 0");
   if (n_expert < 0 || n_expert_used < 0 || n_expert_used > n_expert || (n_expert > 0 && n_expert_used == 0))
     return invalid_argument("expert counts " + std::to_string(n_expert_used) + " of " + std::to_string(n_expert) +
                             " are not 0 < used <= experts");

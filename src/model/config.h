@@ -47,6 +47,10 @@ namespace cachet {
   X(bool, post_norms, false, "RMSNorm of the attention and FFN outputs before the residual add")           \
   X(std::string, ffn_act, "silu", "gated FFN activation: silu or gelu (tanh approximation)")               \
   X(std::string, pooling, "none", "embedding pooling of final hidden states: none, mean, cls, last, rank")  \
+  X(bool, causal, true, "causal attention (false: every token of a sequence sees all of it, an encoder)")     \
+  X(bool, swa_symmetric, false, "the sliding window is centred: positions within window / 2 either side")    \
+  X(std::string, rank_input, "", "rank pooling: the state the classifier reads (cls, last or mean)")        \
+  X(int64_t, n_cls_out, 0, "classifier outputs of a reranker's head (cls.output; 0: none)")                 \
   X(int64_t, n_expert, 0, "experts per MoE layer (0: dense FFN)")                                          \
   X(int64_t, n_expert_used, 0, "experts each token is routed to")                                          \
   X(bool, expert_norm, true, "top-k router weights renormalized to sum 1")                                 \

@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -39,9 +40,10 @@ class DecoderModel final : public Model {
   ThreadPool& pool() override { return *pool_; }
 
   Status forward(const ForwardBatch& batch, float* logits, float* hidden = nullptr) override;
+  int64_t pooled_dim(Pooling p) const override { return p == Pooling::kRank ? cfg_.n_cls_out : cfg_.n_embd; }
+  Status pooled_head(const float* pooled, Pooling p, float* out) override;
 
  private:
-  Status check_batch(const ForwardBatch& b) const;
   void ensure_scratch(int n_tokens);
 
   ModelConfig cfg_;
@@ -73,6 +75,8 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> cos_sin_swa_;  // [n_tokens, rope_dim] sliding-window layers (their own RoPE base)
   AlignedBuffer<float> router_;       // [n_tokens, n_expert]
   std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
+  std::vector<int32_t> ends_;         // [n_tokens] bidirectional: the last position of each token's sequence
+  std::vector<float> dense_;          // [n_dense] a pooled vector between the dense projections
   // Tensor parallel, exact mode: every rank's attention output / FFN activations, and this rank's output rows.
   AlignedBuffer<float> attn_full_;    // [n_tokens, q_dim of the whole model]
   AlignedBuffer<float> act_full_;     // [n_tokens, n_ff of the whole model]
@@ -83,7 +87,9 @@ class DecoderModel final : public Model {
   void project(const TensorView& w, float* in, const std::vector<int64_t>& in_widths, float* in_full, int T);
 };
 
-Status DecoderModel::check_batch(const ForwardBatch& b) const {
+}  // namespace
+
+Status check_forward_batch(const ModelConfig& cfg_, const ForwardBatch& b) {
   const size_t n = b.token_ids.size();
   if (b.positions.size() != n || b.seq_index.size() != n || b.want_logits.size() != n || b.slots.size() != n ||
       (!b.want_hidden.empty() && b.want_hidden.size() != n))
@@ -115,6 +121,8 @@ Status DecoderModel::check_batch(const ForwardBatch& b) const {
   }
   return Status::ok();
 }
+
+namespace {
 
 void DecoderModel::ensure_scratch(int n) {
   if (n <= scratch_tokens_) return;
@@ -161,7 +169,7 @@ std::vector<int64_t> wshape(const TensorView& w) {
 }  // namespace
 
 Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hidden) {
-  CACHET_RETURN_IF_ERROR(check_batch(batch));
+  CACHET_RETURN_IF_ERROR(check_forward_batch(cfg_, batch));
   for (const KvBlockCopy& cp : batch.copies) batch.kv->copy_block(cp);  // copy-on-write, before any write
   const int T = batch.n_tokens();
   if (T == 0) return Status::ok();
@@ -202,6 +210,12 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       const float s = static_cast<float>(c.embd_scale);
       for (int64_t i = 0; i < d; ++i) xt[i] *= s;
     }
+  }
+  if (!c.causal) {  // every token attends to its whole sequence (the scheduler runs it in one pass)
+    std::vector<int32_t> seq_end(batch.n_seqs(), 0);
+    for (int t = 0; t < T; ++t) seq_end[batch.seq_index[t]] = std::max(seq_end[batch.seq_index[t]], batch.positions[t]);
+    ends_.resize(T);
+    for (int t = 0; t < T; ++t) ends_[t] = seq_end[batch.seq_index[t]];
   }
   rope_table(batch.positions.data(), T, rope_, cos_sin_.data());
   if (c.sliding_window > 0)  // local layers: their own base and scaling
@@ -249,13 +263,15 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                      c.query_scale()};
     aa.window = swa ? static_cast<int>(c.sliding_window) : 0;
     aa.softcap = static_cast<float>(c.attn_softcap);
+    aa.ends = c.causal ? nullptr : ends_.data();
+    aa.symmetric_window = c.swa_symmetric;
     attention(pool, aa);
     trace(l, {"attention", "", "", {}, {T, H, hd}, {T, H, hd},
               "scores = Q K^T * " + std::to_string(c.query_scale()) +
                   (aa.softcap != 0.0f ? ", soft-capped at " + std::to_string(aa.softcap) : std::string()) +
                   (aa.window > 0 ? " over the last " + std::to_string(aa.window) + " positions"
                                  : std::string(" over positions 0..pos")) +
-                  " (causal), " + std::to_string(H / KH) + " query heads per KV head; softmax; weights @ V"});
+                  (c.causal ? " (causal), " : " (bidirectional), ") + std::to_string(H / KH) + " query heads per KV head; softmax; weights @ V"});
     project(L.wo, attn_.data(), tp_.q_widths, attn_full_.data(), T);
     trace_mm(l, L.wo, H * hd, d, "attention output projection");
     if (L.post_attn_norm.data) {
@@ -359,6 +375,31 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                  std::string(c.tied_output ? "tied to the token embedding" : "separate head") +
                      (c.final_softcap != 0.0 ? ", soft-capped at " + std::to_string(c.final_softcap) : "")});
   }
+  return Status::ok();
+}
+
+Status DecoderModel::pooled_head(const float* pooled, Pooling p, float* out) {
+  const int64_t d = cfg_.n_embd;
+  if (p == Pooling::kRank) {
+    if (!w_.cls_out.data) return unimplemented("this model has no classifier head (cls.output) for rank pooling");
+    matmul(*pool_, w_.cls_out, pooled, 1, out);
+    if (w_.cls_out_b.data) add_bias(out, reinterpret_cast<const float*>(w_.cls_out_b.data), 1, cfg_.n_cls_out);
+    // A causal reranker's outputs are its head's logits of its labels (Qwen3-Reranker: "yes", "no"): softmax,
+    // so the first is the probability of relevance.
+    float mx = out[0];
+    for (int64_t i = 1; i < cfg_.n_cls_out; ++i) mx = std::max(mx, out[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < cfg_.n_cls_out; ++i) sum += out[i] = std::exp(out[i] - mx);
+    for (int64_t i = 0; i < cfg_.n_cls_out; ++i) out[i] = static_cast<float>(out[i] / sum);
+    return Status::ok();
+  }
+  if (!w_.dense_2.data) {
+    std::copy_n(pooled, d, out);
+    return Status::ok();
+  }
+  dense_.resize(static_cast<size_t>(w_.dense_2.ne[1]));
+  matmul(*pool_, w_.dense_2, pooled, 1, dense_.data());
+  matmul(*pool_, w_.dense_3, dense_.data(), 1, out);
   return Status::ok();
 }
 

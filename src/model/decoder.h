@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -43,6 +44,11 @@ struct DecoderWeights {
   TensorView output;       // [n_embd, n_vocab]; equals tok_embd when tied
   TensorView rope_freqs;   // optional [rope_dim / 2] f32: each pair's frequency is divided by its factor
   std::vector<DecoderLayerWeights> layers;
+  // Embedding models' heads on a pooled vector (Model::pooled_head), all optional.
+  TensorView cls_out;      // [n_embd, n_cls_out]: a causal reranker's classifier (Qwen3-Reranker: yes / no)
+  TensorView cls_out_b;    // [n_cls_out] f32
+  TensorView dense_2;      // [n_embd, n_dense]: sentence-transformers' projections (EmbeddingGemma) ...
+  TensorView dense_3;      // [n_dense, n_embd]: ... and back
 };
 
 // Which of the optional tensors an architecture's files carry (the rest of its file is an error).
@@ -53,6 +59,8 @@ struct DecoderTensors {
   bool fused_qkv = false;      // attn_qkv.weight may replace attn_{q,k,v}
   bool fused_gate_up = false;  // ffn_up.weight [n_embd, 2 n_ff] holds gate then up; no ffn_gate
   bool rope_freqs = false;     // rope_freqs.weight
+  bool classifier = false;     // cls.output.weight / .bias (a reranker)
+  bool dense_out = false;      // dense_2.weight, dense_3.weight (projections of the pooled embedding)
   bool need_qk_norm = false;   // the architecture cannot run without them
   bool need_post_norms = false;
 };
@@ -60,6 +68,16 @@ struct DecoderTensors {
 // Reads the standard GGUF tensor names (llama.cpp's) of every layer into weights, splits fused matrices and
 // experts into views, and records the features found in cfg (qkv_bias, qk_norm, post_norms, rope_freq_factors).
 Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed);
+
+// A forward batch's lists, token ids, positions, slots, blocks and copies against a model of config `cfg`
+// (a batch may come from another rank's bytes).
+Status check_forward_batch(const ModelConfig& cfg, const ForwardBatch& b);
+
+// A weight's checks: present, shaped [ne0, ne1], aligned, of a type cachet computes with (layer < 0: global).
+Status check_tensor(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t layer);
+// A 1-D weight (norm, bias) of n values as f32: converted into `owned` when stored as F16 / BF16.
+Status vector_to_f32(TensorView* t, int64_t n, std::vector<AlignedBuffer<float>>* owned, int64_t layer,
+                     const std::string& what);
 
 // Checks every weight's shape and type against the config; 1-D weights stored as F16/BF16 are converted to
 // f32 into `owned`.

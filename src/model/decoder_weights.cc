@@ -30,6 +30,8 @@ TensorView elem_slice(const TensorView& t, int64_t e0, int64_t n, const char* pa
   return v;
 }
 
+}  // namespace
+
 Status check_tensor(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t layer) {
   const std::string name = t.name.empty() ? what : t.name;
   if (!t.data) {
@@ -67,6 +69,8 @@ Status vector_to_f32(TensorView* t, int64_t n, std::vector<AlignedBuffer<float>>
   return Status::ok();
 }
 
+namespace {
+
 // n_expert matrices of [ne0, ne1] stacked in a 3-D tensor, one view each.
 Status split_experts(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t n_expert,
                      int64_t layer, std::vector<TensorView>* out) {
@@ -94,6 +98,15 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
   w.output_norm = r.tensor("output_norm.weight");
   w.output = cfg->tied_output ? w.tok_embd : r.tensor("output.weight");
   if (allowed.rope_freqs) w.rope_freqs = r.tensor("rope_freqs.weight");
+  if (allowed.classifier) {
+    w.cls_out = r.tensor("cls.output.weight");
+    w.cls_out_b = r.tensor("cls.output.bias");
+    cfg->n_cls_out = w.cls_out.data ? w.cls_out.ne[1] : 0;
+  }
+  if (allowed.dense_out) {
+    w.dense_2 = r.tensor("dense_2.weight");
+    w.dense_3 = r.tensor("dense_3.weight");
+  }
   cfg->rope_freq_factors = w.rope_freqs.data != nullptr;
   const int64_t q = cfg->q_dim(), kv = cfg->kv_dim();
   for (int64_t l = 0; l < cfg->n_layer; ++l) {
@@ -172,6 +185,18 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
   if (c.rope_freq_factors) CACHET_RETURN_IF_ERROR(vector_to_f32(&w->rope_freqs, c.rope_dim / 2, owned, -1, "rope_freqs"));
   if (static_cast<int64_t>(w->layers.size()) != c.n_layer)
     return invalid_argument("expected " + std::to_string(c.n_layer) + " layers of weights");
+  if (w->cls_out.data) {
+    CACHET_RETURN_IF_ERROR(check_tensor(w->cls_out, "cls.output.weight", c.n_embd, c.n_cls_out, -1));
+    if (w->cls_out_b.data) CACHET_RETURN_IF_ERROR(vector_to_f32(&w->cls_out_b, c.n_cls_out, owned, -1, "cls.output.bias"));
+  } else if (w->cls_out_b.data) {
+    return invalid_argument("cls.output.bias without cls.output.weight");
+  }
+  if (w->dense_2.data || w->dense_3.data) {
+    if (!w->dense_2.data || !w->dense_3.data) return invalid_argument("dense_2.weight and dense_3.weight come together");
+    const int64_t n_dense = w->dense_2.ne[1];
+    CACHET_RETURN_IF_ERROR(check_tensor(w->dense_2, "dense_2.weight", c.n_embd, n_dense, -1));
+    CACHET_RETURN_IF_ERROR(check_tensor(w->dense_3, "dense_3.weight", n_dense, c.n_embd, -1));
+  }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     DecoderLayerWeights& L = w->layers[l];
     CACHET_RETURN_IF_ERROR(vector_to_f32(&L.attn_norm, c.n_embd, owned, l, "attn_norm"));

@@ -16,6 +16,8 @@ void register_qwen2_arch();
 void register_qwen3_arch();
 void register_gemma2_arch();
 void register_gemma3_arch();
+void register_gemma_embedding_arch();
+void register_bert_archs();
 void register_phi3_arch();
 
 namespace {
@@ -33,6 +35,8 @@ void register_builtin_archs() {
     register_qwen3_arch();
     register_gemma2_arch();
     register_gemma3_arch();
+    register_gemma_embedding_arch();
+    register_bert_archs();
     register_phi3_arch();
   });
 }

@@ -2,12 +2,14 @@
 // itself by GGUF `general.architecture` name; shared code never switches on the architecture.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "cachet/embedding.h"
 #include "cachet/status.h"
 #include "model/config.h"
 #include "model/rope_scaling.h"
@@ -32,6 +34,17 @@ class Model {
   // want_logits, writes n_vocab next-token logits to `logits`, and for each with want_hidden, its final hidden
   // state (after the output norm: what embedding models pool; n_embd floats) to `hidden` (rows in batch order).
   virtual Status forward(const ForwardBatch& batch, float* logits, float* hidden = nullptr) = 0;
+  // An embedding model's head on a pooled vector (n_embd floats, the final hidden states pooled as `p` says):
+  // a reranker's classifier for rank pooling, the file's dense projections for the others. Writes
+  // pooled_dim(p) floats to `out`.
+  virtual int64_t pooled_dim(Pooling p) const {
+    return p == Pooling::kRank ? config().n_cls_out : config().n_embd;
+  }
+  virtual Status pooled_head(const float* pooled, Pooling p, float* out) {
+    if (p == Pooling::kRank) return unimplemented("this model has no classifier head for rank pooling");
+    std::copy_n(pooled, config().n_embd, out);
+    return Status::ok();
+  }
   // The weights in file order (for `cachet info`).
   virtual const std::vector<TensorView>& tensors() const = 0;
   virtual const SpecialTokens& special_tokens() const = 0;

@@ -24,6 +24,21 @@ void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, f
   }
 }
 
+void layer_norm(const float* x, const float* w, const float* b, float* y, int n_rows, int64_t n, float eps) {
+  for (int r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += xr[i];
+    const double mean = sum / static_cast<double>(n);
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+    const float m = static_cast<float>(mean);
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - m) * scale * w[i] + (b ? b[i] : 0.0f);
+  }
+}
+
 void rope_table(const int32_t* positions, int n_tokens, const RopeFreqs& f, float* cos_sin) {
   const int half = static_cast<int>(f.inv_freq.size());
   const int rope_dim = 2 * half;
@@ -585,8 +600,17 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
   const int group = a.n_head / a.n_head_kv;
   const int q_dim = a.n_head * a.head_dim;
   const float scale = a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(a.head_dim));
-  // Token t attends to positions [lo(t), positions[t]].
-  auto lo = [&](int t) { return a.window > 0 ? std::max(0, a.positions[t] - a.window + 1) : 0; };
+  // Token t attends to positions [lo(t), hi(t)]: up to itself (causal) or its sequence's end (bidirectional),
+  // within the window behind it or, centred, either side of it.
+  const int half = a.window / 2;
+  auto lo = [&](int t) {
+    if (a.window <= 0) return 0;
+    return std::max(0, a.symmetric_window ? a.positions[t] - half : a.positions[t] - a.window + 1);
+  };
+  auto hi = [&](int t) {
+    if (!a.ends) return a.positions[t];
+    return a.window > 0 && a.symmetric_window ? std::min(a.ends[t], a.positions[t] + half) : a.ends[t];
+  };
   const size_t state_floats = static_cast<size_t>(group) * a.head_dim + 2 * group;
   auto state_at = [&](float* base) {
     return HeadState{base + static_cast<size_t>(group) * a.head_dim, base + static_cast<size_t>(group) * a.head_dim + group,
@@ -597,12 +621,12 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
     return QueryRows{a.q + at, qq != nullptr ? qq + at / 16 : nullptr};
   };
   int max_chunks = 0;
-  for (int t = 0; t < a.n_tokens; ++t) max_chunks = std::max(max_chunks, a.positions[t] / kAttnChunk + 1);
+  for (int t = 0; t < a.n_tokens; ++t) max_chunks = std::max(max_chunks, hi(t) / kAttnChunk + 1);
   const int64_t heads = static_cast<int64_t>(a.n_tokens) * a.n_head_kv;
 
   // Little work (short contexts): on the calling thread; handing out a few microseconds of work costs more.
   int64_t work = 0;
-  for (int t = 0; t < a.n_tokens; ++t) work += static_cast<int64_t>(a.positions[t] + 1 - lo(t)) * a.n_head;
+  for (int t = 0; t < a.n_tokens; ++t) work += static_cast<int64_t>(hi(t) + 1 - lo(t)) * a.n_head;
   const bool inline_only = work <= kAttnInlineWork;
   // Decode tokens (no two of one sequence) walk whole K/V rows by chunks too when their partial states stay
   // small: a KV head's slice of a block-quantized row (68 bytes of q8_0 at head dim 64) straddles cache lines,
@@ -622,7 +646,7 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
     pool.parallel_for(items, [&](int, int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         const int t = static_cast<int>(i / max_chunks), c = static_cast<int>(i % max_chunks);
-        const int n_ctx = a.positions[t] + 1;
+        const int n_ctx = hi(t) + 1;
         const int c0 = std::max(lo(t), c * kAttnChunk), c1 = std::min(n_ctx, (c + 1) * kAttnChunk);
         if (c0 >= c1) continue;
         // This thread's next item is the next chunk of the same token: prefetch runs on into it.
@@ -633,9 +657,9 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
       }
     });
     float* run = scratch(state_floats);
-    for (int64_t hi = 0; hi < heads; ++hi) {
-      const int t = static_cast<int>(hi / a.n_head_kv), kvh = static_cast<int>(hi % a.n_head_kv);
-      const int n_chunks = (a.positions[t] + 1 + kAttnChunk - 1) / kAttnChunk, first = lo(t) / kAttnChunk;
+    for (int64_t th = 0; th < heads; ++th) {
+      const int t = static_cast<int>(th / a.n_head_kv), kvh = static_cast<int>(th % a.n_head_kv);
+      const int n_chunks = (hi(t) + 1 + kAttnChunk - 1) / kAttnChunk, first = lo(t) / kAttnChunk;
       for (int c = first; c < n_chunks; ++c)
         merge_chunk(state_at(run), partial(t, kvh, c), group, a.head_dim, c == first);
       write_heads(a, t, kvh, group, state_at(run));
@@ -673,13 +697,13 @@ void attention_rows(ThreadPool& pool, const AttentionArgs& a, const ActQ8* qq) {
       int c_lo = std::numeric_limits<int>::max(), c_hi = 0;
       for (int j = 0; j < nb; ++j) {
         c_lo = std::min(c_lo, lo(t0 + j) / kAttnChunk);
-        c_hi = std::max(c_hi, (a.positions[t0 + j] + kAttnChunk) / kAttnChunk);
+        c_hi = std::max(c_hi, (hi(t0 + j) + kAttnChunk) / kAttnChunk);
       }
       for (int c = c_lo; c < c_hi; ++c) {
         for (int j = 0; j < nb; ++j) {
           const int t = t0 + j;
           qs[j] = {query(t, kvh), state_at(buf + static_cast<size_t>(2 * j + 1) * state_floats),
-                   std::max(lo(t), c * kAttnChunk), std::min(a.positions[t] + 1, (c + 1) * kAttnChunk)};
+                   std::max(lo(t), c * kAttnChunk), std::min(hi(t) + 1, (c + 1) * kAttnChunk)};
         }
         attend_tokens(k, a, a.seqs[a.seq_index[t0]], kvh, std::span<BlockQuery>(qs, nb), group, scale);
         for (int j = 0; j < nb; ++j)

@@ -17,6 +17,9 @@ namespace cachet {
 // y[t] = x[t] / rms(x[t]) * w, for t < n_rows; x, y: [n_rows, n]; w: [n] (f32). y may alias x.
 void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, float eps);
 
+// y[t] = (x[t] - mean(x[t])) / sqrt(var(x[t]) + eps) * w + b, for t < n_rows; b may be null. y may alias x.
+void layer_norm(const float* x, const float* w, const float* b, float* y, int n_rows, int64_t n, float eps);
+
 // Rotates each head of x in place. x: [n_tokens, n_heads * head_dim]; cos_sin: [n_tokens, rope_dim]
 // holding (cos, sin) pairs for each rotated pair of the token's position.
 void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_dim, int rope_dim, bool neox);
@@ -53,7 +56,7 @@ struct MatmulOut {
 };
 void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const float* x, int n_tokens);
 
-// Causal attention for a batch. q: [n_tokens, n_head * head_dim] (already rotated);
+// Attention for a batch (causal unless `ends` is given). q: [n_tokens, n_head * head_dim] (already rotated);
 // out: [n_tokens, n_head * head_dim]. Token t attends to positions [0, positions[t]] of seqs[seq_index[t]]
 // in layer `layer` (with a window w > 0: positions (positions[t] - w, positions[t]]). Scores are
 // scale * q.k, soft-capped when softcap != 0.
@@ -71,6 +74,11 @@ struct AttentionArgs {
   float scale = 0.0f;  // 0: 1/sqrt(head_dim)
   int window = 0;
   float softcap = 0.0f;
+  // Bidirectional attention (an encoder): token t attends up to position ends[t] (its sequence's last position
+  // in the batch, whose K and V are written before attention) instead of positions[t]. nullptr: causal.
+  const int32_t* ends = nullptr;
+  // The window is centred on the token: positions within window / 2 either side (EmbeddingGemma's local layers).
+  bool symmetric_window = false;
 };
 void attention(ThreadPool& pool, const AttentionArgs& a);
 

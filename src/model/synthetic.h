@@ -12,7 +12,9 @@
 namespace cachet {
 
 struct SyntheticSpec {
-  std::string arch = "llama";  // llama qwen2 qwen3 qwen3moe gemma2 gemma3 phi3
+  // llama qwen2 qwen3 qwen3moe gemma2 gemma3 phi3; embedding models: gemma-embedding, and the encoders bert
+  // (a WordPiece vocabulary), nomic-bert, modern-bert
+  std::string arch = "llama";
   int64_t n_vocab = 256;
   int64_t n_embd = 64;
   int64_t n_layer = 2;
@@ -36,7 +38,10 @@ struct SyntheticSpec {
   double rope_scale = 1.0;
   int64_t rope_orig_ctx = 0;       // 0: not written
   double rope_attn_factor = 0.0;   // 0: not written
-  int64_t pooling_type = -1;       // >= 0: {arch}.pooling_type (1 mean, 2 cls, 3 last), an embedding model
+  int64_t pooling_type = -1;       // >= 0: {arch}.pooling_type (1 mean, 2 cls, 3 last, 4 rank), an embedding model
+  int64_t n_cls_out = 0;           // a reranker's classifier outputs: qwen3 cls.output (labels "yes", "no", ...);
+                                   // encoders cls + cls.output (bert: tanh head; modern-bert: GELU head + norm)
+  int64_t n_dense = 0;             // gemma-embedding: dense_2 (n_embd -> n_dense) and dense_3 (back)
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

@@ -50,6 +50,8 @@ class Tokenizer {
   std::optional<int32_t> eot() const { return eot_; }
   std::optional<int32_t> sep() const { return sep_; }
   bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  bool add_sep() const { return add_sep_; }
   // True for tokens that end a turn (EOS, EOT, and control tokens such as <|im_end|> / <|eot_id|>).
   bool is_end_of_generation(int32_t id) const;
 

@@ -21,8 +21,9 @@ void add_embed_command(CLI::App& app, int* exit_code) {
   auto* text = c->add_option("--text", a->texts, "an input (repeatable)");
   auto* lines = c->add_option("--lines-json", a->lines_json, "a file whose every line is a JSON string input");
   text->excludes(lines);
-  c->add_option("--pooling", a->pooling, "mean, cls or last (default: the model's pooling_type)")
-      ->check(CLI::IsMember({"mean", "cls", "last"}));
+  c->add_option("--pooling", a->pooling,
+                "mean, cls, last, or rank (a reranker's scores; default: the model's pooling_type)")
+      ->check(CLI::IsMember({"mean", "cls", "last", "rank"}));
   c->add_option("--dimensions", a->dimensions, "keep the first N values (Matryoshka), renormalized");
   c->add_flag("--no-normalize", a->no_normalize, "leave the vectors as pooled (default: unit length)");
   c->add_flag("--truncate", a->truncate, "cut inputs longer than the model's context instead of refusing them");

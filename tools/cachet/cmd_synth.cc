@@ -19,7 +19,8 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--preset", a->preset, "a real model's shape")
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3"}));
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gemma-embedding",
+                             "bert", "nomic-bert", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
   c->add_option("--experts-used", a->spec.n_expert_used, "experts per token");
@@ -43,7 +44,9 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--n-ff", a->spec.n_ff);
   c->add_option("--n-ctx", a->spec.n_ctx);
   c->add_option("--seed", a->spec.seed);
-  c->add_option("--pooling-type", a->spec.pooling_type, "write {arch}.pooling_type (1 mean, 2 cls, 3 last)")
+  c->add_option("--cls-out", a->spec.n_cls_out, "a reranker's classifier outputs (qwen3, bert, nomic-bert, modern-bert)");
+  c->add_option("--dense", a->spec.n_dense, "gemma-embedding: width of the dense_2 / dense_3 projections");
+  c->add_option("--pooling-type", a->spec.pooling_type, "write {arch}.pooling_type (1 mean, 2 cls, 3 last, 4 rank)")
       ->check(CLI::Range(0, 4));
   c->add_flag("--untied", a->untied, "separate output head");
   c->add_flag("--neox", a->spec.rope_neox, "NeoX RoPE layout");
