@@ -284,7 +284,7 @@ NB_MODULE(_cachet, m) {
             cachet::EmbedParams p;
             if (pooling) {
               p.pooling = cachet::pooling_from_name(*pooling);
-              if (!p.pooling) throw nb::value_error("pooling must be 'mean', 'cls' or 'last'");
+              if (!p.pooling) throw nb::value_error("pooling must be 'mean', 'cls', 'last' or 'rank'");
             }
             p.normalize = normalize;
             p.dimensions = dimensions;
@@ -315,6 +315,20 @@ NB_MODULE(_cachet, m) {
           "inputs"_a, "pooling"_a = nb::none(), "normalize"_a = true, "dimensions"_a = 0, "truncate"_a = false,
           "Embeddings (lists of floats) of a text, token ids, or a list of either; pooling as the model's file says "
           "unless given ('mean', 'cls', 'last').")
+      .def(
+          "rerank",
+          [](cachet::LLM& llm, const std::string& query, const std::vector<std::string>& documents) {
+            std::vector<float> out;
+            {
+              nb::gil_scoped_release release;
+              auto r = llm.rerank(query, documents);
+              nb::gil_scoped_acquire acquire;
+              out = unwrap(std::move(r));
+            }
+            return out;
+          },
+          "query"_a, "documents"_a,
+          "One relevance score per document (higher: more relevant), from a reranker model's classifier head.")
       .def(
           "apply_chat_template",
           [](cachet::LLM& llm, const std::vector<std::unordered_map<std::string, std::string>>& messages,

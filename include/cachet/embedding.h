@@ -39,4 +39,9 @@ struct EmbedParams {
   uint64_t cache_namespace = 0;    // the prefix cache's tenant (as Request::cache_namespace)
 };
 
+// Reranking: a reranker model (rank pooling: a classifier head on its file) scores a query against documents.
+struct RerankParams {
+  uint64_t cache_namespace = 0;  // the prefix cache's tenant (as Request::cache_namespace)
+};
+
 }  // namespace cachet

@@ -143,6 +143,16 @@ class CACHET_API LLM {
   Result<std::vector<std::vector<float>>> embed(const std::vector<std::vector<int32_t>>& inputs,
                                                 const EmbedParams& params = {});
 
+  // A reranker's input for a query and a document: the file's rerank template (tokenizer.chat_template.rerank,
+  // with {query} and {document} filled in, then tokenized parsing special tokens), or else [BOS] query [EOS] [SEP] document
+  // [EOS] as the vocabulary adds each (errors: no tokenizer).
+  Result<std::vector<int32_t>> rerank_tokens(const std::string& query, const std::string& document) const;
+  // One relevance score per document (higher: more relevant), in document order: each (query, document) pair
+  // through the model's classifier head (rank pooling), batched in the engine. Errors: the model is not a
+  // reranker, a pair longer than the model's context, an empty query or document.
+  Result<std::vector<float>> rerank(const std::string& query, const std::vector<std::string>& documents,
+                                    const RerankParams& params = {});
+
   // Engine-internal access for cachet's own front ends (src/api/llm_impl.h); not part of the API.
   struct Impl;
   Impl& impl() { return *impl_; }

@@ -159,6 +159,8 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
     labels.resize(static_cast<size_t>(s.n_cls_out));
     for (int64_t i = 2; i < s.n_cls_out; ++i) labels[i] = "label" + std::to_string(i);
     w.set_string_array(a + "classifier.output_labels", labels);
+    // A reranker's prompt, as Qwen3-Reranker's converted files carry one (control tokens parsed in it).
+    if (s.with_vocab) w.set_string("tokenizer.chat_template.rerank", "<s>Query: {query}\nDocument: {document}</s>");
   }
   if (s.arch == "gemma2" && s.attn_softcap > 0) w.set_f32(a + "attn_logit_softcapping", static_cast<float>(s.attn_softcap));
   if (gemma && s.final_softcap > 0) w.set_f32(a + "final_logit_softcapping", static_cast<float>(s.final_softcap));

@@ -33,6 +33,7 @@
 #include "server/openai.h"
 #include "server/server_app.h"
 #include "server/embeddings.h"
+#include "server/rerank.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cachet::server {
@@ -516,6 +517,8 @@ void install_routes(App& app, httplib::Server& svr) {
   svr.Post("/v1/embeddings", [&app](const httplib::Request& req, httplib::Response& res) {
     handle_embeddings(app, req, res);
   });
+  for (const char* path : {"/v1/rerank", "/rerank", "/v1/reranking"})
+    svr.Post(path, [&app](const httplib::Request& req, httplib::Response& res) { handle_rerank(app, req, res); });
 }
 
 }  // namespace

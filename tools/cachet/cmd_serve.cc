@@ -35,8 +35,10 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_flag("--trust-request-chat-template", o->trust_request_chat_template,
               "accept a 'chat_template' in chat requests (vLLM's field; rendered within the template limits)");
   auto pooling = std::make_shared<std::string>();
-  c->add_option("--pooling", *pooling, "/v1/embeddings from a model whose file names no pooling: mean, cls or last")
-      ->check(CLI::IsMember({"mean", "cls", "last"}));
+  c->add_option("--pooling", *pooling,
+                "the pooling of /v1/embeddings instead of the file's: mean, cls or last; rank serves /v1/rerank from "
+                "a model with a classifier head")
+      ->check(CLI::IsMember({"mean", "cls", "last", "rank"}));
   auto no_prefix_cache = std::make_shared<bool>(false);
   c->add_flag("--no-prefix-cache", *no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
   add_spec_flags(c, &o->llm.speculation);
