@@ -1,6 +1,7 @@
 // The flash-style attention kernel (tiles + online softmax) against naive attention in double precision,
 // for context lengths 1 to 4096, with GQA; and with every KV element type (kv/kv_type.h), against naive
 // attention over the values the cache holds.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -158,6 +159,49 @@ TEST(Attention, QueryBlocksEqualTokensAloneBitwise) {
             ASSERT_EQ(alone[i], batch_out[t * H * D + i]) << "token " << t << " window " << window << " element " << i;
         }
       }
+    }
+  }
+}
+
+// Bidirectional attention (encoders): every token of a sequence sees all of it, up to its `ends`, or only the
+// positions within window / 2 either side (a centred window). Against naive attention over exactly that range,
+// and each token bitwise what it gets alone.
+TEST(Attention, BidirectionalAndCentredWindowsEqualNaive) {
+  const int n = 300, H = 8, KH = 2, D = 64;
+  ContiguousKvCache cache(one_layer(H, KH, D), 512, DType::kF32);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  fill_random(&cache, KH * D, &rng, D);
+  ThreadPool pool(2);
+  std::vector<float> q(n * H * D), out(n * H * D), alone(H * D);
+  for (auto& x : q) x = 2.0f * nd(rng);
+  std::vector<int32_t> positions(n), seq_index(n, 0), ends(n, n - 1);
+  for (int t = 0; t < n; ++t) positions[t] = t;
+  KvView seqs[] = {cache.view()};
+  for (int window : {0, 64, 7}) {
+    AttentionArgs args{q.data(), out.data(), n, positions.data(), seq_index.data(), seqs, 0, H, KH, D};
+    args.window = window;
+    args.symmetric_window = true;
+    args.ends = ends.data();
+    attention(pool, args);
+    for (int t = 0; t < n; ++t) {
+      const int lo = window > 0 ? std::max(0, t - window / 2) : 0, hi = window > 0 ? std::min(n - 1, t + window / 2) : n - 1;
+      const std::vector<float> qt(q.begin() + t * H * D, q.begin() + (t + 1) * H * D);
+      const std::vector<float> ot(out.begin() + t * H * D, out.begin() + (t + 1) * H * D);
+      const double worst = worst_vs_naive(
+          qt, ot, hi - lo + 1, H, KH, D,
+          [&](int j, int h) { return reinterpret_cast<const float*>(cache.k_row(0, lo + j)) + h * D; },
+          [&](int j, int h) { return reinterpret_cast<const float*>(cache.v_row(0, lo + j)) + h * D; });
+      ASSERT_LE(worst, 1e-5) << "token " << t << " window " << window;
+      AttentionArgs one = args;
+      one.q = q.data() + t * H * D;
+      one.out = alone.data();
+      one.n_tokens = 1;
+      one.positions = &positions[t];
+      one.seq_index = &seq_index[t];
+      one.ends = &ends[t];
+      attention(pool, one);
+      for (int i = 0; i < H * D; ++i) ASSERT_EQ(alone[i], out[t * H * D + i]) << "token " << t << " window " << window;
     }
   }
 }

@@ -545,5 +545,72 @@ TEST(Engine, EmbeddingsBatchWithGenerationAndEqualAloneBitwise) {
   EXPECT_FALSE(e->add_embedding({static_cast<int32_t>(m->config().n_vocab)}, Pooling::kMean).is_ok());
 }
 
+// An encoder (bidirectional) beside nothing else: each input runs whole whatever the chunk size and budget, and
+// gets, batched with others of mixed lengths, the vector (and a reranker's score) it gets alone, bitwise. It
+// does not generate text.
+TEST(Engine, EncoderInputsRunWholeAndEqualAloneBitwise) {
+  SyntheticSpec s;
+  s.arch = "bert";
+  s.type = DType::kQ8_0;
+  s.n_vocab = 300;
+  s.n_head = s.n_head_kv = 4;
+  s.n_ctx = 256;
+  s.pooling_type = 4;
+  s.n_cls_out = 1;
+  const std::string path = testing::temp_path("engine_bert.gguf");
+  ASSERT_TRUE(write_synthetic_model(s, path).is_ok());
+  auto loaded = load_model(path, {2});
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  Model& m = **loaded;
+  EXPECT_FALSE(m.config().causal);
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> inputs;
+  for (int len : {5, 40, 120, 1, 77}) {
+    std::vector<int32_t> in(len);
+    for (int32_t& t : in) t = static_cast<int32_t>(rng() % 300);
+    inputs.push_back(in);
+  }
+  auto run = [&](const std::vector<std::vector<int32_t>>& ins, Pooling p, EngineConfig cfg) {
+    auto e = make_engine(m, cfg);
+    std::vector<RequestId> ids;
+    for (const auto& in : ins) {
+      auto id = e->add_embedding(in, p);
+      EXPECT_TRUE(id.is_ok()) << id.status().message();
+      ids.push_back(*id);
+    }
+    std::map<RequestId, std::vector<float>> vecs;
+    for (int steps = 0; e->has_work() && steps < 1000; ++steps) {
+      auto ev = e->step();
+      EXPECT_TRUE(ev.is_ok());
+      for (const auto& x : *ev) vecs[x.id] = x.embedding;
+    }
+    EXPECT_EQ(e->check(), "");
+    std::vector<std::vector<float>> out;
+    for (RequestId id : ids) out.push_back(vecs[id]);
+    return out;
+  };
+  for (Pooling p : {Pooling::kMean, Pooling::kCls, Pooling::kRank}) {
+    EngineConfig big;
+    big.n_blocks = 64;
+    std::vector<std::vector<float>> alone;
+    for (const auto& in : inputs) alone.push_back(run({in}, p, big)[0]);
+    EngineConfig small = big;
+    small.prefill_chunk = 16;  // smaller than most inputs: they still run whole
+    small.max_batch_tokens = 32;
+    const auto batched = run(inputs, p, small);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ASSERT_EQ(batched[i].size(), p == Pooling::kRank ? 1u : static_cast<size_t>(m.config().n_embd));
+      EXPECT_EQ(batched[i], alone[i]) << pooling_name(p) << " input " << i;
+    }
+  }
+  EngineConfig cfg;
+  cfg.n_blocks = 64;
+  auto e = make_engine(m, cfg);
+  SamplingParams sp;
+  sp.max_tokens = 4;
+  EXPECT_FALSE(e->add_request({2, 10, 11}, sp).is_ok());
+  EXPECT_FALSE(e->add_embedding(std::vector<int32_t>(257, 10), Pooling::kMean).is_ok());  // past its positions
+}
+
 }  // namespace
 }  // namespace cachet

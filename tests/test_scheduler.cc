@@ -58,6 +58,42 @@ TEST(Scheduler, CatchUpRuleCoversPrefillChunksDecodeAndCacheHits) {
   EXPECT_EQ(s.check(), "");
 }
 
+// An encoder's input runs whole in one step, past the token budget and the chunk size if it must, and never
+// goes into the prefix cache (its states depend on all of it).
+TEST(Scheduler, WholeInputsRunInOnePassAndAreNeverCached) {
+  SchedulerConfig cfg;
+  cfg.n_blocks = 32;
+  cfg.prefill_chunk = 16;
+  cfg.max_batch_tokens = 40;
+  Scheduler s(cfg);
+  SchedRequest a, b, c;
+  a.id = 1, b.id = 2, c.id = 3;
+  for (int i = 0; i < 30; ++i) a.tokens.push_back(i);
+  for (int i = 0; i < 70; ++i) b.tokens.push_back(i);
+  c.tokens = a.tokens;
+  for (SchedRequest* r : {&a, &b, &c}) {
+    r->n_prompt = static_cast<int>(r->tokens.size());
+    r->whole = true;
+    r->reuse_prefix = false;
+    s.add(r);
+  }
+  auto w = s.schedule();  // a whole (30 > the chunk of 16); b whole too, past the budget's 10 left; c waits
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].n, 30);
+  EXPECT_EQ(w[1].n, 70);
+  s.computed(w);
+  s.finish(&a);
+  s.finish(&b);
+  EXPECT_EQ(s.prefix_cache()->cached_blocks(), 0);
+  w = s.schedule();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].n, 30);
+  EXPECT_EQ(c.cached_tokens, 0);
+  s.computed(w);
+  s.finish(&c);
+  EXPECT_EQ(s.check(), "");
+}
+
 TEST(Scheduler, RandomizedStreamKeepsEveryInvariant) {
   for (bool cache : {false, true}) {
     SchedulerConfig cfg;
