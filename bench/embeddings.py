@@ -2,7 +2,8 @@
 """Embeddings per second from `cachet serve`'s /v1/embeddings, side by side with llama.cpp's llama-server
 (`--embeddings`, same file, threads and parallel slots) when --llama-server is given: requests of 1 input
 sent one after another, and requests of 32 inputs; inputs of about --tokens tokens. The servers alternate,
-medians of --reps runs. Optionally while --chat-clients streams chat completions against the same server.
+medians of --reps runs. Optionally while --chat-clients stream completions from the same server (their tokens per
+second reported too).
 
   python3 bench/embeddings.py -m FILE.gguf [--llama-server ~/.cache/cachet/llama.cpp/native/bin/llama-server]
       [-t 2] [--tokens 128] [--reps 3] [--chat-clients 16]
@@ -42,13 +43,26 @@ def post(port, path, body):
     return json.loads(data)
 
 
-def chat_load(port, stop, n_clients):
+def chat_load(port, stop, n_clients, done):
+    """n_clients generating 64 tokens at a time on the same server (completions: synthetic files have no chat
+    template), streamed; done[0] counts the tokens they received, so a server that refuses them shows it."""
     def one():
         while not stop.is_set():
             try:
-                post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me a story."}],
-                                                    "max_tokens": 64, "temperature": 0})
-            except Exception:  # noqa: BLE001 - a load thread: errors show up in the figures
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+                c.request("POST", "/v1/completions", body=json.dumps(
+                    {"prompt": "Once upon a time, in a land far away,", "max_tokens": 64, "temperature": 0,
+                     "ignore_eos": True, "stream": True}), headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                if r.status != 200:
+                    r.read()
+                    time.sleep(0.5)
+                    continue
+                for line in r:
+                    if line.startswith(b"data: {"):
+                        done[0] += 1
+                c.close()
+            except Exception:  # noqa: BLE001 - a load thread: errors show up in the token count
                 time.sleep(0.1)
     threads = [threading.Thread(target=one, daemon=True) for _ in range(n_clients)]
     for t in threads:
@@ -96,14 +110,18 @@ def main():
             wait_ready(p, proc, "/health")
         inputs = texts(a.n, a.tokens, 1)
         results = {name: {1: [], 32: []} for name in servers}
+        streamed = {name: [] for name in servers}  # chat tokens per second received while embedding
         for rep in range(a.reps + 1):  # the first round warms up
             for name, (_, p) in servers.items():  # the engines alternate
-                stop = threading.Event()
-                load = chat_load(p, stop, a.chat_clients) if a.chat_clients else []
+                stop, done = threading.Event(), [0]
+                load = chat_load(p, stop, a.chat_clients, done) if a.chat_clients else []
+                t0 = time.perf_counter()
                 for batch in (1, 32):
                     rate = measure(p, inputs, batch)
                     if rep > 0:
                         results[name][batch].append(rate)
+                if rep > 0 and load:
+                    streamed[name].append(done[0] / (time.perf_counter() - t0))
                 stop.set()
                 for t in load:
                     t.join(timeout=120)
@@ -112,6 +130,8 @@ def main():
         for name, r in results.items():
             for batch, v in r.items():
                 out[f"{name}_batch{batch}_per_s"] = round(statistics.median(v), 2)
+            if streamed[name]:
+                out[f"{name}_chat_tok_per_s"] = round(statistics.median(streamed[name]), 1)
         if "llama-server" in results:
             for batch in (1, 32):
                 out[f"ratio_batch{batch}"] = round(out[f"cachet_batch{batch}_per_s"] /

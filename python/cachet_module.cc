@@ -284,7 +284,7 @@ NB_MODULE(_cachet, m) {
             cachet::EmbedParams p;
             if (pooling) {
               p.pooling = cachet::pooling_from_name(*pooling);
-              if (!p.pooling) throw nb::value_error("pooling must be 'mean', 'cls', 'last' or 'rank'");
+              if (!p.pooling) throw nb::value_error("pooling must be 'mean', 'cls', 'last', 'rank' or 'none'");
             }
             p.normalize = normalize;
             p.dimensions = dimensions;
@@ -310,11 +310,24 @@ NB_MODULE(_cachet, m) {
               nb::gil_scoped_acquire acquire;
               out = unwrap(std::move(r));
             }
-            return out;
+            // Pooling none: each input's vectors, one list per token.
+            const std::optional<cachet::Pooling> used = p.pooling ? p.pooling : llm.info().pooling;
+            nb::list result;
+            const size_t d = static_cast<size_t>(llm.info().n_embd);
+            for (const auto& v : out) {
+              if (used != cachet::Pooling::kNone) {
+                result.append(nb::cast(v));
+                continue;
+              }
+              nb::list rows;
+              for (size_t at = 0; at < v.size(); at += d) rows.append(nb::cast(std::vector<float>(v.begin() + at, v.begin() + at + d)));
+              result.append(rows);
+            }
+            return result;
           },
           "inputs"_a, "pooling"_a = nb::none(), "normalize"_a = true, "dimensions"_a = 0, "truncate"_a = false,
           "Embeddings (lists of floats) of a text, token ids, or a list of either; pooling as the model's file says "
-          "unless given ('mean', 'cls', 'last').")
+          "unless given ('mean', 'cls', 'last', 'rank'; 'none': a list of vectors per input, one per token).")
       .def(
           "rerank",
           [](cachet::LLM& llm, const std::string& query, const std::vector<std::string>& documents) {

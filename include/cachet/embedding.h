@@ -9,9 +9,10 @@
 namespace cachet {
 
 // How a sequence's final hidden states become one vector: their mean, the first token's (BERT's [CLS]) or the
-// last token's (causal embedders such as Qwen3-Embedding); or, for a reranker, its classifier's outputs on the
-// state its file names (the first of them is the relevance score).
-enum class Pooling { kMean, kCls, kLast, kRank };
+// last token's (causal embedders such as Qwen3-Embedding); for a reranker, its classifier's outputs on the
+// state its file names (the first of them is the relevance score); or none: every token's state, one after
+// another (n_tokens x n_embd, each row normalized on its own).
+enum class Pooling { kMean, kCls, kLast, kRank, kNone };
 
 // "mean", "cls", "last"; nullopt for anything else.
 inline std::optional<Pooling> pooling_from_name(const std::string& name) {
@@ -19,6 +20,7 @@ inline std::optional<Pooling> pooling_from_name(const std::string& name) {
   if (name == "cls") return Pooling::kCls;
   if (name == "last") return Pooling::kLast;
   if (name == "rank") return Pooling::kRank;
+  if (name == "none") return Pooling::kNone;
   return std::nullopt;
 }
 inline const char* pooling_name(Pooling p) {
@@ -27,6 +29,7 @@ inline const char* pooling_name(Pooling p) {
     case Pooling::kCls: return "cls";
     case Pooling::kLast: return "last";
     case Pooling::kRank: return "rank";
+    case Pooling::kNone: return "none";
   }
   return "?";
 }

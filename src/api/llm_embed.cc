@@ -33,9 +33,9 @@ Result<std::vector<std::vector<float>>> LLM::embed(const std::vector<std::vector
   const std::optional<Pooling> pooling = params.pooling ? params.pooling : pooling_from_name(c.pooling);
   if (!pooling)
     return invalid_argument("this model's file names no pooling (" + c.arch +
-                            ".pooling_type): ask for one (mean, cls, last or rank)");
-  if (*pooling == Pooling::kRank && params.dimensions > 0)
-    return invalid_argument("dimensions do not apply to rank pooling (a reranker's scores)");
+                            ".pooling_type): ask for one (mean, cls, last, rank or none)");
+  if ((*pooling == Pooling::kRank || *pooling == Pooling::kNone) && params.dimensions > 0)
+    return invalid_argument(std::string("dimensions do not apply to ") + pooling_name(*pooling) + " pooling");
   if (params.dimensions < 0 || params.dimensions > c.n_embd)
     return invalid_argument("dimensions must be in 1.." + std::to_string(c.n_embd) + ", got " +
                             std::to_string(params.dimensions));
@@ -79,7 +79,15 @@ Result<std::vector<std::vector<float>>> LLM::embed(const std::vector<std::vector
       }
       std::vector<float> v = std::move(e.ev.embedding);
       if (params.dimensions > 0) v.resize(static_cast<size_t>(params.dimensions));
-      if (params.normalize && *pooling != Pooling::kRank) normalize(&v);  // scores stay as the head gives them
+      if (params.normalize && *pooling == Pooling::kNone) {  // each token's row on its own
+        for (size_t at = 0; at < v.size(); at += static_cast<size_t>(c.n_embd)) {
+          std::vector<float> row(v.begin() + at, v.begin() + at + c.n_embd);
+          normalize(&row);
+          std::copy(row.begin(), row.end(), v.begin() + at);
+        }
+      } else if (params.normalize && *pooling != Pooling::kRank) {  // scores stay as the head gives them
+        normalize(&v);
+      }
       out[e.index] = std::move(v);
       done[e.index] = true;
       --left;

@@ -124,7 +124,7 @@ Result<RequestId> Engine::add_embedding(std::vector<int32_t> prompt, Pooling poo
   // may start from a cached prefix. A bidirectional model's states depend on the whole input: never cached.
   r->reuse_prefix = c.causal && rows_pooled(pooling) == Pooling::kLast;
   r->whole = !c.causal;
-  r->pooled.assign(static_cast<size_t>(c.n_embd), 0.0f);
+  if (pooling != Pooling::kNone) r->pooled.assign(static_cast<size_t>(c.n_embd), 0.0f);
   scheduler_->add(r.get());
   const RequestId id = r->id;
   requests_.emplace(id, std::move(r));
@@ -168,14 +168,16 @@ Result<std::vector<RequestEvent>> Engine::step() {
     const int seq = b.add_sequence(scheduler_->kv().block_table(r->id));
     if (r->pooling) {
       // A chunk from position 0: the first, or the request was preempted and starts over.
-      if (r->num_computed == 0) std::fill(r->pooled.begin(), r->pooled.end(), 0.0f);
+      if (r->num_computed == 0 && *r->pooling == Pooling::kNone) r->pooled.clear();
+      if (r->num_computed == 0 && *r->pooling != Pooling::kNone) std::fill(r->pooled.begin(), r->pooled.end(), 0.0f);
       const int last = static_cast<int>(r->tokens.size()) - 1;
       const Pooling p = rows_pooled(*r->pooling);
       int rows = 0;
       for (int k = 0; k < w.n; ++k) {
         const int pos = r->num_computed + k;
         b.add_token(r->tokens[pos], pos, seq, false);
-        if (p == Pooling::kMean || (p == Pooling::kCls && pos == 0) || (p == Pooling::kLast && pos == last)) {
+        if (p == Pooling::kMean || p == Pooling::kNone || (p == Pooling::kCls && pos == 0) ||
+            (p == Pooling::kLast && pos == last)) {
           b.want_hidden_of_last();
           ++rows;
         }
@@ -212,6 +214,11 @@ Result<std::vector<RequestEvent>> Engine::step() {
   // the chunking); a request whose every token is computed finishes with its pooled vector.
   const float* hrow = hidden_.data();
   for (auto [r, n] : hidden_rows) {
+    if (*r->pooling == Pooling::kNone) {  // every row kept, in position order
+      r->pooled.insert(r->pooled.end(), hrow, hrow + n * D);
+      hrow += n * D;
+      continue;
+    }
     for (int i = 0; i < n; ++i, hrow += D)
       for (int64_t j = 0; j < D; ++j) r->pooled[j] += hrow[j];
   }
@@ -221,8 +228,15 @@ Result<std::vector<RequestEvent>> Engine::step() {
     if (rows_pooled(*r->pooling) == Pooling::kMean)
       for (float& x : r->pooled) x /= static_cast<float>(r->tokens.size());
     RequestEvent ev{r->id, std::nullopt, RequestFinish::kStop, 0.0f, {}, r->cached_tokens};
-    ev.embedding.resize(static_cast<size_t>(model_.pooled_dim(*r->pooling)));
-    CACHET_RETURN_IF_ERROR(model_.pooled_head(r->pooled.data(), *r->pooling, ev.embedding.data()));
+    if (*r->pooling == Pooling::kNone) {  // the model's head on each token's row (EmbeddingGemma's projections)
+      const int64_t D = model_.config().n_embd;
+      ev.embedding.resize(r->pooled.size());
+      for (size_t at = 0; at < r->pooled.size(); at += static_cast<size_t>(D))
+        CACHET_RETURN_IF_ERROR(model_.pooled_head(r->pooled.data() + at, Pooling::kNone, ev.embedding.data() + at));
+    } else {
+      ev.embedding.resize(static_cast<size_t>(model_.pooled_dim(*r->pooling)));
+      CACHET_RETURN_IF_ERROR(model_.pooled_head(r->pooled.data(), *r->pooling, ev.embedding.data()));
+    }
     events.push_back(std::move(ev));
     finish(r);
   }

@@ -102,11 +102,14 @@ Result<ModelConfig> ArchReader::base_config() {
   CACHET_ASSIGN_OR_RETURN(c.rms_eps, real("attention.layer_norm_rms_epsilon", 1e-5));
   CACHET_ASSIGN_OR_RETURN(c.attn_scale, real("attention.scale", 0.0));
   // An embedding model's pooling of its final hidden states (llama.cpp's enum: 0 none .. 4 rank).
-  CACHET_ASSIGN_OR_RETURN(int64_t pooling, dim("pooling_type", int64_t{0}));
-  static const char* const kPoolings[] = {"none", "mean", "cls", "last", "rank"};
-  if (pooling < 0 || pooling > 4)
-    return invalid_argument(arch_ + ".pooling_type " + std::to_string(pooling) + " is not one of 0..4");
-  c.pooling = kPoolings[pooling];
+  // A file without the key names none (an embedding request must ask for one); 0 is "none": per-token states.
+  if (has("pooling_type")) {
+    CACHET_ASSIGN_OR_RETURN(int64_t pooling, dim("pooling_type"));
+    static const char* const kPoolings[] = {"none", "mean", "cls", "last", "rank"};
+    if (pooling < 0 || pooling > 4)
+      return invalid_argument(arch_ + ".pooling_type " + std::to_string(pooling) + " is not one of 0..4");
+    c.pooling = kPoolings[pooling];
+  }
 
   // RoPE scaling (model/rope_scaling.h): linear and YaRN, for the layers that use the base frequency.
   CACHET_ASSIGN_OR_RETURN(std::string scaling, text("rope.scaling.type", std::string("none")));

@@ -3,6 +3,9 @@
 //   absolute position embeddings, Q/K/V/output and FFN biases, GELU FFN, post-norm LayerNorms.
 // - `nomic-bert`: nomic-embed-text: RoPE (NeoX) instead of position embeddings, fused QKV, a SiLU-gated FFN,
 //   post-norm.
+// - `nomic-bert-moe`: nomic-embed-text-v2-moe: nomic-bert with a fused QKV bias and BERT's GELU FFN with biases;
+//   every moe_every_n_layers-th layer (from layer 1) a mixture of expert_count ungated GELU experts, the top
+//   expert_used_count by softmax, weights not renormalized.
 // - `modern-bert`: ModernBERT (and gte-modernbert, Granite Embedding R2): RoPE, fused QKV, a GELU- or
 //   SiLU-gated FFN (hidden_activation), pre-norm with a final norm, no biases; every layer but each
 //   global_attn_every_n_layers-th (from the first) attends within a centred window (rope.freq_base_swa).
@@ -17,7 +20,7 @@ namespace cachet {
 
 namespace {
 
-enum class Family { kBert, kNomic, kModern };
+enum class Family { kBert, kNomic, kNomicMoe, kModern };
 
 Result<std::unique_ptr<Model>> load_bert_family(Family fam, std::unique_ptr<GgufFile> f,
                                                 std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
@@ -38,6 +41,12 @@ Result<std::unique_ptr<Model>> load_bert_family(Family fam, std::unique_ptr<Gguf
   EncoderSpec spec;
   spec.rope = fam != Family::kBert;
   c.ffn_act = fam == Family::kNomic ? "silu" : "gelu";
+  if (fam == Family::kNomicMoe) {
+    CACHET_RETURN_IF_ERROR(r.experts(&c));
+    CACHET_ASSIGN_OR_RETURN(int64_t every, r.dim("moe_every_n_layers", int64_t{0}));
+    if (c.n_expert == 0 || every == 0) return invalid_argument(arch + ": a MoE file without expert_count or moe_every_n_layers");
+    c.expert_norm = false;
+  }
   if (fam == Family::kModern) {
     spec.gelu_classifier = true;
     CACHET_ASSIGN_OR_RETURN(std::string act, r.text("hidden_activation", std::string("gelu")));
@@ -72,6 +81,10 @@ void register_bert_archs() {
   register_arch("nomic-bert", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool,
                                  const LoadOptions& opts) {
     return load_bert_family(Family::kNomic, std::move(f), std::move(pool), opts);
+  });
+  register_arch("nomic-bert-moe", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool,
+                                     const LoadOptions& opts) {
+    return load_bert_family(Family::kNomicMoe, std::move(f), std::move(pool), opts);
   });
   register_arch("modern-bert", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool,
                                   const LoadOptions& opts) {

@@ -46,7 +46,7 @@ namespace cachet {
   X(bool, qk_norm, false, "per-head RMSNorm of Q and K before RoPE")                                        \
   X(bool, post_norms, false, "RMSNorm of the attention and FFN outputs before the residual add")           \
   X(std::string, ffn_act, "silu", "gated FFN activation: silu or gelu (tanh approximation)")               \
-  X(std::string, pooling, "none", "embedding pooling of final hidden states: none, mean, cls, last, rank")  \
+  X(std::string, pooling, "", "embedding pooling the file names: none, mean, cls, last, rank (empty: none named)") \
   X(bool, causal, true, "causal attention (false: every token of a sequence sees all of it, an encoder)")     \
   X(bool, swa_symmetric, false, "the sliding window is centred: positions within window / 2 either side")    \
   X(std::string, rank_input, "", "rank pooling: the state the classifier reads (cls, last or mean)")        \

@@ -79,6 +79,10 @@ Status check_tensor(const TensorView& t, const std::string& what, int64_t ne0, i
 Status vector_to_f32(TensorView* t, int64_t n, std::vector<AlignedBuffer<float>>* owned, int64_t layer,
                      const std::string& what);
 
+// n_expert matrices of [ne0, ne1] stacked in a 3-D tensor, one view each (layer: for the error message).
+Status split_experts(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t n_expert,
+                     int64_t layer, std::vector<TensorView>* out);
+
 // Checks every weight's shape and type against the config; 1-D weights stored as F16/BF16 are converted to
 // f32 into `owned`.
 Status validate_decoder_weights(const ModelConfig& cfg, DecoderWeights* w, std::vector<AlignedBuffer<float>>* owned);

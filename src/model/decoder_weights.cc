@@ -69,8 +69,6 @@ Status vector_to_f32(TensorView* t, int64_t n, std::vector<AlignedBuffer<float>>
   return Status::ok();
 }
 
-namespace {
-
 // n_expert matrices of [ne0, ne1] stacked in a 3-D tensor, one view each.
 Status split_experts(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t n_expert,
                      int64_t layer, std::vector<TensorView>* out) {
@@ -89,8 +87,6 @@ Status split_experts(const TensorView& t, const std::string& what, int64_t ne0, 
   }
   return Status::ok();
 }
-
-}  // namespace
 
 Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed) {
   DecoderWeights w;

@@ -8,6 +8,7 @@
 #include "kernels/packed.h"
 #include "model/arch_reader.h"
 #include "model/decoder.h"
+#include "model/moe.h"
 #include "model/ops.h"
 
 namespace cachet {
@@ -54,7 +55,8 @@ class EncoderModel final : public Model {
   AlignedBuffer<float> x_, xn_, q_, k_, v_, attn_, proj_, gate_, up_, ones_, cos_sin_, cos_sin_swa_;
   std::vector<KvView> views_;
   std::vector<int32_t> ends_;
-  std::vector<float> head_;  // the classifier's hidden layer
+  std::vector<float> head_;    // the classifier's hidden layer
+  std::vector<float> router_;  // [n_tokens, n_expert] router logits
 };
 
 void EncoderModel::ensure_scratch(int n) {
@@ -171,6 +173,17 @@ Status EncoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       norm(x_.data(), L.ffn_norm, TensorView{}, xn_.data(), T);
       in = xn_.data();
     }
+    if (L.router.data) {  // mixture of experts
+      router_.resize(static_cast<size_t>(T) * c.n_expert);
+      matmul(pool, L.router, in, T, router_.data());
+      const MoeRouting r = route_experts(router_.data(), T, static_cast<int>(c.n_expert),
+                                         static_cast<int>(c.n_expert_used), c.expert_norm,
+                                         static_cast<float>(c.expert_weights_scale));
+      moe_ffn(pool, {nullptr, &L.up_exps, &L.down_exps, gelu}, r, in, d, ff, proj_.data());
+      for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+      if (L.out_norm.data) norm(x_.data(), L.out_norm, L.out_norm_b, x_.data(), T);
+      continue;
+    }
     if (L.w_gate.data) {
       matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, in, T);
     } else {
@@ -241,11 +254,23 @@ TensorView rows_of(const TensorView& t, int64_t r0, int64_t n, const char* part)
   return v;
 }
 
+// Elements [e0, e0 + n) of a vector as a vector of its own (a fused Q|K|V bias).
+TensorView elems_of(const TensorView& t, int64_t e0, int64_t n, const char* part) {
+  TensorView v = t;
+  v.name = t.name + "[" + part + "]";
+  v.ne = {n, 1, 1, 1};
+  v.data = t.data + e0 * traits(t.type).block_bytes;  // 1-D weights are F32 / F16 / BF16 (checked later)
+  v.row_bytes = n * traits(t.type).block_bytes;
+  return v;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, const EncoderSpec& spec,
                                             std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool,
                                             const LoadOptions& opts) {
+  if (opts.tp.size > 1)
+    return unimplemented(cfg.arch + ": tensor parallelism is for the decoders (an encoder this small runs on one rank)");
   if (cfg.n_head_kv != cfg.n_head) return unimplemented(cfg.arch + ": grouped K/V heads in an encoder");
   if (cfg.q_dim() != cfg.n_embd) return invalid_argument(cfg.arch + ": heads times head width must equal n_embd");
   const int64_t d = cfg.n_embd, ff = cfg.n_ff;
@@ -276,9 +301,17 @@ Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, cons
       L.wk = get("attn_k.weight");
       L.wv = get("attn_v.weight");
     }
-    L.bq = get("attn_q.bias");
-    L.bk = get("attn_k.bias");
-    L.bv = get("attn_v.bias");
+    const TensorView qkv_b = get("attn_qkv.bias");
+    if (qkv_b.data) {
+      if (!qkv.data || qkv_b.ne[0] != 3 * d) return invalid_argument("tensor '" + qkv_b.name + "' does not match Q, K and V");
+      L.bq = elems_of(qkv_b, 0, d, "q");
+      L.bk = elems_of(qkv_b, d, d, "k");
+      L.bv = elems_of(qkv_b, 2 * d, d, "v");
+    } else {
+      L.bq = get("attn_q.bias");
+      L.bk = get("attn_k.bias");
+      L.bv = get("attn_v.bias");
+    }
     L.wo = get("attn_output.weight");
     L.bo = get("attn_output.bias");
     L.attn_out_norm = get("attn_output_norm.weight");
@@ -292,6 +325,14 @@ Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, cons
       L.w_up = rows_of(up, ff, ff, "up");
     }
     L.b_up = get("ffn_up.bias");
+    if (cfg.n_expert > 0) {
+      L.router = get("ffn_gate_inp.weight");
+      if (L.router.data) {
+        CACHET_RETURN_IF_ERROR(split_experts(get("ffn_up_exps.weight"), "ffn_up_exps", d, ff, cfg.n_expert, l, &L.up_exps));
+        CACHET_RETURN_IF_ERROR(
+            split_experts(get("ffn_down_exps.weight"), "ffn_down_exps", ff, d, cfg.n_expert, l, &L.down_exps));
+      }
+    }
     L.w_down = get("ffn_down.weight");
     L.b_down = get("ffn_down.bias");
     L.out_norm = get("layer_output_norm.weight");
@@ -323,9 +364,18 @@ Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, cons
     EncoderLayerWeights& L = w.layers[l];
     for (auto [t, what] : {std::pair{&L.wq, "attn_q"}, {&L.wk, "attn_k"}, {&L.wv, "attn_v"}, {&L.wo, "attn_output"}})
       CACHET_RETURN_IF_ERROR(check_tensor(*t, what, d, d, l));
-    CACHET_RETURN_IF_ERROR(check_tensor(L.w_up, "ffn_up", d, ff, l));
-    if (L.w_gate.data) CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", d, ff, l));
-    CACHET_RETURN_IF_ERROR(check_tensor(L.w_down, "ffn_down", ff, d, l));
+    if (L.router.data) {
+      CACHET_RETURN_IF_ERROR(check_tensor(L.router, "ffn_gate_inp", d, cfg.n_expert, l));
+      for (int64_t e = 0; e < cfg.n_expert; ++e) {
+        CACHET_RETURN_IF_ERROR(check_tensor(L.up_exps[e], "ffn_up_exps", d, ff, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.down_exps[e], "ffn_down_exps", ff, d, l));
+      }
+      if (L.w_up.data || L.w_down.data) return invalid_argument("layer " + std::to_string(l) + " has experts and a dense FFN");
+    } else {
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_up, "ffn_up", d, ff, l));
+      if (L.w_gate.data) CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", d, ff, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_down, "ffn_down", ff, d, l));
+    }
     for (auto [t, what] : {std::pair{&L.bq, "attn_q.bias"}, {&L.bk, "attn_k.bias"}, {&L.bv, "attn_v.bias"},
                            {&L.bo, "attn_output.bias"}, {&L.attn_norm, "attn_norm"}, {&L.ffn_norm, "ffn_norm"},
                            {&L.attn_out_norm, "attn_output_norm"}, {&L.attn_out_norm_b, "attn_output_norm.bias"},
@@ -343,11 +393,18 @@ Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, cons
   CACHET_ASSIGN_OR_RETURN(SpecialTokens sp, read_special_tokens(*f, cfg.n_vocab));
   std::vector<AlignedBuffer<uint8_t>> packed;
   for (EncoderLayerWeights& L : w.layers)
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router}) {
       if (!t->data || opts.precise || !packable(t->type)) continue;
       packed.emplace_back();
       pack_weight(*pool, t, &packed.back());
     }
+  for (EncoderLayerWeights& L : w.layers)
+    for (auto* v : {&L.up_exps, &L.down_exps})
+      for (TensorView& t : *v) {
+        if (opts.precise || !packable(t.type)) continue;
+        packed.emplace_back();
+        pack_weight(*pool, &t, &packed.back());
+      }
   std::vector<TensorView> all;
   for (const auto& ti : f->tensors()) all.push_back(view_of_tensor(&ti));
   return std::unique_ptr<Model>(new EncoderModel(std::move(cfg), spec, std::move(w), std::move(all), sp, std::move(f),

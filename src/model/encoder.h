@@ -1,5 +1,5 @@
-// The bidirectional encoder of BERT-family embedding and reranking models (bert: BGE, MiniLM, E5; nomic-bert;
-// modern-bert): token embedding (plus token-type row 0 and absolute position rows when the file has them),
+// The bidirectional encoder of BERT-family embedding and reranking models (bert: BGE, MiniLM, E5; nomic-bert
+// and its mixture of experts; modern-bert): token embedding (plus token-type row 0 and absolute position rows when the file has them),
 // LayerNorm, then per layer attention over the whole input (biases optional, RoPE or not, a centred sliding
 // window on some layers) and a feed-forward block (GELU, or gated GELU / SiLU), each either post-norm (BERT:
 // LayerNorm after the residual add) or pre-norm (ModernBERT: LayerNorm before, a final norm at the end).
@@ -27,6 +27,10 @@ struct EncoderLayerWeights {
   TensorView w_up, b_up;                   // [n_embd, n_ff], optional bias
   TensorView w_down, b_down;               // [n_ff, n_embd], optional bias
   TensorView out_norm, out_norm_b;         // post-norm after the FFN residual (bert, nomic-bert)
+  // A mixture-of-experts FFN instead (nomic-bert-moe, every moe_every_n_layers-th layer from layer 1): a
+  // softmax router, the top n_expert_used experts' ungated GELU FFNs, weighted, not renormalized.
+  TensorView router;                       // [n_embd, n_expert]
+  std::vector<TensorView> up_exps, down_exps;
 };
 
 struct EncoderWeights {

@@ -46,7 +46,7 @@ thread_local AlignedBuffer<float> t_moe;  // gathered inputs, gate, up and exper
 void moe_ffn(ThreadPool& pool, const MoeWeights& w, const MoeRouting& r, const float* x, int64_t n_embd,
              int64_t n_ff, float* out) {
   const int T = r.n_tokens, k = r.k;
-  const int n_expert = static_cast<int>(w.gate->size());
+  const int n_expert = static_cast<int>(w.up->size());
   // Which (token, slot) pairs each expert serves, in token order.
   std::vector<std::vector<int32_t>> served(n_expert);
   for (int i = 0; i < T * k; ++i) served[r.expert[i]].push_back(i);
@@ -65,7 +65,12 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const MoeRouting& r, const f
     const int n = static_cast<int>(s.size());
     if (n == 0) continue;
     for (int j = 0; j < n; ++j) std::copy(x + (s[j] / k) * n_embd, x + (s[j] / k + 1) * n_embd, xs + j * n_embd);
-    matmul_multi(pool, {{&(*w.gate)[e], g}, {&(*w.up)[e], u}}, xs, n);
+    if (w.gate) {
+      matmul_multi(pool, {{&(*w.gate)[e], g}, {&(*w.up)[e], u}}, xs, n);
+    } else {  // act(up x): the activation times ones
+      matmul(pool, (*w.up)[e], xs, n, g);
+      std::fill(u, u + static_cast<int64_t>(n) * n_ff, 1.0f);
+    }
     if (w.gelu) {
       gelu_mul(g, u, static_cast<int64_t>(n) * n_ff);
     } else {

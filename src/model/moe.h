@@ -25,13 +25,14 @@ struct MoeRouting {
 MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale);
 
 struct MoeWeights {
-  const std::vector<TensorView>* gate;  // n_expert of [n_embd, n_ff]
+  const std::vector<TensorView>* gate;  // n_expert of [n_embd, n_ff]; nullptr: ungated experts (nomic-bert-moe)
   const std::vector<TensorView>* up;    // n_expert of [n_embd, n_ff]
   const std::vector<TensorView>* down;  // n_expert of [n_ff, n_embd]
   bool gelu = false;                    // activation of the gate: GELU (tanh) instead of SiLU
 };
 
-// out[t] = sum over token t's experts j, in routing order, of weight_j * down_j(act(gate_j x_t) * up_j x_t).
+// out[t] = sum over token t's experts j, in routing order, of weight_j * down_j(act(gate_j x_t) * up_j x_t)
+// (ungated: down_j(act(up_j x_t))).
 // x, out: [n_tokens, n_embd]. Each expert runs once on the rows of every token routed to it; a token's result
 // is bitwise the same whatever else shares its batch.
 void moe_ffn(ThreadPool& pool, const MoeWeights& w, const MoeRouting& r, const float* x, int64_t n_embd,

@@ -92,7 +92,8 @@ static void add_spm_vocab(GgufWriter* w, int64_t n_vocab) {
 static Status write_synthetic_encoder(const SyntheticSpec& s, const std::string& path);
 
 Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
-  if (s.arch == "bert" || s.arch == "nomic-bert" || s.arch == "modern-bert") return write_synthetic_encoder(s, path);
+  if (s.arch == "bert" || s.arch == "nomic-bert" || s.arch == "nomic-bert-moe" || s.arch == "modern-bert")
+    return write_synthetic_encoder(s, path);
   static const char* kArchs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gemma-embedding"};
   if (std::find(std::begin(kArchs), std::end(kArchs), s.arch) == std::end(kArchs))
     return invalid_argument("synthetic model: unknown architecture '" + s.arch + "'");
@@ -241,9 +242,12 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
 // bert / nomic-bert / modern-bert (model/encoder.h): the tensors and keys llama.cpp's converter writes.
 static Status write_synthetic_encoder(const SyntheticSpec& s, const std::string& path) {
   const bool bert = s.arch == "bert", nomic = s.arch == "nomic-bert", modern = s.arch == "modern-bert";
+  const bool moe = s.arch == "nomic-bert-moe";  // nomic-bert's attention, bert's FFN, experts every 2nd layer
   if (s.n_embd % s.n_head != 0 || s.head_dim != 0 || s.n_head_kv != s.n_head)
     return invalid_argument("synthetic model: an encoder has n_head heads of n_embd / n_head (no GQA)");
-  if (s.n_expert > 0) return invalid_argument("synthetic model: no experts in encoders");
+  if (moe != (s.n_expert > 0)) return invalid_argument("synthetic model: nomic-bert-moe, and only it, has experts");
+  if (moe && (s.n_expert_used < 1 || s.n_expert_used > s.n_expert))
+    return invalid_argument("synthetic model: experts used must be in 1..experts");
   const int64_t d = s.n_embd, ff = s.n_ff, hd = d / s.n_head;
   const std::string a = s.arch + ".";
   GgufWriter w;
@@ -258,6 +262,11 @@ static Status write_synthetic_encoder(const SyntheticSpec& s, const std::string&
   w.set_f32(a + "attention.layer_norm_epsilon", 1e-12f);
   w.set_bool(a + "attention.causal", false);
   if (s.pooling_type >= 0) w.set_u32(a + "pooling_type", static_cast<uint32_t>(s.pooling_type));
+  if (moe) {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    w.set_u32(a + "moe_every_n_layers", 2);
+  }
   if (!bert) {
     w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(hd));
     w.set_f32(a + "rope.freq_base", static_cast<float>(s.rope_theta));
@@ -307,20 +316,33 @@ static Status write_synthetic_encoder(const SyntheticSpec& s, const std::string&
       }
     } else {
       CACHET_RETURN_IF_ERROR(add(p + "attn_qkv.weight", s.type, d, 3 * d, lim(d), 0.0f));
+      if (moe) CACHET_RETURN_IF_ERROR(add(p + "attn_qkv.bias", DType::kF32, 3 * d, 1, 0.1f, 0.0f));
     }
     CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, d, d, lim(d), 0.0f));
-    if (bert) CACHET_RETURN_IF_ERROR(add(p + "attn_output.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+    if (bert || moe) CACHET_RETURN_IF_ERROR(add(p + "attn_output.bias", DType::kF32, d, 1, 0.1f, 0.0f));
     if (!modern) {
       CACHET_RETURN_IF_ERROR(add(p + "attn_output_norm.weight", DType::kF32, d, 1, 0.1f, 1.0f));
       CACHET_RETURN_IF_ERROR(add(p + "attn_output_norm.bias", DType::kF32, d, 1, 0.1f, 0.0f));
     } else {
       CACHET_RETURN_IF_ERROR(add(p + "ffn_norm.weight", DType::kF32, d, 1, 0.1f, 1.0f));
     }
-    if (nomic) CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, d, ff, lim(d), 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, d, modern ? 2 * ff : ff, lim(d), 0.0f));
-    if (bert) CACHET_RETURN_IF_ERROR(add(p + "ffn_up.bias", DType::kF32, ff, 1, 0.1f, 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, ff, d, lim(ff), 0.0f));
-    if (bert) CACHET_RETURN_IF_ERROR(add(p + "ffn_down.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+    if (moe && l % 2 == 1) {
+      // A decisive router (as in the decoders' synthetic experts), so no choice hinges on rounding noise.
+      auto add3 = [&](const std::string& name, int64_t ne0, int64_t ne1, float lim) {
+        buf.resize(ne0 * ne1 * s.n_expert);
+        for (float& x : buf) x = u.next(lim);
+        return w.add_tensor_f32(name, s.type, {ne0, ne1, s.n_expert}, buf.data());
+      };
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, d, s.n_expert, 4 * lim(d), 0.0f));
+      CACHET_RETURN_IF_ERROR(add3(p + "ffn_up_exps.weight", d, ff, lim(d)));
+      CACHET_RETURN_IF_ERROR(add3(p + "ffn_down_exps.weight", ff, d, lim(ff)));
+    } else {
+      if (nomic) CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, d, ff, lim(d), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, d, modern ? 2 * ff : ff, lim(d), 0.0f));
+      if (bert || moe) CACHET_RETURN_IF_ERROR(add(p + "ffn_up.bias", DType::kF32, ff, 1, 0.1f, 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, ff, d, lim(ff), 0.0f));
+      if (bert || moe) CACHET_RETURN_IF_ERROR(add(p + "ffn_down.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+    }
     if (!modern) {
       CACHET_RETURN_IF_ERROR(add(p + "layer_output_norm.weight", DType::kF32, d, 1, 0.1f, 1.0f));
       CACHET_RETURN_IF_ERROR(add(p + "layer_output_norm.bias", DType::kF32, d, 1, 0.1f, 0.0f));

@@ -131,6 +131,10 @@ void handle_embeddings(App& app, const httplib::Request& req, httplib::Response&
     return send_error(res, bad("this model's file names no pooling: start the server with --pooling mean, cls or "
                                "last to serve embeddings from it",
                                "model"));
+  if (*p.pooling == Pooling::kNone)
+    return send_error(res, bad("this model's pooling is none (a vector per token), which OpenAI's embeddings shape "
+                               "cannot carry: start the server with --pooling mean, cls or last",
+                               "model"));
   if (*p.pooling == Pooling::kRank)
     return send_error(res, bad("this model is a reranker (rank pooling): its outputs are relevance scores, not "
                                "embeddings; use /v1/rerank",

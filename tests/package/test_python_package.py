@@ -115,3 +115,26 @@ def test_embeddings_equal_the_cli(llm):
         llm.embed("hi", pooling="max")
     with pytest.raises(ValueError, match="empty"):
         llm.embed([[]], pooling="mean")
+
+
+def test_rerank_scores_are_rank_pooling_of_the_pairs(tmp_path):
+    # A synthetic BERT reranker: each score is the classifier's output for [CLS] query [SEP] document (a WordPiece
+    # vocabulary adds [CLS] and [SEP], no EOS), bitwise what rank pooling gives those token ids.
+    path = str(tmp_path / "reranker.gguf")
+    subprocess.run([BIN, "synth", "--arch", "bert", "--n-vocab", "300", "--n-head", "4", "--n-head-kv", "4",
+                    "--pooling-type", "4", "--cls-out", "1", "-o", path], check=True, capture_output=True)
+    m = cachet.LLM(path, threads=2)
+    query, docs = "what is the capital of france", ["paris is the capital of france", "the cat sat on the mat", "x"]
+    scores = m.rerank(query, docs)
+    assert len(scores) == 3 and len(set(scores)) == 3
+    cls, sep = m.tokenize("", add_special=True)
+    for d, s in zip(docs, scores):
+        pair = [cls] + m.tokenize(query, add_special=False) + [sep] + m.tokenize(d, add_special=False)
+        assert m.embed(pair, pooling="rank") == [[s]]
+    with pytest.raises(ValueError, match="empty"):
+        m.rerank("", docs)
+    plain = str(tmp_path / "plain.gguf")
+    subprocess.run([BIN, "synth", "--arch", "bert", "--n-vocab", "300", "--n-head", "4", "--n-head-kv", "4",
+                    "--pooling-type", "2", "-o", plain], check=True, capture_output=True)
+    with pytest.raises(ValueError, match="classifier"):
+        cachet.LLM(plain, threads=2).rerank("q", ["d"])

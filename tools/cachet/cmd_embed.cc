@@ -22,8 +22,9 @@ void add_embed_command(CLI::App& app, int* exit_code) {
   auto* lines = c->add_option("--lines-json", a->lines_json, "a file whose every line is a JSON string input");
   text->excludes(lines);
   c->add_option("--pooling", a->pooling,
-                "mean, cls, last, or rank (a reranker's scores; default: the model's pooling_type)")
-      ->check(CLI::IsMember({"mean", "cls", "last", "rank"}));
+                "mean, cls, last, rank (a reranker's scores) or none (every token's vector; default: the model's "
+                "pooling_type)")
+      ->check(CLI::IsMember({"mean", "cls", "last", "rank", "none"}));
   c->add_option("--dimensions", a->dimensions, "keep the first N values (Matryoshka), renormalized");
   c->add_flag("--no-normalize", a->no_normalize, "leave the vectors as pooled (default: unit length)");
   c->add_flag("--truncate", a->truncate, "cut inputs longer than the model's context instead of refusing them");
@@ -63,7 +64,17 @@ void add_embed_command(CLI::App& app, int* exit_code) {
       *exit_code = fail(out.status());
       return;
     }
-    for (const auto& v : *out) std::printf("%s\n", nlohmann::json(v).dump().c_str());
+    const std::optional<Pooling> used = p.pooling ? p.pooling : (*llm)->info().pooling;
+    const size_t d = static_cast<size_t>((*llm)->info().n_embd);
+    for (const auto& v : *out) {
+      if (used == Pooling::kNone) {  // one array per token
+        nlohmann::json rows = nlohmann::json::array();
+        for (size_t at = 0; at < v.size(); at += d) rows.push_back(std::vector<float>(v.begin() + at, v.begin() + at + d));
+        std::printf("%s\n", rows.dump().c_str());
+      } else {
+        std::printf("%s\n", nlohmann::json(v).dump().c_str());
+      }
+    }
     *exit_code = 0;
   });
 }

@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
       ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gemma-embedding",
-                             "bert", "nomic-bert", "modern-bert"}));
+                             "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
   c->add_option("--experts-used", a->spec.n_expert_used, "experts per token");
