@@ -108,7 +108,6 @@ def main():
     try:
         for proc, p in servers.values():
             wait_ready(p, proc, "/health")
-        inputs = texts(a.n, a.tokens, 1)
         results = {name: {1: [], 32: []} for name in servers}
         streamed = {name: [] for name in servers}  # chat tokens per second received while embedding
         for rep in range(a.reps + 1):  # the first round warms up
@@ -117,7 +116,9 @@ def main():
                 load = chat_load(p, stop, a.chat_clients, done) if a.chat_clients else []
                 t0 = time.perf_counter()
                 for batch in (1, 32):
-                    rate = measure(p, inputs, batch)
+                    # New inputs for each measurement (the same for both engines): a prefix cache must not turn
+                    # a repeat into a near no-op (causal last-token pooling reuses every block but the last).
+                    rate = measure(p, texts(a.n, a.tokens, 1000 * rep + batch), batch)
                     if rep > 0:
                         results[name][batch].append(rate)
                 if rep > 0 and load:
