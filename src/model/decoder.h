@@ -73,6 +73,11 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
 // (a batch may come from another rank's bytes).
 Status check_forward_batch(const ModelConfig& cfg, const ForwardBatch& b);
 
+// Rows [r0, r0 + n) of a matrix, as a matrix of its own (fused Q|K|V, gate|up); `part` names it.
+TensorView row_slice(const TensorView& t, int64_t r0, int64_t n, const char* part);
+// Elements [e0, e0 + n) of a 1-D weight (F32 / F16 / BF16), as a vector of its own (a fused bias).
+TensorView elem_slice(const TensorView& t, int64_t e0, int64_t n, const char* part);
+
 // A weight's checks: present, shaped [ne0, ne1], aligned, of a type cachet computes with (layer < 0: global).
 Status check_tensor(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t layer);
 // A 1-D weight (norm, bias) of n values as f32: converted into `owned` when stored as F16 / BF16.

@@ -9,8 +9,6 @@
 
 namespace cachet {
 
-namespace {
-
 // Rows [r0, r0 + n) of a matrix, as a matrix of its own.
 TensorView row_slice(const TensorView& t, int64_t r0, int64_t n, const char* part) {
   TensorView v = t;
@@ -29,8 +27,6 @@ TensorView elem_slice(const TensorView& t, int64_t e0, int64_t n, const char* pa
   v.row_bytes = n * traits(t.type).block_bytes;
   return v;
 }
-
-}  // namespace
 
 Status check_tensor(const TensorView& t, const std::string& what, int64_t ne0, int64_t ne1, int64_t layer) {
   const std::string name = t.name.empty() ? what : t.name;

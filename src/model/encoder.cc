@@ -103,14 +103,12 @@ Status EncoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
   const int64_t d = c.n_embd, ff = c.n_ff, H = c.n_head, hd = c.head_dim;
 
   // Embeddings: token, + token type 0, + absolute position; then LayerNorm.
-  std::vector<float> extra(d);
+  std::vector<float> extra(d), type0(w_.type_embd.data ? d : 0);
+  if (w_.type_embd.data) kern.dequantize_row(w_.type_embd.type, w_.type_embd.row(0), type0.data(), d);
   for (int t = 0; t < T; ++t) {
     float* xt = x_.data() + t * d;
     kern.dequantize_row(w_.tok_embd.type, w_.tok_embd.row(batch.token_ids[t]), xt, d);
-    if (w_.type_embd.data) {
-      kern.dequantize_row(w_.type_embd.type, w_.type_embd.row(0), extra.data(), d);
-      for (int64_t i = 0; i < d; ++i) xt[i] += extra[i];
-    }
+    for (size_t i = 0; i < type0.size(); ++i) xt[i] += type0[i];
     if (w_.pos_embd.data) {
       kern.dequantize_row(w_.pos_embd.type, w_.pos_embd.row(batch.positions[t]), extra.data(), d);
       for (int64_t i = 0; i < d; ++i) xt[i] += extra[i];
@@ -245,25 +243,6 @@ Status EncoderModel::pooled_head(const float* pooled, Pooling p, float* out) {
   return Status::ok();
 }
 
-// Rows [r0, r0 + n) of a matrix as a matrix of its own (fused Q|K|V, gate|up).
-TensorView rows_of(const TensorView& t, int64_t r0, int64_t n, const char* part) {
-  TensorView v = t;
-  v.name = t.name + "[" + part + "]";
-  v.ne = {t.ne[0], n, 1, 1};
-  v.data = t.data + r0 * t.row_bytes;
-  return v;
-}
-
-// Elements [e0, e0 + n) of a vector as a vector of its own (a fused Q|K|V bias).
-TensorView elems_of(const TensorView& t, int64_t e0, int64_t n, const char* part) {
-  TensorView v = t;
-  v.name = t.name + "[" + part + "]";
-  v.ne = {n, 1, 1, 1};
-  v.data = t.data + e0 * traits(t.type).block_bytes;  // 1-D weights are F32 / F16 / BF16 (checked later)
-  v.row_bytes = n * traits(t.type).block_bytes;
-  return v;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, const EncoderSpec& spec,
@@ -293,9 +272,9 @@ Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, cons
     const TensorView qkv = get("attn_qkv.weight");
     if (qkv.data) {
       if (qkv.ne[1] != 3 * d) return invalid_argument("tensor '" + qkv.name + "' is not Q, K and V of width n_embd");
-      L.wq = rows_of(qkv, 0, d, "q");
-      L.wk = rows_of(qkv, d, d, "k");
-      L.wv = rows_of(qkv, 2 * d, d, "v");
+      L.wq = row_slice(qkv, 0, d, "q");
+      L.wk = row_slice(qkv, d, d, "k");
+      L.wv = row_slice(qkv, 2 * d, d, "v");
     } else {
       L.wq = get("attn_q.weight");
       L.wk = get("attn_k.weight");
@@ -304,9 +283,9 @@ Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, cons
     const TensorView qkv_b = get("attn_qkv.bias");
     if (qkv_b.data) {
       if (!qkv.data || qkv_b.ne[0] != 3 * d) return invalid_argument("tensor '" + qkv_b.name + "' does not match Q, K and V");
-      L.bq = elems_of(qkv_b, 0, d, "q");
-      L.bk = elems_of(qkv_b, d, d, "k");
-      L.bv = elems_of(qkv_b, 2 * d, d, "v");
+      L.bq = elem_slice(qkv_b, 0, d, "q");
+      L.bk = elem_slice(qkv_b, d, d, "k");
+      L.bv = elem_slice(qkv_b, 2 * d, d, "v");
     } else {
       L.bq = get("attn_q.bias");
       L.bk = get("attn_k.bias");
@@ -321,8 +300,8 @@ Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, cons
     L.w_up = get("ffn_up.weight");
     if (!L.w_gate.data && L.w_up.data && L.w_up.ne[1] == 2 * ff) {  // fused gate|up (GeGLU)
       const TensorView up = L.w_up;
-      L.w_gate = rows_of(up, 0, ff, "gate");
-      L.w_up = rows_of(up, ff, ff, "up");
+      L.w_gate = row_slice(up, 0, ff, "gate");
+      L.w_up = row_slice(up, ff, ff, "up");
     }
     L.b_up = get("ffn_up.bias");
     if (cfg.n_expert > 0) {
@@ -392,19 +371,16 @@ Result<std::unique_ptr<Model>> load_encoder(ArchReader& r, ModelConfig cfg, cons
   }
   CACHET_ASSIGN_OR_RETURN(SpecialTokens sp, read_special_tokens(*f, cfg.n_vocab));
   std::vector<AlignedBuffer<uint8_t>> packed;
-  for (EncoderLayerWeights& L : w.layers)
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router}) {
-      if (!t->data || opts.precise || !packable(t->type)) continue;
-      packed.emplace_back();
-      pack_weight(*pool, t, &packed.back());
-    }
-  for (EncoderLayerWeights& L : w.layers)
+  auto pack = [&](TensorView* t) {
+    if (!t->data || opts.precise || !packable(t->type)) return;
+    packed.emplace_back();
+    pack_weight(*pool, t, &packed.back());
+  };
+  for (EncoderLayerWeights& L : w.layers) {
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.router}) pack(t);
     for (auto* v : {&L.up_exps, &L.down_exps})
-      for (TensorView& t : *v) {
-        if (opts.precise || !packable(t.type)) continue;
-        packed.emplace_back();
-        pack_weight(*pool, &t, &packed.back());
-      }
+      for (TensorView& t : *v) pack(&t);
+  }
   std::vector<TensorView> all;
   for (const auto& ti : f->tensors()) all.push_back(view_of_tensor(&ti));
   return std::unique_ptr<Model>(new EncoderModel(std::move(cfg), spec, std::move(w), std::move(all), sp, std::move(f),

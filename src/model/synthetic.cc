@@ -24,6 +24,19 @@ class Uniform {
 
 }  // namespace
 
+// The keys every synthetic file starts with: the architecture, its name and alignment, and its sizes.
+static void add_common_keys(GgufWriter* w, const SyntheticSpec& s) {
+  const std::string a = s.arch + ".";
+  w->set_string("general.architecture", s.arch);
+  w->set_string("general.name", "cachet synthetic");
+  w->set_u32("general.alignment", 32);
+  w->set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
+  if (s.pooling_type >= 0) w->set_u32(a + "pooling_type", static_cast<uint32_t>(s.pooling_type));
+  w->set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
+  w->set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
+  w->set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+}
+
 // A WordPiece vocabulary (tokenizer.ggml.model "bert") as llama.cpp's converter stores one: a word-initial piece
 // is U+2581 + piece, a continuation ("##ing") the bare piece. [PAD] [UNK] [CLS] [SEP] [MASK], characters both
 // ways, some whole words, then filler words up to n_vocab.
@@ -115,14 +128,7 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   const int64_t qd = s.n_head * hd, kvd = s.n_head_kv * hd;
   const std::string a = s.arch + ".";
   GgufWriter w;
-  w.set_string("general.architecture", s.arch);
-  w.set_string("general.name", "cachet synthetic");
-  w.set_u32("general.alignment", 32);
-  w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
-  if (s.pooling_type >= 0) w.set_u32(a + "pooling_type", static_cast<uint32_t>(s.pooling_type));
-  w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  add_common_keys(&w, s);
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   if (hd * s.n_head != s.n_embd) {
@@ -251,17 +257,10 @@ static Status write_synthetic_encoder(const SyntheticSpec& s, const std::string&
   const int64_t d = s.n_embd, ff = s.n_ff, hd = d / s.n_head;
   const std::string a = s.arch + ".";
   GgufWriter w;
-  w.set_string("general.architecture", s.arch);
-  w.set_string("general.name", "cachet synthetic");
-  w.set_u32("general.alignment", 32);
-  w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
-  w.set_u32(a + "embedding_length", static_cast<uint32_t>(d));
-  w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(ff));
+  add_common_keys(&w, s);
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_f32(a + "attention.layer_norm_epsilon", 1e-12f);
   w.set_bool(a + "attention.causal", false);
-  if (s.pooling_type >= 0) w.set_u32(a + "pooling_type", static_cast<uint32_t>(s.pooling_type));
   if (moe) {
     w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
     w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
