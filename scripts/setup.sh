@@ -10,6 +10,8 @@ cd "$root"
 apt_pkgs=(cmake ninja-build clang ccache nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev python3-venv)
 bash scripts/apt_install.sh "${apt_pkgs[@]}"
 
+bash scripts/setup_xgrammar.sh  # constrained decoding's grammar engine, into the cache
+
 venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"

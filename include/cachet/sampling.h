@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "cachet/status.h"
 
 namespace cachet {
+
+class Grammar;  // a grammar compiled against the model's vocabulary (LLM::grammar_*; docs/structured-output.md)
 
 struct CACHET_API SamplingParams {
   float temperature = 0.0f;        // 0 = greedy
@@ -31,6 +34,9 @@ struct CACHET_API SamplingParams {
   std::vector<std::string> stop;   // stop sequences (text), never returned
   int32_t max_tokens = 128;
   int32_t logprobs = -1;           // -1 = none; N >= 0: chosen token's logprob and the top N alternatives
+  // Constrained decoding: only tokens the grammar allows are drawn (masked before the chain), and the request
+  // ends when the grammar is complete and an end-of-generation token is drawn. nullptr = free.
+  std::shared_ptr<const Grammar> grammar;
 
   // Errors name the field and the accepted range. n_vocab bounds the logit_bias keys.
   Status validate(int64_t n_vocab) const;

@@ -28,6 +28,7 @@ jinja::Value json_to_value(const nlohmann::ordered_json& j) {
 Result<std::string> render_chat_template(const std::string& source, const ChatTemplateInputs& in) {
   CACHET_ASSIGN_OR_RETURN(jinja::Template t, jinja::Template::parse(source));
   jinja::Dict ctx;
+  for (auto it = in.kwargs.begin(); it != in.kwargs.end(); ++it) ctx.set(it.key(), json_to_value(it.value()));
   ctx.set("messages", json_to_value(in.messages));
   ctx.set("add_generation_prompt", jinja::Value(in.add_generation_prompt));
   ctx.set("bos_token", jinja::Value(in.bos_token));

@@ -18,6 +18,8 @@ struct ChatTemplateInputs {
   nlohmann::ordered_json tools;                                // null when none
   bool add_generation_prompt = true;
   std::string bos_token, eos_token;
+  // More variables (chat_template_kwargs: enable_thinking, reasoning_effort, ...); they never replace the above.
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
 };
 
 // JSON -> template value (objects keep their key order).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include "base/check.h"
 
@@ -63,6 +64,10 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
     return invalid_argument("this model attends both ways (an encoder or embedding model): it embeds and ranks, it "
                             "does not generate text");
   CACHET_RETURN_IF_ERROR(params.validate(c.n_vocab));
+  if (params.grammar && params.grammar->vocab_size() < c.n_vocab)
+    return invalid_argument("the grammar was compiled for another vocabulary (" +
+                            std::to_string(params.grammar->vocab_size()) + " tokens, the model has " +
+                            std::to_string(c.n_vocab) + ")");
   if (prompt.empty()) return invalid_argument("the prompt is empty");
   for (int32_t t : prompt)
     if (t < 0 || t >= c.n_vocab) return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
@@ -79,6 +84,7 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->tokens = std::move(prompt);
   r->params = params;
   r->sampler = std::make_unique<Sampler>(params);
+  if (params.grammar) r->matcher = params.grammar->matcher(cfg_.draft_max + 1);
   r->stop_ids = std::move(stop_ids);
   r->stop_at_eos = stop_at_eos;
   r->n_forks = n - 1;
@@ -205,8 +211,18 @@ Result<std::vector<RequestEvent>> Engine::step() {
   logits_.resize(static_cast<size_t>(b.n_logits()) * V);
   const int64_t D = model_.config().n_embd;
   hidden_.resize(static_cast<size_t>(b.n_hidden()) * D);
+  // Constrained requests' token masks, computed beside the forward pass (they depend only on accepted tokens and
+  // drafts, never on this pass's logits).
+  std::future<void> masks;
+  if (std::any_of(row_counts.begin(), row_counts.end(), [](const auto& x) { return x.first->matcher != nullptr; }))
+    masks = std::async(std::launch::async, [this, &row_counts] {
+      for (auto [r, n] : row_counts)
+        if (r->matcher) fill_masks(r, n);
+    });
   const auto t0 = std::chrono::steady_clock::now();
-  CACHET_RETURN_IF_ERROR(model_.forward(b, logits_.data(), hidden_.data()));
+  Status fwd = model_.forward(b, logits_.data(), hidden_.data());
+  if (masks.valid()) masks.get();
+  CACHET_RETURN_IF_ERROR(fwd);
   spec_->observe_pass(b.n_tokens(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   scheduler_->computed(work);
 
@@ -252,6 +268,21 @@ Result<std::vector<RequestEvent>> Engine::step() {
     return std::any_of(rows.begin(), rows.end(), [r](const Rows& x) { return x.r == r; });
   });
 
+  // Masks on constrained rows; a request whose grammar allows nothing more ends here.
+  for (Rows& x : rows) {
+    Request* r = x.r;
+    if (!r->matcher) continue;
+    const size_t W = static_cast<size_t>(GrammarMatcher::mask_words(static_cast<int32_t>(V)));
+    for (int i = 0; i < x.n; ++i)
+      apply_token_mask({r->masks.data() + i * W, W}, const_cast<float*>(x.first) + static_cast<size_t>(i) * V, V);
+    if (r->allowed_next == 0) {
+      events.push_back({r->id, std::nullopt, RequestFinish::kStop, 0.0f, {}, r->cached_tokens});
+      finish(r);
+      x.r = nullptr;
+    }
+  }
+  std::erase_if(rows, [](const Rows& x) { return x.r == nullptr; });
+
   // Sample, append, and retire finished requests.
   std::vector<std::pair<Request*, const float*>> to_sample;
   bool step_drafted = false;
@@ -281,6 +312,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
       c->params = r->params;
       c->params.seed = r->params.seed + static_cast<uint64_t>(k);
       c->sampler = std::make_unique<Sampler>(c->params);
+      if (c->params.grammar) c->matcher = c->params.grammar->matcher(cfg_.draft_max + 1);
       c->stop_ids = r->stop_ids;
       c->stop_at_eos = r->stop_at_eos;
       c->cache_ns = r->cache_ns;
@@ -307,8 +339,33 @@ Result<std::vector<RequestEvent>> Engine::step() {
   return events;
 }
 
+void Engine::fill_masks(Request* r, int n) {
+  const int32_t V = static_cast<int32_t>(model_.config().n_vocab);
+  const size_t W = static_cast<size_t>(GrammarMatcher::mask_words(V));
+  r->masks.assign(static_cast<size_t>(n) * W, 0xffffffffu);
+  const int last_accepted = static_cast<int>(r->tokens.size()) - r->n_draft - 1;
+  int tentative = 0;  // draft tokens the matcher took, taken back below
+  for (int i = 0; i < n; ++i) {
+    const int64_t allowed = r->matcher->fill_mask({r->masks.data() + i * W, W});
+    if (i == 0) r->allowed_next = allowed;
+    if (i + 1 == n) break;
+    // The draft token at this row: where the grammar refuses it, verification rejects it here (the mask bans
+    // it), and later rows are never read.
+    if (!r->matcher->accept(r->tokens[static_cast<size_t>(last_accepted + 1 + i)])) break;
+    ++tentative;
+  }
+  r->matcher->rollback(tentative);
+}
+
 bool Engine::emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events) {
   const SpecialTokens& sp = model_.special_tokens();
+  if (r->matcher && !r->matcher->accept(s.id)) {
+    // Only a token outside the mask can get here (the grammar ended and generation goes on past end-of-text):
+    // the request ends without it.
+    events->push_back({r->id, std::nullopt, RequestFinish::kStop, 0.0f, {}, r->cached_tokens, r->spec_drafted,
+                       r->spec_accepted});
+    return true;
+  }
   r->tokens.push_back(s.id);
   RequestEvent ev{r->id, s.id, RequestFinish::kNone, s.logprob, s.top, r->cached_tokens, r->spec_drafted,
                   r->spec_accepted};

@@ -109,6 +109,8 @@ class Engine {
     int n;
   };
   void finish(Request* r);
+  // A constrained request's masks for its n rows of this step (the engine's mask thread, beside the forward).
+  void fill_masks(Request* r, int n);
   // Appends a chosen token and its event; true when it ends the request.
   bool emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events);
 

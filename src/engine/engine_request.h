@@ -9,6 +9,7 @@
 
 #include "cachet/embedding.h"
 #include "engine/scheduler.h"
+#include "grammar/grammar.h"
 #include "sampling/sampler.h"
 #include "speculative/policy.h"
 #include "speculative/proposer.h"
@@ -26,6 +27,11 @@ struct EngineRequest : SchedRequest {
   int spec_idle = 0;               // steps since it last drafted
   std::vector<TokenDist> draft_q;  // the draft's distributions when it sampled (else empty)
   int64_t spec_drafted = 0, spec_accepted = 0;
+  // Constrained decoding (params.grammar): the matcher over the accepted tokens, and this step's masks, one per
+  // row of logits (the last accepted token's, then each draft token's), words of GrammarMatcher::mask_words.
+  std::unique_ptr<GrammarMatcher> matcher;
+  std::vector<uint32_t> masks;
+  int64_t allowed_next = -1;  // tokens the first row's mask allows (0: the grammar can go no further)
   // An embedding request: no sampling; its final hidden states pooled (summed so far, for the mean).
   std::optional<Pooling> pooling;
   std::vector<float> pooled;

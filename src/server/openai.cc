@@ -69,6 +69,109 @@ std::optional<ApiError> read_id(const json& b, const char* key, std::string* out
   return std::nullopt;
 }
 
+// response_format, grammar / json_schema, tools and reasoning: shapes here; schemas are checked when compiled.
+std::optional<ApiError> read_structured(const json& b, const nlohmann::ordered_json& ob, bool chat,
+                                        GenerationRequest* r) {
+  int given = 0;
+  if (b.contains("response_format") && !b["response_format"].is_null()) {
+    const json& f = b["response_format"];
+    if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+      return bad("response_format", "'response_format' must be an object with a 'type'");
+    const std::string t = f["type"];
+    if (t == "json_schema") {
+      if (!f.contains("json_schema") || !f["json_schema"].is_object())
+        return bad("response_format", "'response_format.json_schema' must be an object");
+      const json& js = f["json_schema"];
+      // OpenAI's shape: {"name", "schema", "strict"}; some clients send the schema itself.
+      const json schema = js.contains("schema") ? js["schema"] : js;
+      if (!schema.is_object() && !schema.is_boolean())
+        return bad("response_format", "'response_format.json_schema.schema' must be a JSON schema object");
+    } else if (t != "text" && t != "json_object") {
+      return bad("response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+    if (t != "text") {
+      r->response_format = ob["response_format"];
+      ++given;
+    }
+  }
+  if (b.contains("json_schema") && !b["json_schema"].is_null()) {
+    if (!b["json_schema"].is_object()) return bad("json_schema", "'json_schema' must be a JSON schema object");
+    r->response_format = {{"type", "json_schema"}, {"json_schema", {{"schema", ob["json_schema"]}}}};
+    ++given;
+  }
+  if (b.contains("grammar") && !b["grammar"].is_null()) {
+    if (!b["grammar"].is_string() || b["grammar"].get_ref<const std::string&>().empty())
+      return bad("grammar", "'grammar' must be a non-empty GBNF string");
+    if (b["grammar"].get_ref<const std::string&>().size() > kMaxTemplateBytes)
+      return bad("grammar", "'grammar' is longer than " + std::to_string(kMaxTemplateBytes) + " bytes");
+    r->grammar = b["grammar"];
+    ++given;
+  }
+  if (given > 1) return bad("response_format", "give one of 'response_format', 'json_schema' and 'grammar'");
+  if (!chat) return std::nullopt;
+  if (b.contains("tools") && !b["tools"].is_null()) {
+    const json& tools = b["tools"];
+    if (!tools.is_array()) return bad("tools", "'tools' must be an array");
+    std::set<std::string> names;
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const json& t = tools[i];
+      const std::string w = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+        return bad(w, w + " must be {\"type\": \"function\", \"function\": {...}}");
+      const json& f = t["function"];
+      if (!f.contains("name") || !f["name"].is_string() || f["name"].get_ref<const std::string&>().empty())
+        return bad(w + ".function.name", w + ".function.name must be a non-empty string");
+      if (!names.insert(f["name"].get<std::string>()).second)
+        return bad(w + ".function.name", "two tools are named '" + f["name"].get<std::string>() + "'");
+      if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+        return bad(w + ".function.parameters", w + ".function.parameters must be a JSON schema object");
+    }
+    if (!tools.empty()) r->tools = ob["tools"];
+  }
+  if (b.contains("tool_choice") && !b["tool_choice"].is_null()) {
+    const json& c = b["tool_choice"];
+    if (c.is_string()) {
+      const std::string v = c;
+      if (v != "auto" && v != "none" && v != "required")
+        return bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a named function");
+    } else if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+               !c["function"].contains("name") || !c["function"]["name"].is_string()) {
+      return bad("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (!c.is_string() || c != "none") {
+      if (r->tools.is_null() && !(c.is_string() && c == "auto"))
+        return bad("tool_choice", "'tool_choice' needs 'tools'");
+    }
+    if (c.is_object()) {
+      bool found = false;
+      for (const json& t : r->tools) found = found || t["function"]["name"] == c["function"]["name"];
+      if (!found) return bad("tool_choice", "'tool_choice' names '" + c["function"]["name"].get<std::string>() +
+                                                "', which is not among 'tools'");
+    }
+    r->tool_choice = c;
+  }
+  if (auto e = read_bool(b, "parallel_tool_calls", &r->parallel_tool_calls)) return e;
+  if (!r->tools.is_null() && !r->response_format.is_null() && r->tool_choice != "none")
+    return bad("response_format", "'response_format' with 'tools' is not supported: use tool_choice \"none\"");
+  if (b.contains("chat_template_kwargs") && !b["chat_template_kwargs"].is_null()) {
+    if (!b["chat_template_kwargs"].is_object())
+      return bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    r->template_kwargs = ob["chat_template_kwargs"];
+  }
+  if (b.contains("reasoning_effort") && !b["reasoning_effort"].is_null()) {
+    const json& e = b["reasoning_effort"];
+    if (!e.is_string() || (e != "low" && e != "medium" && e != "high" && e != "minimal" && e != "none"))
+      return bad("reasoning_effort", "'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\"");
+    r->reasoning_effort = e;
+  }
+  int64_t budget = 0;
+  if (auto e = read_int(b, "thinking_budget", 1, 1 << 20, &budget)) return e;
+  r->thinking_budget = static_cast<int>(budget);
+  (void)read_bool(b, "separate_reasoning", &r->separate_reasoning);  // its type was checked with the extensions
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<json, ApiError> parse_body(const std::string& body) {
@@ -91,18 +194,23 @@ std::variant<json, ApiError> parse_body(const std::string& body) {
 }
 
 std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b, Endpoint endpoint,
-                                                                   int64_t n_vocab) {
+                                                                   int64_t n_vocab,
+                                                                   const nlohmann::ordered_json* ordered) {
   if (!b.is_object()) return bad("", "the request body must be a JSON object");
   const bool chat = endpoint == Endpoint::kChat;
   static const std::set<std::string> kCommon = {
       "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop", "seed",
       "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
       // ours
-      "top_k", "min_p", "repetition_penalty", "ignore_eos", "cache_salt", "speculative"};
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "cache_salt", "speculative",
+      // structured output: OpenAI's response_format, llama.cpp's grammar and json_schema
+      "response_format", "grammar", "json_schema"};
   // vLLM's: a template for this request (refused unless the server trusts request templates).
   static const std::set<std::string> kChatExtra = {"chat_template"};
   static const std::set<std::string> kCompletions = {"prompt", "echo", "best_of", "suffix"};
-  static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "top_logprobs"};
+  static const std::set<std::string> kChat = {"messages", "max_completion_tokens", "top_logprobs", "tools",
+                                              "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+                                              "reasoning_effort", "thinking_budget"};
   // SGLang's extensions, which its router (sglang-router, docs/replicas.md) writes into every request it
   // forwards, at their defaults. Accepted where the value asks for what we do anyway; a value asking for
   // something else is refused by name rather than ignored.
@@ -114,6 +222,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
   static const Ext kExt[] = {{"skip_special_tokens", true},  {"no_stop_trim", false},
                              {"return_hidden_states", false}, {"continue_final_message", false},
                              {"separate_reasoning", true, true}, {"stream_reasoning", true, true}};
+
   auto is_ext = [&](const std::string& k) {
     for (const Ext& e : kExt)
       if (k == e.key && (chat || (k != "continue_final_message" && k != "separate_reasoning" &&
@@ -172,6 +281,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
       if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
         return bad(where + ".role", "unknown role '" + role + "' (system, developer, user, assistant, tool)");
       std::string content;
+      const bool has_calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
       if (!m.contains("content") || m["content"].is_null()) {
         if (role != "assistant") return bad(where + ".content", where + ".content is required");
       } else if (m["content"].is_string()) {
@@ -186,7 +296,41 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
       } else {
         return bad(where + ".content", where + ".content must be a string or an array of text parts");
       }
-      r.messages.push_back({{"role", role == "developer" ? "system" : role}, {"content", content}});
+      nlohmann::ordered_json msg = {{"role", role == "developer" ? "system" : role}, {"content", content}};
+      if (has_calls) {
+        if (!m["tool_calls"].is_array()) return bad(where + ".tool_calls", where + ".tool_calls must be an array");
+        nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+        for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
+          const json& c = m["tool_calls"][k];
+          const std::string cw = where + ".tool_calls[" + std::to_string(k) + "]";
+          if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+              !c["function"].contains("name") || !c["function"]["name"].is_string())
+            return bad(cw, cw + " must be {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+          const json& f = c["function"];
+          // Templates read the arguments as an object (HF's convention); the API sends them as JSON text.
+          nlohmann::ordered_json args = nlohmann::ordered_json::object();
+          if (f.contains("arguments") && f["arguments"].is_string()) {
+            try {
+              args = nlohmann::ordered_json::parse(f["arguments"].get<std::string>());
+            } catch (const std::exception&) {
+              return bad(cw + ".function.arguments", cw + ".function.arguments is not valid JSON");
+            }
+          } else if (f.contains("arguments") && f["arguments"].is_object()) {
+            args = f["arguments"];
+          }
+          calls.push_back({{"id", c.value("id", "")}, {"type", "function"},
+                           {"function", {{"name", f["name"]}, {"arguments", args}}}});
+        }
+        msg["tool_calls"] = calls;
+      }
+      if (role == "tool") {
+        if (m.contains("tool_call_id") && m["tool_call_id"].is_string()) msg["tool_call_id"] = m["tool_call_id"];
+        if (m.contains("name") && m["name"].is_string()) msg["name"] = m["name"];
+      }
+      if (role == "assistant")
+        for (const char* k : {"reasoning_content", "reasoning"})
+          if (m.contains(k) && m[k].is_string()) msg["reasoning_content"] = m[k];
+      r.messages.push_back(std::move(msg));
     }
   } else {
     if (!b.contains("prompt")) return bad("prompt", "'prompt' is required");
@@ -299,6 +443,8 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
   }
   s.logprobs = r.logprobs;
   s.stop.clear();  // the server matches stop strings itself, per choice
+  const nlohmann::ordered_json ob = ordered ? *ordered : nlohmann::ordered_json::parse(b.dump());
+  if (auto e = read_structured(b, ob, chat, &r)) return *e;
   return r;
 }
 

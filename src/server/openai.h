@@ -41,6 +41,18 @@ struct GenerationRequest {
   std::string cache_salt;               // vLLM's field: prefixes are shared only between equal salts (and API keys)
   std::optional<SpecMode> speculative;  // ours: "off", "lookup" or "draft" (default: the server's flags)
   std::optional<std::string> chat_template;  // vLLM's field: this request's template (serve --trust-request-chat-template)
+  // Structured output and agents (docs/structured-output.md, docs/tools.md); shapes checked here, schemas and
+  // grammars compiled by the caller.
+  // Kept in the body's key order (a schema's property order is the order the output follows).
+  nlohmann::ordered_json response_format;  // null, or {"type": "text" | "json_object" | "json_schema", ...}
+  std::string grammar;                  // llama.cpp's `grammar` (GBNF)
+  nlohmann::ordered_json tools;         // null, or [{"type": "function", "function": {name, description, parameters}}]
+  nlohmann::json tool_choice;           // null (auto), "auto", "none", "required", {"type": "function", ...}
+  bool parallel_tool_calls = true;
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // chat_template_kwargs
+  std::string reasoning_effort;         // "low" | "medium" | "high" (passed to the template)
+  int thinking_budget = 0;              // > 0: reasoning ends after this many tokens
+  bool separate_reasoning = true;       // false: the reasoning stays in the content
 };
 
 // Bounds on what a request may carry besides its prompt (docs/server.md, "Limits").
@@ -53,7 +65,9 @@ constexpr size_t kMaxTemplateBytes = 1 << 20;  // a request's chat_template
 std::variant<nlohmann::json, ApiError> parse_body(const std::string& body);
 
 // Parses a request body (already valid JSON) for the endpoint; n_vocab bounds logit_bias keys.
+// `ordered`: the same body parsed keeping key order (schemas and tools are copied from it); null: from body.
 std::variant<GenerationRequest, ApiError> parse_generation_request(const nlohmann::json& body, Endpoint endpoint,
-                                                                   int64_t n_vocab);
+                                                                   int64_t n_vocab,
+                                                                   const nlohmann::ordered_json* ordered = nullptr);
 
 }  // namespace cachet::server

@@ -33,6 +33,9 @@
 #include "server/openai.h"
 #include "server/server_app.h"
 #include "server/embeddings.h"
+#include "server/generation.h"
+#include "server/openai_format.h"
+#include "server/prepare.h"
 #include "server/rerank.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,7 +44,6 @@ namespace cachet::server {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 // cpp-httplib 0.11 does not expose a request's socket, so a handler finds it by the peer address; then
 // poll(POLLRDHUP) tells whether the client has gone, even while nothing is being written (queued, prefill).
@@ -81,207 +83,89 @@ bool peer_closed(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-std::string finish_name(RequestFinish f) {
-  switch (f) {
-    case RequestFinish::kStop: return "stop";
-    case RequestFinish::kLength: return "length";
-    default: return "abort";
-  }
-}
+}  // namespace
 
-// One generation request in flight: its choices' text, stop matching, logprobs, timings.
-class Generation {
- public:
-  Generation(App& app, GenerationRequest r, int n_prompt, Clock::time_point t0)
-      : app_(app), r_(std::move(r)), n_prompt_(n_prompt), t0_(t0), created_(std::time(nullptr)) {
-    id_ = std::string(chat() ? "chatcmpl-" : "cmpl-") + std::to_string(t0.time_since_epoch().count());
-    for (int i = 0; i < r_.n; ++i) choices_.push_back(std::make_unique<Choice>(app.tok, r_.stop));
-    ++app_.in_flight;
+void run_generation(App& app, const httplib::Request& req, httplib::Response& res, GenerationRequest r, Prepared p,
+                    std::shared_ptr<ApiShape> shape, const std::string& id_prefix, Clock::time_point t0) {
+  const int n_prompt = static_cast<int>(p.prompt.size());
+  if (r.sampling.max_tokens < 0) r.sampling.max_tokens = std::max(1, app.n_ctx - n_prompt);
+  if (static_cast<int64_t>(n_prompt) + r.sampling.max_tokens > app.n_ctx) {
+    const ApiError e{400,
+                     "This model's maximum context length is " + std::to_string(app.n_ctx) +
+                         " tokens. However, you requested " + std::to_string(n_prompt + r.sampling.max_tokens) +
+                         " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
+                         std::to_string(r.sampling.max_tokens) + " for the completion).",
+                     "invalid_request_error", "max_tokens", "context_length_exceeded"};
+    res.status = e.status;
+    return res.set_content(shape->error_body(e).dump(), "application/json");
   }
-  ~Generation() {
-    if (stream_ && !all_done()) app_.service->cancel(stream_);
-    --app_.in_flight;
+  r.sampling.grammar = p.grammar;
+  auto gen = std::make_shared<Generation>(app, r, n_prompt, t0, p.output, id_prefix);
+  const int fd = connection_fd(req);
+  // The prefix cache's namespace: the caller's API key and the request's cache_salt, so one tenant's prefix is
+  // never served to another (the key is whatever the client sent, checked or not).
+  const std::string key = req.has_header("Authorization") ? req.get_header_value("Authorization")
+                                                          : req.get_header_value("x-api-key");
+  const uint64_t cache_ns = std::hash<std::string>{}(key + '\0' + r.cache_salt);
+  auto stream = app.service->submit(p.prompt, r.sampling, {}, !r.ignore_eos, r.n, cache_ns, r.speculative);
+  if (!stream.is_ok()) {
+    if (stream.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
+    const ApiError e = error_of(stream.status());
+    res.status = e.status;
+    return res.set_content(shape->error_body(e).dump(), "application/json");
   }
-  void set_stream(std::shared_ptr<RequestStream> s) { stream_ = std::move(s); }
-  bool chat() const { return r_.endpoint == Endpoint::kChat; }
-  bool all_done() const {
-    for (const auto& c : choices_)
-      if (!c->done) return false;
+  gen->set_stream(*stream);
+  app.metrics.prompt_tokens += n_prompt;
+
+  if (!r.stream) {
+    while (!gen->all_done()) {
+      gen->pump(std::chrono::milliseconds(20));
+      if (app.broken) {
+        const ApiError e = error_of(unavailable(app.broken_message));
+        res.status = e.status;
+        return res.set_content(shape->error_body(e).dump(), "application/json");
+      }
+      if (peer_closed(fd)) {
+        gen->cancel();
+        res.status = 499;  // client closed the request (nothing can be sent)
+        return;
+      }
+    }
+    res.set_content(shape->response(*gen).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider("text/event-stream", [gen, shape, fd, &app](size_t, httplib::DataSink& sink) {
+    auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
+    if (!write(shape->open(*gen))) return gen->cancel(), false;
+    while (!gen->all_done()) {
+      for (const ChoiceEvent& e : gen->pump(std::chrono::milliseconds(20)))
+        if (!write(shape->event(*gen, e))) return gen->cancel(), false;
+      if (app.broken) {  // an error event, as the APIs send mid-stream, then the stream ends
+        (void)write(shape->error_event(error_of(unavailable(app.broken_message))));
+        return false;
+      }
+      if (!gen->all_done() && peer_closed(fd)) return gen->cancel(), false;
+    }
+    if (!write(shape->close(*gen))) return false;
+    sink.done();
     return true;
-  }
-  void cancel() {
-    if (stream_) app_.service->cancel(stream_);
-  }
-
-  // Waits for events (up to `timeout`) and applies them; returns the streaming chunks they produce.
-  std::vector<json> pump(std::chrono::milliseconds timeout) {
-    std::vector<StreamEvent> evs;
-    std::vector<json> chunks;
-    if (!stream_->wait(&evs, timeout)) return chunks;
-    for (StreamEvent& e : evs) apply(e, &chunks);
-    return chunks;
-  }
-
-  json chunk_for(int index, const std::string& text, const json& logprobs, const std::string& finish) const {
-    json choice = {{"index", index}, {"logprobs", logprobs.is_null() ? json(nullptr) : logprobs},
-                   {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
-    if (chat()) {
-      json delta = json::object();
-      if (!text.empty()) delta["content"] = text;
-      choice["delta"] = delta;
-    } else {
-      choice["text"] = text;
-    }
-    return {{"id", id_}, {"object", chat() ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
-            {"model", app_.model_id}, {"choices", json::array({choice})}};
-  }
-  // The first chunk of a streamed chat: the assistant role for every choice.
-  std::vector<json> role_chunks() const {
-    std::vector<json> out;
-    if (!chat()) return out;
-    for (int i = 0; i < r_.n; ++i) {
-      json c = chunk_for(i, "", nullptr, "");
-      c["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
-      out.push_back(c);
-    }
-    return out;
-  }
-  json usage() const {
-    int completion = 0;
-    for (const auto& c : choices_) completion += c->tokens;
-    return {{"prompt_tokens", n_prompt_}, {"completion_tokens", completion},
-            {"total_tokens", n_prompt_ + completion},
-            {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
-  }
-  json usage_chunk() const {
-    return {{"id", id_}, {"object", chat() ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
-            {"model", app_.model_id}, {"choices", json::array()}, {"usage", usage()}};
-  }
-  json response() const {
-    json choices = json::array();
-    for (int i = 0; i < r_.n; ++i) {
-      const Choice& c = *choices_[i];
-      json ch = {{"index", i}, {"finish_reason", c.finish}, {"logprobs", nullptr}};
-      if (chat()) {
-        ch["message"] = {{"role", "assistant"}, {"content", c.text}};
-        if (r_.logprobs >= 0) ch["logprobs"] = {{"content", c.lp_content}};
-      } else {
-        ch["text"] = c.text;
-        if (r_.logprobs >= 0) ch["logprobs"] = c.lp_completion;
-      }
-      choices.push_back(ch);
-    }
-    return {{"id", id_}, {"object", chat() ? "chat.completion" : "text_completion"}, {"created", created_},
-            {"model", app_.model_id}, {"choices", choices}, {"usage", usage()}};
-  }
-  bool include_usage() const { return r_.include_usage; }
-  void observe_end() {
-    if (observed_end_) return;
-    observed_end_ = true;
-    app_.metrics.e2e.observe(std::chrono::duration<double>(Clock::now() - t0_).count());
-  }
-
- private:
-  struct Choice {
-    Choice(const Tokenizer* tok, const std::vector<std::string>& stops) : text_stream(tok, stops) {}
-    TextStream text_stream;
-    std::string text, finish;
-    int tokens = 0;
-    bool done = false;
-    json lp_content = json::array();                       // chat
-    json lp_completion = {{"tokens", json::array()},       // completions
-                          {"token_logprobs", json::array()},
-                          {"top_logprobs", json::array()},
-                          {"text_offset", json::array()}};
-  };
-
-  void apply(StreamEvent& e, std::vector<json>* chunks) {
-    Choice& c = *choices_[e.index];
-    if (c.done) return;
-    const RequestEvent& ev = e.ev;
-    cached_tokens_ = std::max(cached_tokens_, ev.cached_tokens);
-    std::string out;
-    json lp = nullptr;
-    // A token that ended the request by itself (end of generation) is neither text nor counted.
-    const bool eog = ev.token && ev.finish == RequestFinish::kStop;
-    if (ev.token && !eog) {
-      const auto now = Clock::now();
-      if (!first_token_) {
-        first_token_ = true;
-        app_.metrics.ttft.observe(std::chrono::duration<double>(now - t0_).count());
-      } else {
-        app_.metrics.itl.observe(std::chrono::duration<double>(now - last_token_).count());
-      }
-      last_token_ = now;
-      ++c.tokens;
-      ++app_.metrics.generation_tokens;
-      out = c.text_stream.push(*ev.token);
-      if (r_.logprobs >= 0) lp = record_logprobs(c, ev);
-      if (c.text_stream.stopped()) {
-        c.finish = "stop";
-        c.done = true;
-        app_.service->cancel(stream_, e.index);
-      }
-    }
-    if (!c.done && ev.finish != RequestFinish::kNone) {
-      out += c.text_stream.finish();
-      c.finish = c.text_stream.stopped() ? "stop" : finish_name(ev.finish);
-      c.done = true;
-    }
-    c.text += out;
-    if (!out.empty() || c.done || !lp.is_null()) chunks->push_back(chunk_for(e.index, out, lp, c.done ? c.finish : ""));
-    if (all_done()) observe_end();
-  }
-
-  json record_logprobs(Choice& c, const RequestEvent& ev) {
-    const std::string piece = app_.tok->decode({*ev.token});
-    auto bytes_of = [](const std::string& s) {
-      json b = json::array();
-      for (unsigned char ch : s) b.push_back(static_cast<int>(ch));
-      return b;
-    };
-    if (chat()) {
-      json top = json::array();
-      for (const auto& t : ev.top) {
-        const std::string p = app_.tok->decode({t.id});
-        top.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", bytes_of(p)}});
-      }
-      json item = {{"token", piece}, {"logprob", ev.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}};
-      c.lp_content.push_back(item);
-      return {{"content", json::array({item})}};
-    }
-    json top = json::object();
-    for (const auto& t : ev.top) top[app_.tok->decode({t.id})] = t.logprob;
-    const int offset = static_cast<int>(c.text.size());
-    c.lp_completion["tokens"].push_back(piece);
-    c.lp_completion["token_logprobs"].push_back(ev.logprob);
-    c.lp_completion["top_logprobs"].push_back(top);
-    c.lp_completion["text_offset"].push_back(offset);
-    return {{"tokens", {piece}}, {"token_logprobs", {ev.logprob}}, {"top_logprobs", {top}}, {"text_offset", {offset}}};
-  }
-
-  App& app_;
-  GenerationRequest r_;
-  int n_prompt_;
-  Clock::time_point t0_, last_token_;
-  std::time_t created_;
-  std::string id_;
-  std::vector<std::unique_ptr<Choice>> choices_;
-  std::shared_ptr<RequestStream> stream_;
-  bool first_token_ = false, observed_end_ = false;
-  int cached_tokens_ = 0;  // prompt tokens the prefix cache supplied
-};
-
-std::string sse(const json& j) {
-  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  });
 }
+
+namespace {
 
 void handle_generate(App& app, const httplib::Request& req, httplib::Response& res, Endpoint ep) {
   const auto t0 = Clock::now();
   const std::optional<json> body_or = accept_json_body(app, req, res);
   if (!body_or) return;
   const json& body = *body_or;
-  auto parsed = parse_generation_request(body, ep, app.tok->n_vocab());
+  // Schemas and tools keep the body's key order (the output follows a schema's property order).
+  const bool structured = body.is_object() && (body.contains("tools") || body.contains("response_format") ||
+                                               body.contains("json_schema") || body.contains("chat_template_kwargs"));
+  const nlohmann::ordered_json ordered = structured ? nlohmann::ordered_json::parse(req.body) : nlohmann::ordered_json();
+  auto parsed = parse_generation_request(body, ep, app.tok->n_vocab(), structured ? &ordered : nullptr);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   GenerationRequest r = std::move(std::get<GenerationRequest>(parsed));
   if (!r.model.empty() && r.model != app.model_id)
@@ -290,90 +174,10 @@ void handle_generate(App& app, const httplib::Request& req, httplib::Response& r
   if (r.chat_template && !app.trust_request_template)
     return send_error(res, {400, "'chat_template' in a request needs the server's --trust-request-chat-template",
                             "invalid_request_error", "chat_template", ""});
-  // A prompt of more bytes than n_ctx of the vocabulary's longest tokens cannot fit: refused before the
-  // tokenizer spends time on it.
-  auto cannot_fit = [&](const std::string& text) -> std::optional<ApiError> {
-    if (text.size() <= static_cast<size_t>(app.n_ctx) * app.max_token_bytes) return std::nullopt;
-    return ApiError{400,
-                    "This model's maximum context length is " + std::to_string(app.n_ctx) + " tokens, and the prompt's " +
-                        std::to_string(text.size()) + " bytes cannot fit in it (no token is longer than " +
-                        std::to_string(app.max_token_bytes) + " bytes).",
-                    "invalid_request_error", ep == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded"};
-  };
-  std::vector<int32_t> prompt;
-  if (ep == Endpoint::kChat) {
-    const std::string& chat_template = r.chat_template ? *r.chat_template : app.chat_template;
-    if (chat_template.empty())
-      return send_error(res, {400, "this model has no chat template; use /v1/completions", "invalid_request_error",
-                              "messages", ""});
-    ChatTemplateInputs ti;
-    ti.messages = r.messages;
-    if (app.tok->bos()) ti.bos_token = app.tok->token_text(*app.tok->bos());
-    if (app.tok->eos()) ti.eos_token = app.tok->token_text(*app.tok->eos());
-    auto text = render_chat_template(chat_template, ti);
-    if (!text.is_ok()) return send_error(res, {400, "chat template: " + text.status().message(), "invalid_request_error",
-                                               "messages", ""});
-    if (auto e = cannot_fit(*text)) return send_error(res, *e);
-    prompt = app.tok->encode(*text, false, true);
-  } else {
-    if (auto e = cannot_fit(r.prompt_text)) return send_error(res, *e);
-    prompt = r.prompt_ids.empty() ? app.tok->encode(r.prompt_text, true, true) : r.prompt_ids;
-  }
-  const int n_prompt = static_cast<int>(prompt.size());
-  if (r.sampling.max_tokens < 0) r.sampling.max_tokens = std::max(1, app.n_ctx - n_prompt);
-  if (static_cast<int64_t>(n_prompt) + r.sampling.max_tokens > app.n_ctx)
-    return send_error(res, {400,
-                            "This model's maximum context length is " + std::to_string(app.n_ctx) +
-                                " tokens. However, you requested " + std::to_string(n_prompt + r.sampling.max_tokens) +
-                                " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
-                                std::to_string(r.sampling.max_tokens) + " for the completion).",
-                            "invalid_request_error", "max_tokens", "context_length_exceeded"});
-  auto gen = std::make_shared<Generation>(app, r, n_prompt, t0);
-  const int fd = connection_fd(req);
-  // The prefix cache's namespace: the caller's API key and the request's cache_salt, so one tenant's prefix is
-  // never served to another (the key is whatever the client sent, checked or not).
-  const uint64_t cache_ns = std::hash<std::string>{}(req.get_header_value("Authorization") + '\0' + r.cache_salt);
-  auto stream = app.service->submit(prompt, r.sampling, {}, !r.ignore_eos, r.n, cache_ns, r.speculative);
-  if (!stream.is_ok()) {
-    if (stream.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
-    return send_error(res, error_of(stream.status()));
-  }
-  gen->set_stream(*stream);
-  app.metrics.prompt_tokens += n_prompt;
-
-  if (!r.stream) {
-    while (!gen->all_done()) {
-      gen->pump(std::chrono::milliseconds(20));
-      if (app.broken) return send_error(res, error_of(unavailable(app.broken_message)));
-      if (peer_closed(fd)) {
-        gen->cancel();
-        res.status = 499;  // client closed the request (nothing can be sent)
-        return;
-      }
-    }
-    res.set_content(gen->response().dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-    return;
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider("text/event-stream", [gen, fd, &app](size_t, httplib::DataSink& sink) {
-    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-    for (const json& c : gen->role_chunks())
-      if (!write(sse(c))) return gen->cancel(), false;
-    while (!gen->all_done()) {
-      for (const json& c : gen->pump(std::chrono::milliseconds(20)))
-        if (!write(sse(c))) return gen->cancel(), false;
-      if (app.broken) {  // an error event, as OpenAI's API sends mid-stream, then the stream ends
-        (void)write(sse(error_of(unavailable(app.broken_message)).body()));
-        return false;
-      }
-      if (!gen->all_done() && peer_closed(fd)) return gen->cancel(), false;
-    }
-    if (gen->include_usage() && !write(sse(gen->usage_chunk()))) return false;
-    if (!write("data: [DONE]\n\n")) return false;
-    sink.done();
-    return true;
-  });
+  auto prepared = prepare_generation(app, r);
+  if (auto* e = std::get_if<ApiError>(&prepared)) return send_error(res, *e);
+  run_generation(app, req, res, std::move(r), std::move(std::get<Prepared>(prepared)), openai_shape(),
+                 ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-", t0);
 }
 
 std::string metrics_text(App& app) {
@@ -588,6 +392,8 @@ int serve(const ServerOptions& opts) {
   app.tok = impl.tok.get();
   app.service = impl.service.get();
   app.chat_template = impl.chat_template;
+  // Constrained decoding's view of the vocabulary (each token's bytes), built once.
+  app.grammars = std::make_unique<GrammarCompiler>(*app.tok, impl.end_ids, impl.model->config().n_vocab);
   for (int32_t id = 0; id < app.tok->n_vocab(); ++id)
     app.max_token_bytes = std::max(app.max_token_bytes, app.tok->token_text(id).size());
   app.trust_request_template = opts.trust_request_chat_template;

@@ -14,6 +14,7 @@
 #include "base/utf8.h"
 #include "cachet/llm.h"
 #include "engine/engine_service.h"
+#include "grammar/grammar.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/server.h"
@@ -45,6 +46,7 @@ struct App {
   int n_ctx = 0;
   size_t max_token_bytes = 1;  // the longest token text of the vocabulary
   bool trust_request_template = false;
+  std::unique_ptr<GrammarCompiler> grammars;  // response_format, grammar, tool calls (docs/structured-output.md)
   Metrics metrics;
   std::atomic<int> in_flight{0};  // generation requests between acceptance and their last byte
   // The engine can no longer finish a step (a tensor-parallel rank died): waiting requests answer with this.

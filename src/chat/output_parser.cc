@@ -1,0 +1,407 @@
+#include "chat/output_parser.h"
+
+#include <algorithm>
+
+namespace cachet {
+
+using json = nlohmann::ordered_json;
+
+void OutputDelta::append(OutputDelta d) {
+  reasoning += d.reasoning;
+  content += d.content;
+  for (ToolCallDelta& c : d.calls) calls.push_back(std::move(c));
+}
+
+namespace {
+
+constexpr size_t npos = std::string::npos;
+
+bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+size_t skip_ws(const std::string& s, size_t i) {
+  while (i < s.size() && is_ws(s[i])) ++i;
+  return i;
+}
+
+// The end (exclusive) of the JSON value starting at i, or npos when the text stops first (or is not JSON:
+// then the caller waits for the end of the call). A primitive at the very end is unfinished unless at_end.
+size_t json_value_end(const std::string& s, size_t i, bool at_end) {
+  if (i >= s.size()) return npos;
+  const char c = s[i];
+  if (c == '"') {
+    for (size_t j = i + 1; j < s.size(); ++j) {
+      if (s[j] == '\\') ++j;
+      else if (s[j] == '"') return j + 1;
+    }
+    return npos;
+  }
+  if (c == '{' || c == '[') {
+    int depth = 0;
+    for (size_t j = i; j < s.size(); ++j) {
+      const char x = s[j];
+      if (x == '"') {
+        const size_t e = json_value_end(s, j, at_end);
+        if (e == npos) return npos;
+        j = e - 1;
+      } else if (x == '{' || x == '[') {
+        ++depth;
+      } else if (x == '}' || x == ']') {
+        if (--depth == 0) return j + 1;
+      }
+    }
+    return npos;
+  }
+  size_t j = i;
+  while (j < s.size() && !is_ws(s[j]) && s[j] != ',' && s[j] != '}' && s[j] != ']') ++j;
+  if (j == s.size() && !at_end) return npos;
+  return j == i ? npos : j;
+}
+
+const char* kDsCallBegin = "<｜tool▁call▁begin｜>";
+const char* kDsSep = "<｜tool▁sep｜>";
+const char* kDsCallEnd = "<｜tool▁call▁end｜>";
+
+}  // namespace
+
+ChatOutputParser::ChatOutputParser(ChatFormat format, bool reasoning, bool open_reasoning,
+                                   std::vector<ToolSpec> tools, std::string id_prefix)
+    : format_(std::move(format)),
+      reasoning_(reasoning && !format_.think_start.empty()),
+      tools_(std::move(tools)),
+      id_prefix_(std::move(id_prefix)),
+      markers_(call_markers(format_.tools)) {
+  if (reasoning_ && open_reasoning) mode_ = Mode::kReasoning;
+}
+
+std::vector<ChatOutputParser::Marker> ChatOutputParser::active_markers() const {
+  std::vector<Marker> m;
+  if (reasoning_ && mode_ == Mode::kContent) m.push_back({format_.think_start, 0});
+  if (reasoning_ && mode_ == Mode::kReasoning) m.push_back({format_.think_end, 1});
+  if (!tools_.empty())
+    for (const std::string& o : markers_.open) {
+      // A llama3 call is a whole message: its bare JSON opens a call only before any content.
+      if (o[0] == '{' && (content_started_ || mode_ != Mode::kContent)) continue;
+      m.push_back({o, 2});
+    }
+  return m;
+}
+
+void ChatOutputParser::emit_text(const std::string& s, OutputDelta* out) {
+  if (s.empty()) return;
+  if (mode_ == Mode::kReasoning) {
+    out->reasoning += s;
+    return;
+  }
+  if (!content_started_) {  // the answer starts at its first non-space character
+    const size_t i = skip_ws(s, 0);
+    if (i == s.size()) return;
+    content_started_ = true;
+    out->content += s.substr(i);
+    return;
+  }
+  out->content += s;
+}
+
+void ChatOutputParser::start_call(const std::string& name, OutputDelta* out) {
+  ToolCallDelta d;
+  d.index = n_calls_;
+  d.id = id_prefix_ + std::to_string(n_calls_);
+  d.name = name;
+  out->calls.push_back(std::move(d));
+  call_started_ = true;
+  args_emitted_ = 0;
+  xml_params_emitted_ = 0;
+}
+
+void ChatOutputParser::emit_args(const std::string& s, OutputDelta* out) {
+  if (s.empty()) return;
+  if (!out->calls.empty() && out->calls.back().index == n_calls_) {
+    out->calls.back().arguments += s;
+  } else {
+    ToolCallDelta d;
+    d.index = n_calls_;
+    d.arguments = s;
+    out->calls.push_back(std::move(d));
+  }
+  args_emitted_ += s.size();
+}
+
+OutputDelta ChatOutputParser::push(std::string_view text) {
+  OutputDelta out;
+  buf_ += text;
+  while (true) {
+    if (mode_ == Mode::kCall) {
+      body_ += buf_;
+      buf_.clear();
+      if (!markers_.close.empty()) {
+        const size_t at = body_.find(markers_.close);
+        if (at == npos) {
+          (void)scan_call(&out, false);
+          break;
+        }
+        buf_ = body_.substr(at + markers_.close.size());
+        body_.resize(at);
+        (void)scan_call(&out, true);
+        mode_ = return_mode_;
+        continue;
+      }
+      if (!scan_call(&out, false)) break;
+      mode_ = return_mode_;
+      continue;
+    }
+    const std::vector<Marker> ms = active_markers();
+    size_t best = npos;
+    const Marker* found = nullptr;
+    for (const Marker& m : ms) {
+      const size_t at = buf_.find(m.text);
+      if (at != npos && (best == npos || at < best)) best = at, found = &m;
+    }
+    if (found) {
+      emit_text(buf_.substr(0, best), &out);
+      const Marker m = *found;
+      std::string rest = buf_.substr(best + m.text.size());
+      if (m.kind == 0) {
+        mode_ = Mode::kReasoning;
+      } else if (m.kind == 1) {
+        mode_ = Mode::kContent;
+      } else {
+        return_mode_ = mode_;
+        mode_ = Mode::kCall;
+        open_marker_ = m.text;
+        // A bare-JSON call's marker is its own first bytes.
+        body_ = m.text[0] == '{' ? m.text : std::string();
+        call_started_ = false;
+        calls_done_in_body_ = 0;
+      }
+      buf_ = std::move(rest);
+      continue;
+    }
+    // Hold back the longest tail that could be the start of a marker.
+    size_t hold = 0;
+    for (const Marker& m : ms)
+      for (size_t k = std::min(m.text.size() - 1, buf_.size()); k > hold; --k)
+        if (buf_.compare(buf_.size() - k, k, m.text, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+    emit_text(buf_.substr(0, buf_.size() - hold), &out);
+    buf_.erase(0, buf_.size() - hold);
+    break;
+  }
+  return out;
+}
+
+OutputDelta ChatOutputParser::finish() {
+  OutputDelta out;
+  if (mode_ == Mode::kCall) {
+    body_ += buf_;
+    buf_.clear();
+    (void)scan_call(&out, true);
+    mode_ = return_mode_;
+  }
+  emit_text(buf_, &out);
+  buf_.clear();
+  return out;
+}
+
+bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
+  switch (format_.tools) {
+    case ToolSyntax::kQwenXml: return scan_xml_call(out, at_end);
+    case ToolSyntax::kDeepSeek: return scan_deepseek_calls(out, at_end);
+    default: return scan_json_calls(out, at_end);
+  }
+}
+
+// Calls as JSON objects {"name": ..., "arguments" | "parameters": ...}: one (hermes, llama3) or an array of
+// them (mistral). Arguments that are an object or array stream as they come; others go out whole at the end.
+bool ChatOutputParser::scan_json_calls(OutputDelta* out, bool at_end) {
+  size_t i = skip_ws(body_, 0);
+  const bool array = i < body_.size() && body_[i] == '[';
+  if (array) ++i;
+  for (size_t k = 0;; ++k) {
+    i = skip_ws(body_, i);
+    if (array && i < body_.size() && body_[i] == ',') i = skip_ws(body_, i + 1);
+    if (i >= body_.size()) return at_end;
+    if (array && body_[i] == ']') {
+      body_ = body_.substr(i + 1);  // what follows the array goes back to the text
+      buf_ = body_ + buf_;
+      body_.clear();
+      return true;
+    }
+    if (body_[i] != '{') {
+      // Not a call after all: the text as it was (only when nothing of a call went out).
+      if (!at_end && !array) return false;
+      if (k == 0 && !call_started_) emit_text(open_marker_[0] == '{' ? body_ : open_marker_ + body_, out);
+      body_.clear();
+      return true;
+    }
+    const size_t obj = i;
+    const size_t obj_end = json_value_end(body_, obj, at_end);
+    // Walk the keys at the top of the object.
+    std::string name;
+    size_t args_at = npos, args_end = npos;
+    bool name_known = false;
+    size_t j = obj + 1;
+    while (true) {
+      j = skip_ws(body_, j);
+      if (j >= body_.size() || body_[j] == '}') break;
+      if (body_[j] == ',') { ++j; continue; }
+      const size_t key_end = json_value_end(body_, j, at_end);
+      if (key_end == npos || body_[j] != '"') break;
+      std::string key;
+      try { key = json::parse(body_.substr(j, key_end - j)).get<std::string>(); } catch (...) { break; }
+      j = skip_ws(body_, key_end);
+      if (j >= body_.size() || body_[j] != ':') break;
+      j = skip_ws(body_, j + 1);
+      const size_t v_end = json_value_end(body_, j, at_end);
+      if (key == "name" && v_end != npos) {
+        try {
+          name = json::parse(body_.substr(j, v_end - j)).get<std::string>();
+          name_known = true;
+        } catch (...) {
+        }
+      } else if (key == "arguments" || key == "parameters") {
+        args_at = j;
+        args_end = v_end;
+      }
+      if (v_end == npos) break;
+      j = v_end;
+    }
+    if (k < calls_done_in_body_) {  // went out already
+      if (obj_end == npos) return false;
+      i = obj_end;
+      continue;
+    }
+    if (name_known && !call_started_) start_call(name, out);
+    if (call_started_ && args_at != npos && j > args_at) {
+      const bool structured = body_[args_at] == '{' || body_[args_at] == '[';
+      if (structured) {
+        const size_t upto = args_end != npos ? args_end : body_.size();
+        if (upto > args_at + args_emitted_)
+          emit_args(body_.substr(args_at + args_emitted_, upto - args_at - args_emitted_), out);
+      }
+    }
+    // A region with a close marker ends there (at_end); a bare one when its object closes.
+    const bool done = at_end || (markers_.close.empty() && obj_end != npos);
+    if (!done) return false;
+    if (!call_started_) {  // an object without a name: not a call
+      if (!array) emit_text(open_marker_[0] == '{' ? body_ : open_marker_ + body_, out);
+      body_.clear();
+      return true;
+    }
+    if (args_at == npos) {
+      if (args_emitted_ == 0) emit_args("{}", out);
+    } else if (args_emitted_ == 0 && args_end != npos) {
+      std::string a = body_.substr(args_at, args_end - args_at);
+      if (a[0] == '"') {  // arguments sent as a JSON string of JSON
+        try { a = json::parse(a).get<std::string>(); } catch (...) {}
+      }
+      emit_args(a, out);
+    }
+    ++n_calls_;
+    call_started_ = false;
+    ++calls_done_in_body_;
+    if (obj_end == npos) {
+      body_.clear();
+      return true;
+    }
+    i = obj_end;
+    if (!array) {
+      // One call per region; what follows (llama3, no close marker) is text again.
+      buf_ = body_.substr(obj_end) + buf_;
+      body_.clear();
+      return true;
+    }
+  }
+}
+
+// <function=NAME>\n<parameter=K>\nV\n</parameter>\n...</function>: each parameter goes out as a JSON member
+// when it closes, typed by the function's schema (strings as strings, the rest as the JSON they spell).
+bool ChatOutputParser::scan_xml_call(OutputDelta* out, bool at_end) {
+  const size_t f = body_.find("<function=");
+  const size_t gt = f == npos ? npos : body_.find('>', f);
+  if (gt == npos) {
+    if (at_end) {
+      if (!call_started_) emit_text(open_marker_ + body_, out);
+      body_.clear();
+    }
+    return at_end;
+  }
+  const std::string name = body_.substr(f + 10, gt - f - 10);
+  if (!call_started_) start_call(name, out);
+  const ToolSpec* spec = nullptr;
+  for (const ToolSpec& t : tools_)
+    if (t.name == name) spec = &t;
+  size_t pos = gt + 1, k = 0;
+  while (true) {
+    const size_t p = body_.find("<parameter=", pos);
+    if (p == npos) break;
+    const size_t pgt = body_.find('>', p);
+    const size_t pend = pgt == npos ? npos : body_.find("</parameter>", pgt);
+    if (pend == npos) break;
+    if (k >= xml_params_emitted_) {
+      const std::string key = body_.substr(p + 11, pgt - p - 11);
+      std::string v = body_.substr(pgt + 1, pend - pgt - 1);
+      if (!v.empty() && v.front() == '\n') v.erase(0, 1);
+      if (!v.empty() && v.back() == '\n') v.pop_back();
+      bool as_string = true;
+      if (spec && spec->parameters.contains("properties") && spec->parameters["properties"].contains(key)) {
+        const json& ps = spec->parameters["properties"][key];
+        const json t = ps.is_object() ? ps.value("type", json()) : json();
+        as_string = t == "string";
+      }
+      std::string value;
+      if (!as_string) {
+        try { value = json::parse(v).dump(); } catch (...) { value.clear(); }
+      }
+      if (value.empty()) value = json(v).dump();
+      emit_args(std::string(xml_params_emitted_ == 0 ? "{" : ", ") + json(key).dump() + ": " + value, out);
+      ++xml_params_emitted_;
+    }
+    ++k;
+    pos = pend + 12;
+  }
+  if (!at_end && body_.find("</function>", pos) == npos) return false;
+  emit_args(xml_params_emitted_ == 0 ? "{}" : "}", out);
+  ++n_calls_;
+  call_started_ = false;
+  body_.clear();
+  return true;
+}
+
+// <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>, repeated: each call goes
+// out when it closes.
+bool ChatOutputParser::scan_deepseek_calls(OutputDelta* out, bool at_end) {
+  size_t pos = 0, k = 0;
+  while (true) {
+    const size_t b = body_.find(kDsCallBegin, pos);
+    if (b == npos) break;
+    const size_t e = body_.find(kDsCallEnd, b);
+    if (e == npos) break;
+    if (k >= calls_done_in_body_) {
+      const std::string call = body_.substr(b + std::string(kDsCallBegin).size(), e - b - std::string(kDsCallBegin).size());
+      const size_t sep = call.find(kDsSep);
+      std::string rest = sep == npos ? call : call.substr(sep + std::string(kDsSep).size());
+      const size_t nl = rest.find('\n');
+      const std::string name = rest.substr(0, nl);
+      std::string args = nl == npos ? "" : rest.substr(nl + 1);
+      if (args.rfind("```json", 0) == 0) args = args.substr(7);
+      const size_t fence = args.rfind("```");
+      if (fence != npos) args.resize(fence);
+      const size_t a0 = skip_ws(args, 0);
+      size_t a1 = args.size();
+      while (a1 > a0 && is_ws(args[a1 - 1])) --a1;
+      start_call(name, out);
+      emit_args(a1 > a0 ? args.substr(a0, a1 - a0) : "{}", out);
+      ++n_calls_;
+      call_started_ = false;
+      ++calls_done_in_body_;
+    }
+    ++k;
+    pos = e + std::string(kDsCallEnd).size();
+  }
+  if (at_end) body_.clear();
+  return at_end;
+}
+
+}  // namespace cachet

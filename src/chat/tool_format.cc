@@ -1,0 +1,147 @@
+#include "chat/tool_format.h"
+
+namespace cachet {
+
+using json = nlohmann::ordered_json;  // schemas keep their property order
+
+const char* tool_syntax_name(ToolSyntax s) {
+  switch (s) {
+    case ToolSyntax::kHermes: return "hermes";
+    case ToolSyntax::kQwenXml: return "qwen-xml";
+    case ToolSyntax::kLlama3: return "llama3";
+    case ToolSyntax::kMistral: return "mistral";
+    case ToolSyntax::kDeepSeek: return "deepseek";
+    case ToolSyntax::kGeneric: return "generic";
+  }
+  return "generic";
+}
+
+namespace {
+bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+
+const char* kDsCallsBegin = "<｜tool▁calls▁begin｜>";
+const char* kDsCallBegin = "<｜tool▁call▁begin｜>";
+const char* kDsSep = "<｜tool▁sep｜>";
+const char* kDsCallEnd = "<｜tool▁call▁end｜>";
+const char* kDsCallsEnd = "<｜tool▁calls▁end｜>";
+}  // namespace
+
+ChatFormat detect_chat_format(const std::string& t) {
+  ChatFormat f;
+  f.template_renders_tools = has(t, "tools");
+  if (has(t, "<function=") && has(t, "<parameter=")) f.tools = ToolSyntax::kQwenXml;
+  else if (has(t, "<tool_call>")) f.tools = ToolSyntax::kHermes;
+  else if (has(t, "tool▁calls▁begin") || has(t, "tool_calls_begin")) f.tools = ToolSyntax::kDeepSeek;
+  else if (has(t, "[TOOL_CALLS]")) f.tools = ToolSyntax::kMistral;
+  else if (has(t, "<|python_tag|>") || (has(t, "<|start_header_id|>") && f.template_renders_tools)) f.tools = ToolSyntax::kLlama3;
+  else f.tools = ToolSyntax::kGeneric;
+  if (f.tools == ToolSyntax::kGeneric) f.template_renders_tools = false;
+  if (has(t, "<think>")) {
+    f.think_start = "<think>";
+    f.think_end = "</think>";
+  }
+  return f;
+}
+
+CallMarkers call_markers(ToolSyntax s) {
+  switch (s) {
+    case ToolSyntax::kHermes:
+    case ToolSyntax::kQwenXml:
+    case ToolSyntax::kGeneric: return {{"<tool_call>"}, "</tool_call>"};
+    case ToolSyntax::kLlama3: return {{"<|python_tag|>", "{\"name\""}, ""};
+    case ToolSyntax::kMistral: return {{"[TOOL_CALLS]"}, ""};
+    case ToolSyntax::kDeepSeek: return {{kDsCallsBegin}, kDsCallsEnd};
+  }
+  return {{"<tool_call>"}, "</tool_call>"};
+}
+
+namespace {
+
+json schema_of(const ToolSpec& t) {
+  return t.parameters.is_object() && !t.parameters.empty() ? t.parameters : json{{"type", "object"}};
+}
+
+// One call's tag in the family's text (begin, arguments, end).
+json call_tag(ToolSyntax s, const ToolSpec& t) {
+  json args = {{"type", "json_schema"}, {"json_schema", schema_of(t)}};
+  switch (s) {
+    case ToolSyntax::kQwenXml:
+      args["style"] = "qwen_xml";
+      return {{"type", "tag"}, {"begin", "<tool_call>\n<function=" + t.name + ">\n"}, {"content", args},
+              {"end", "\n</function>\n</tool_call>"}};
+    case ToolSyntax::kLlama3:
+      return {{"type", "tag"}, {"begin", "{\"name\": \"" + t.name + "\", \"parameters\": "}, {"content", args},
+              {"end", "}"}};
+    case ToolSyntax::kMistral:
+      return {{"type", "tag"}, {"begin", "[TOOL_CALLS][{\"name\": \"" + t.name + "\", \"arguments\": "},
+              {"content", args}, {"end", "}]"}};
+    case ToolSyntax::kDeepSeek:
+      return {{"type", "tag"},
+              {"begin", std::string(kDsCallsBegin) + kDsCallBegin + "function" + kDsSep + t.name + "\n```json\n"},
+              {"content", args},
+              {"end", std::string("\n```") + kDsCallEnd + kDsCallsEnd}};
+    case ToolSyntax::kHermes:
+    case ToolSyntax::kGeneric:
+      break;
+  }
+  return {{"type", "tag"}, {"begin", "<tool_call>\n{\"name\": \"" + t.name + "\", \"arguments\": "},
+          {"content", args}, {"end", "}\n</tool_call>"}};
+}
+
+// The text every call of the family starts with (the trigger of auto mode).
+std::string trigger(ToolSyntax s) {
+  switch (s) {
+    case ToolSyntax::kLlama3: return "{\"name\": \"";
+    case ToolSyntax::kMistral: return "[TOOL_CALLS]";
+    case ToolSyntax::kDeepSeek: return kDsCallsBegin;
+    default: return "<tool_call>";
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> structural_tag_for(const OutputShape& sh) {
+  json main;
+  const bool calls = !sh.tools.empty() && sh.choice != ToolChoice::kNone;
+  if (calls) {
+    json tags = json::array();
+    for (const ToolSpec& t : sh.tools)
+      if (sh.choice != ToolChoice::kNamed || t.name == sh.named) tags.push_back(call_tag(sh.format.tools, t));
+    if (sh.choice == ToolChoice::kAuto) {
+      main = {{"type", "triggered_tags"}, {"triggers", {trigger(sh.format.tools)}}, {"tags", tags},
+              {"at_least_one", false}, {"stop_after_first", !sh.parallel}};
+    } else {
+      main = {{"type", "tags_with_separator"}, {"tags", tags}, {"separator", "\n"}, {"at_least_one", true},
+              {"stop_after_first", !sh.parallel || sh.choice == ToolChoice::kNamed}};
+    }
+  } else if (!sh.answer.is_null()) {
+    main = sh.answer;
+  }
+  const bool budget = sh.reasoning && sh.thinking_budget > 0;
+  if (main.is_null() && !budget) return std::nullopt;
+  if (main.is_null()) main = {{"type", "any_text"}};
+  json format = main;
+  if (sh.reasoning) {
+    json thought = {{"type", "any_text"}};
+    if (budget) thought["max_tokens"] = sh.thinking_budget;
+    json think = {{"type", "tag"}, {"begin", sh.inside_thinking ? "" : sh.format.think_start}, {"content", thought},
+                  {"end", sh.format.think_end}};
+    if (!sh.inside_thinking) think = {{"type", "optional"}, {"content", think}};
+    format = {{"type", "sequence"}, {"elements", json::array({think, main})}};
+  }
+  return json{{"type", "structural_tag"}, {"format", format}}.dump();
+}
+
+std::string generic_tools_prompt(const std::vector<ToolSpec>& tools) {
+  std::string s =
+      "You may call one or more functions to assist with the user query. The functions you can call, as JSON "
+      "schemas:\n<tools>\n";
+  for (const ToolSpec& t : tools)
+    s += json{{"type", "function"}, {"function", {{"name", t.name}, {"parameters", schema_of(t)}}}}.dump() + "\n";
+  s += "</tools>\nTo call a function, answer with a JSON object holding its name and arguments inside "
+       "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+       "</tool_call>";
+  return s;
+}
+
+}  // namespace cachet

@@ -1,0 +1,74 @@
+// How a model family writes tool calls and reasoning (docs/tools.md), detected from its chat template, and the
+// structural tag that constrains its output: tool calls always name a function the request offered and carry
+// arguments valid against its schema; a thinking budget ends reasoning after N tokens.
+//
+//   hermes    <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>       Hermes, Qwen2.5, Qwen3, QwQ
+//   qwen-xml  <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>
+//                                                                                Qwen3-Coder, Qwen3.5 / 3.6
+//   llama3    {"name": "f", "parameters": {...}}  (or after <|python_tag|>)      Llama 3.1 / 3.2 / 3.3
+//   mistral   [TOOL_CALLS][{"name": "f", "arguments": {...}}]                    Mistral, Mixtral, Ministral
+//   deepseek  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>...
+//   generic   a template that knows no tools: the tools are described in a system message and calls are
+//             asked for (and constrained) in the hermes form.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cachet/status.h"
+
+namespace cachet {
+
+enum class ToolSyntax { kHermes, kQwenXml, kLlama3, kMistral, kDeepSeek, kGeneric };
+
+const char* tool_syntax_name(ToolSyntax s);
+
+struct ChatFormat {
+  ToolSyntax tools = ToolSyntax::kGeneric;
+  bool template_renders_tools = false;  // the template reads `tools` (else the generic system message)
+  std::string think_start, think_end;   // reasoning markers ("<think>", "</think>"); empty: none
+};
+
+ChatFormat detect_chat_format(const std::string& template_source);
+
+// The markers that open and close one call in the model's text (open: where the parser switches to a call).
+struct CallMarkers {
+  std::vector<std::string> open;  // any of these starts a call
+  std::string close;              // ends it ("" : the call runs to the end of the text)
+};
+CallMarkers call_markers(ToolSyntax s);
+
+// A function the request offers: its name and parameters schema (already checked by check_json_schema).
+struct ToolSpec {
+  std::string name;
+  nlohmann::ordered_json parameters = nlohmann::ordered_json::object();
+};
+
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
+// What the output must look like, as XGrammar's structural tag (grammar/grammar.h):
+//  - reasoning first when the model reasons: `inside_thinking` (the prompt already opened it) or optional;
+//    `thinking_budget` > 0 ends it after that many tokens (the end marker is then the only way on);
+//  - then, by `choice`: required/named -> one or more calls (parallel: separated by newlines), auto -> free
+//    text where each call, once its marker starts, is constrained; or `answer` (a response_format's format
+//    object: json_schema or grammar), or free text.
+struct OutputShape {
+  ChatFormat format;
+  bool reasoning = false;        // the model may reason (markers exist and thinking is on)
+  bool inside_thinking = false;  // the generation prompt ends inside the reasoning block
+  int thinking_budget = 0;       // 0: unlimited
+  std::vector<ToolSpec> tools;
+  ToolChoice choice = ToolChoice::kAuto;
+  std::string named;             // kNamed
+  bool parallel = true;
+  nlohmann::ordered_json answer;  // null, or a structural-tag format object for the answer
+};
+// The structural tag JSON, or nullopt when nothing constrains the output.
+std::optional<std::string> structural_tag_for(const OutputShape& shape);
+
+// The generic form's system message describing the tools (for templates that do not render them).
+std::string generic_tools_prompt(const std::vector<ToolSpec>& tools);
+
+}  // namespace cachet
