@@ -92,14 +92,18 @@ void ChatOutputParser::emit_text(const std::string& s, OutputDelta* out) {
     out->reasoning += s;
     return;
   }
-  if (!content_started_) {  // the answer starts at its first non-space character
-    const size_t i = skip_ws(s, 0);
-    if (i == s.size()) return;
-    content_started_ = true;
-    out->content += s.substr(i);
+  // The answer starts at its first non-space character, and whitespace goes out only when more text follows
+  // it: what surrounds call markup and ends the text is the markup's layout, not the answer.
+  std::string t = content_started_ ? pending_ws_ + s : s.substr(skip_ws(s, 0));
+  size_t end = t.size();
+  while (end > 0 && is_ws(t[end - 1])) --end;
+  if (end == 0) {
+    if (content_started_) pending_ws_ = std::move(t);
     return;
   }
-  out->content += s;
+  content_started_ = true;
+  pending_ws_ = t.substr(end);
+  out->content += t.substr(0, end);
 }
 
 void ChatOutputParser::start_call(const std::string& name, OutputDelta* out) {
@@ -154,10 +158,13 @@ OutputDelta ChatOutputParser::push(std::string_view text) {
     const Marker* found = nullptr;
     for (const Marker& m : ms) {
       const size_t at = buf_.find(m.text);
+      // A bare-JSON call opens the message: only whitespace may come before it.
+      if (at != npos && m.text[0] == '{' && skip_ws(buf_, 0) != at) continue;
       if (at != npos && (best == npos || at < best)) best = at, found = &m;
     }
     if (found) {
       emit_text(buf_.substr(0, best), &out);
+      pending_ws_.clear();
       const Marker m = *found;
       std::string rest = buf_.substr(best + m.text.size());
       if (m.kind == 0) {
@@ -172,6 +179,7 @@ OutputDelta ChatOutputParser::push(std::string_view text) {
         body_ = m.text[0] == '{' ? m.text : std::string();
         call_started_ = false;
         calls_done_in_body_ = 0;
+        region_done_ = false;
       }
       buf_ = std::move(rest);
       continue;
@@ -205,6 +213,10 @@ OutputDelta ChatOutputParser::finish() {
 }
 
 bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
+  if (region_done_) {  // its call went out whole before the close marker: the rest is layout
+    if (at_end) body_.clear();
+    return at_end;
+  }
   switch (format_.tools) {
     case ToolSyntax::kQwenXml: return scan_xml_call(out, at_end);
     case ToolSyntax::kDeepSeek: return scan_deepseek_calls(out, at_end);
@@ -273,7 +285,7 @@ bool ChatOutputParser::scan_json_calls(OutputDelta* out, bool at_end) {
       continue;
     }
     if (name_known && !call_started_) start_call(name, out);
-    if (call_started_ && args_at != npos && j > args_at) {
+    if (call_started_ && args_at != npos && body_.size() > args_at) {
       const bool structured = body_[args_at] == '{' || body_[args_at] == '[';
       if (structured) {
         const size_t upto = args_end != npos ? args_end : body_.size();
@@ -307,8 +319,8 @@ bool ChatOutputParser::scan_json_calls(OutputDelta* out, bool at_end) {
     }
     i = obj_end;
     if (!array) {
-      // One call per region; what follows (llama3, no close marker) is text again.
-      buf_ = body_.substr(obj_end) + buf_;
+      // One call per region; what follows is text again (llama3), or the layout before the close marker.
+      if (markers_.close.empty()) buf_ = body_.substr(obj_end) + buf_;
       body_.clear();
       return true;
     }
@@ -366,6 +378,7 @@ bool ChatOutputParser::scan_xml_call(OutputDelta* out, bool at_end) {
   ++n_calls_;
   call_started_ = false;
   body_.clear();
+  region_done_ = !at_end;
   return true;
 }
 

@@ -63,6 +63,7 @@ class ChatOutputParser {
   Mode mode_ = Mode::kContent, return_mode_ = Mode::kContent;
   std::string buf_;       // text not yet placed
   bool content_started_ = false;  // non-whitespace content seen (a llama3 call opens only a message)
+  std::string pending_ws_;        // content whitespace not yet shown (shown when more text follows)
   // The current call region (after its open marker) and the progress through it.
   std::string body_;
   std::string open_marker_;
@@ -71,6 +72,7 @@ class ChatOutputParser {
   size_t args_emitted_ = 0;     // bytes of the current call's arguments emitted
   size_t calls_done_in_body_ = 0;  // calls finished inside this body (mistral arrays, deepseek lists)
   size_t xml_params_emitted_ = 0;
+  bool region_done_ = false;       // the region's call went out before its close marker
 };
 
 }  // namespace cachet

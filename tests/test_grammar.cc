@@ -1,0 +1,247 @@
+// Constrained decoding without a server: what a JSON schema may ask (refused by name when it would not be
+// enforced; allOf merged), the grammar's masks on a real vocabulary (GPT-2's), and the engine: a constrained
+// request's ids are the same bits whatever shares its batch, with chunked prefill and with speculation, and every
+// output is a sentence of its grammar.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/engine.h"
+#include "grammar/grammar.h"
+#include "grammar/schema_check.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cachet {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string refusal(const std::string& schema) {
+  auto r = check_json_schema(schema);
+  return r.is_ok() ? std::string() : r.status().message();
+}
+
+TEST(SchemaCheck, RefusesWhatWouldNotBeEnforcedByName) {
+  EXPECT_NE(refusal(R"({"type": "object", "properties": {"a": {"not": {"type": "string"}}}})").find("#/properties/a/not"),
+            std::string::npos);
+  for (const char* k : {"if", "dependentRequired", "contains", "unevaluatedProperties", "additionalItems"}) {
+    const std::string s = std::string(R"({"type": "object", ")") + k + R"(": {}})";
+    EXPECT_NE(refusal(s).find(std::string("'") + k + "'"), std::string::npos) << k;
+  }
+  EXPECT_NE(refusal(R"({"type": "array", "uniqueItems": true})").find("uniqueItems"), std::string::npos);
+  EXPECT_EQ(refusal(R"({"type": "array", "uniqueItems": false})"), "");
+  EXPECT_NE(refusal(R"({"type": "array", "items": [{"type": "string"}]})").find("prefixItems"), std::string::npos);
+  EXPECT_NE(refusal(R"({"$ref": "http://example.com/s.json"})").find("local"), std::string::npos);
+  EXPECT_NE(refusal(R"({"$ref": "#/$defs/missing"})").find("points nowhere"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type": "string", "format": "credit-card"})").find("credit-card"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type": "strnig"})").find("strnig"), std::string::npos);
+  EXPECT_NE(refusal("[1, 2]").find("object or a boolean"), std::string::npos);
+  EXPECT_NE(refusal("{").find("not valid JSON"), std::string::npos);
+  // Annotations and everything enforced pass.
+  EXPECT_EQ(refusal(R"({"title": "t", "description": "d", "type": "object", "properties": {
+      "s": {"type": "string", "minLength": 1, "maxLength": 8, "examples": ["x"]},
+      "e": {"enum": ["a", "b"]}, "c": {"const": 3}, "n": {"type": "number", "minimum": 0, "exclusiveMaximum": 5},
+      "i": {"type": "integer", "multipleOf": 2}, "d": {"type": "string", "format": "date-time"},
+      "p": {"type": "string", "pattern": "^[a-z]+$"}, "arr": {"type": "array", "items": {"$ref": "#/$defs/x"},
+      "minItems": 1, "maxItems": 3}, "u": {"anyOf": [{"type": "null"}, {"type": "boolean"}]}},
+      "required": ["s"], "additionalProperties": false, "$defs": {"x": {"type": "integer"}}})"),
+            "");
+}
+
+TEST(SchemaCheck, MergesAllOf) {
+  auto r = check_json_schema(ojson::parse(R"({"allOf": [
+      {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]},
+      {"$ref": "#/$defs/b"},
+      {"properties": {"a": {"maximum": 9}}}],
+      "$defs": {"b": {"type": ["object", "null"], "properties": {"b": {"type": "string"}}, "required": ["b"]}}})"));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const ojson& s = *r;
+  EXPECT_FALSE(s.contains("allOf"));
+  EXPECT_EQ(s["type"], "object");
+  EXPECT_EQ(s["required"], ojson::parse(R"(["a", "b"])"));
+  EXPECT_EQ(s["properties"]["a"]["minimum"], 0);
+  EXPECT_EQ(s["properties"]["a"]["maximum"], 9);
+  EXPECT_EQ(s["properties"]["b"]["type"], "string");
+  // A branch closed to its own properties removes the others', and cannot be asked for them.
+  auto closed = check_json_schema(ojson::parse(R"({"allOf": [
+      {"properties": {"a": {}}, "additionalProperties": false}, {"properties": {"b": {}}}]})"));
+  ASSERT_TRUE(closed.is_ok());
+  EXPECT_FALSE((*closed)["properties"].contains("b"));
+  EXPECT_NE(refusal(R"({"allOf": [{"properties": {"a": {}}, "additionalProperties": false},
+      {"required": ["b"]}]})").find("forbids"), std::string::npos);
+  EXPECT_NE(refusal(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})").find("no common type"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"allOf": [{"enum": [1, 2]}, {"enum": [3]}]})").find("no common value"), std::string::npos);
+}
+
+std::unique_ptr<Tokenizer> gpt2() {
+  auto f = GgufFile::open(testing::shared_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
+  EXPECT_TRUE(f.is_ok());
+  auto t = Tokenizer::from_gguf(**f);
+  EXPECT_TRUE(t.is_ok());
+  return std::move(t).value();
+}
+
+constexpr int32_t kEos = 50256;  // GPT-2's <|endoftext|>
+
+bool allowed(const std::vector<uint32_t>& mask, int32_t id) { return (mask[id / 32] >> (id % 32)) & 1u; }
+
+TEST(Grammar, MasksFollowAJsonSchemaOnARealVocabulary) {
+  auto tok = gpt2();
+  GrammarCompiler gc(*tok, {kEos}, tok->n_vocab());
+  auto g = gc.json_schema(R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+      "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"],
+      "additionalProperties": false})");
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  auto m = (*g)->matcher();
+  std::vector<uint32_t> mask(static_cast<size_t>(GrammarMatcher::mask_words(tok->n_vocab())));
+  const std::vector<int32_t> ids = tok->encode(R"({"city": "Paris", "days": 3})", false, false);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int32_t id = ids[k];
+    const int64_t n = m->fill_mask(mask);
+    EXPECT_GT(n, 0);
+    EXPECT_LT(n, k == 0 ? 1000 : tok->n_vocab());  // an object must open first; no step is a free run
+    EXPECT_TRUE(allowed(mask, id)) << tok->token_to_piece(id, false);
+    EXPECT_FALSE(allowed(mask, kEos));
+    ASSERT_TRUE(m->accept(id));
+  }
+  EXPECT_TRUE(m->completed());
+  m->fill_mask(mask);
+  EXPECT_TRUE(allowed(mask, kEos));
+  // Tokens the grammar does not allow are refused and change nothing.
+  EXPECT_FALSE(m->accept(tok->encode("x", false, false)[0]));
+  ASSERT_TRUE(m->accept(kEos));
+  EXPECT_TRUE(m->terminated());
+  EXPECT_EQ(m->fill_mask(mask), 0);
+  // Rollback: back two tokens, the same mask as then.
+  auto m2 = (*g)->matcher();
+  std::vector<uint32_t> before(mask.size()), after(mask.size());
+  ASSERT_TRUE(m2->accept(ids[0]));
+  m2->fill_mask(before);
+  ASSERT_TRUE(m2->accept(ids[1]));
+  ASSERT_TRUE(m2->accept(ids[2]));
+  m2->rollback(2);
+  m2->fill_mask(after);
+  EXPECT_EQ(before, after);
+  // A masked row: -inf exactly where the mask is 0.
+  std::vector<float> logits(static_cast<size_t>(tok->n_vocab()), 1.0f);
+  apply_token_mask(before, logits.data(), tok->n_vocab());
+  for (int32_t id = 0; id < tok->n_vocab(); ++id) ASSERT_EQ(std::isinf(logits[id]), !allowed(before, id));
+}
+
+TEST(Grammar, GbnfLarkRegexAndTheirErrors) {
+  auto tok = gpt2();
+  GrammarCompiler gc(*tok, {kEos}, tok->n_vocab());
+  for (auto g : {gc.ebnf(R"(root ::= ("yes" | "no") " " [0-9]+)"), gc.lark("start: (\"yes\" | \"no\") \" \" /[0-9]+/"),
+                 gc.regex("(yes|no) [0-9]+")}) {
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    auto m = (*g)->matcher();
+    for (int32_t id : tok->encode("no 42", false, false)) ASSERT_TRUE(m->accept(id));
+    EXPECT_TRUE(m->completed());
+  }
+  auto bad = gc.ebnf("root ::= missing_rule");
+  EXPECT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("grammar"), std::string::npos);
+  EXPECT_FALSE(gc.json_schema(R"({"type": "number", "multipleOf": 0.5})").is_ok());  // XGrammar would ignore it
+}
+
+// A model with GPT-2's vocabulary size (random weights): constrained requests among free ones.
+std::unique_ptr<Model> gpt2_sized_model() {
+  SyntheticSpec s;
+  s.type = DType::kQ8_0;
+  s.n_vocab = 50257;
+  s.n_embd = 64;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_layer = 2;
+  const std::string path = testing::temp_path("grammar_gpt2_sized.gguf");
+  EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
+  auto m = load_model(path, {2});
+  EXPECT_TRUE(m.is_ok());
+  return std::move(m).value();
+}
+
+std::map<RequestId, std::vector<int32_t>> run(Engine& e) {
+  std::map<RequestId, std::vector<int32_t>> out;
+  while (e.has_work()) {
+    auto evs = e.step();
+    EXPECT_TRUE(evs.is_ok()) << evs.status().message();
+    if (!evs.is_ok()) break;
+    for (const RequestEvent& ev : *evs)
+      if (ev.token) out[ev.id].push_back(*ev.token);
+  }
+  return out;
+}
+
+TEST(Grammar, ConstrainedIdsAreTheSameBitsWhateverSharesTheBatchAndWithSpeculation) {
+  auto tok = gpt2();
+  auto model = gpt2_sized_model();
+  GrammarCompiler gc(*tok, {kEos}, model->config().n_vocab);
+  auto schema = gc.json_schema(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+      "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}}, "required": ["name", "tags"],
+      "additionalProperties": false})");
+  auto digits = gc.ebnf(R"(root ::= [0-9] [0-9] ("," [0-9] [0-9])*)");
+  ASSERT_TRUE(schema.is_ok() && digits.is_ok());
+  std::mt19937 rng(5);
+  struct Job {
+    std::vector<int32_t> prompt;
+    SamplingParams p;
+  };
+  std::vector<Job> jobs;
+  for (int i = 0; i < 8; ++i) {
+    Job j;
+    for (int k = 0; k < 5 + i * 7; ++k) j.prompt.push_back(static_cast<int32_t>(rng() % 50000));
+    j.p.max_tokens = 40;
+    j.p.temperature = i % 2 ? 0.8f : 0.0f;
+    j.p.seed = 100 + i;
+    if (i % 3 == 0) j.p.grammar = *schema;
+    if (i % 3 == 1) j.p.grammar = *digits;
+    jobs.push_back(j);
+  }
+  auto run_cfg = [&](EngineConfig cfg, const std::vector<int>& which) {
+    auto e = Engine::create(*model, cfg);
+    EXPECT_TRUE(e.is_ok());
+    std::map<int, RequestId> ids;
+    for (int i : which) ids[i] = *(*e)->add_request(jobs[i].prompt, jobs[i].p, {}, true);
+    auto out = run(**e);
+    std::map<int, std::vector<int32_t>> by_job;
+    for (auto [i, id] : ids) by_job[i] = out[id];
+    return by_job;
+  };
+  EngineConfig base;
+  base.n_blocks = 256;
+  std::vector<int> all(jobs.size());
+  std::iota(all.begin(), all.end(), 0);
+  const auto together = run_cfg(base, all);
+  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+    EXPECT_EQ(run_cfg(base, {i}).at(i), together.at(i)) << "job " << i << " alone";
+    if (!jobs[i].p.grammar) continue;
+    // Every constrained output is a sentence of its grammar (ended by EOS, or cut by max_tokens).
+    auto m = jobs[i].p.grammar->matcher();
+    for (int32_t id : together.at(i)) ASSERT_TRUE(m->accept(id)) << "job " << i;
+  }
+  EngineConfig chunked = base;
+  chunked.prefill_chunk = 16;
+  chunked.max_batch_tokens = 24;
+  EXPECT_EQ(run_cfg(chunked, all), together);
+  // Speculation: drafts are checked against the grammar; greedy requests give the same ids (sampled ones follow
+  // the speculative sampling rule, another draw of the same distribution).
+  EngineConfig spec = base;
+  spec.spec = SpecMode::kLookup;
+  spec.spec_adaptive = false;
+  spec.draft_max = 4;
+  const auto speculated = run_cfg(spec, all);
+  for (int i = 0; i < static_cast<int>(jobs.size()); ++i) {
+    if (jobs[i].p.temperature == 0.0f) EXPECT_EQ(speculated.at(i), together.at(i)) << "job " << i;
+    if (!jobs[i].p.grammar) continue;
+    auto m = jobs[i].p.grammar->matcher();
+    for (int32_t id : speculated.at(i)) ASSERT_TRUE(m->accept(id)) << "job " << i;
+  }
+}
+
+}  // namespace
+}  // namespace cachet

@@ -1,0 +1,215 @@
+// Each family's output as models write it (recorded shapes), split into reasoning, answer and tool calls; the
+// same text fed whole, byte by byte and in random pieces gives the same result (streamed deltas assemble to
+// exactly the non-streamed answer); markup never reaches the content; calls inside reasoning are kept.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "chat/output_parser.h"
+#include "chat/tool_format.h"
+
+namespace cachet {
+namespace {
+
+struct Parsed {
+  std::string reasoning, content;
+  std::vector<std::tuple<std::string, std::string, std::string>> calls;  // id, name, arguments
+  bool operator==(const Parsed& o) const {
+    return reasoning == o.reasoning && content == o.content && calls == o.calls;
+  }
+};
+
+Parsed feed(const ChatFormat& f, bool reasoning, bool open, const std::vector<ToolSpec>& tools,
+            const std::vector<std::string>& pieces) {
+  ChatOutputParser p(f, reasoning, open, tools, "call_");
+  OutputDelta all;
+  for (const std::string& s : pieces) all.append(p.push(s));
+  all.append(p.finish());
+  Parsed r{all.reasoning, all.content, {}};
+  for (const ToolCallDelta& d : all.calls) {
+    if (!d.id.empty()) {
+      EXPECT_EQ(d.index, static_cast<int>(r.calls.size()));
+      r.calls.emplace_back(d.id, d.name, "");
+    }
+    EXPECT_LT(d.index, static_cast<int>(r.calls.size()));
+    if (d.index < static_cast<int>(r.calls.size())) std::get<2>(r.calls[d.index]) += d.arguments;
+  }
+  return r;
+}
+
+void PrintTo(const Parsed& p, std::ostream* os) {
+  *os << "reasoning=" << ::testing::PrintToString(p.reasoning) << " content=" << ::testing::PrintToString(p.content);
+  for (const auto& [id, name, args] : p.calls) *os << " call(" << id << "," << name << "," << args << ")";
+}
+
+// Whole, byte by byte, and in 20 random splits: all the same.
+Parsed parse_every_way(const ChatFormat& f, bool reasoning, bool open, const std::vector<ToolSpec>& tools,
+                       const std::string& text) {
+  const Parsed whole = feed(f, reasoning, open, tools, {text});
+  std::vector<std::string> bytes;
+  for (char c : text) bytes.emplace_back(1, c);
+  EXPECT_EQ(feed(f, reasoning, open, tools, bytes), whole) << "byte by byte";
+  std::mt19937 rng(1);
+  for (int k = 0; k < 20; ++k) {
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = 1 + rng() % 9;
+      pieces.push_back(text.substr(at, n));
+      at += n;
+    }
+    EXPECT_EQ(feed(f, reasoning, open, tools, pieces), whole) << "split " << k;
+  }
+  return whole;
+}
+
+ChatFormat fmt(ToolSyntax s, bool think = true) {
+  ChatFormat f;
+  f.tools = s;
+  if (think) f.think_start = "<think>", f.think_end = "</think>";
+  return f;
+}
+
+const std::vector<ToolSpec> kTools = {
+    {"get_weather", nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"city": {"type": "string"},
+        "days": {"type": "integer"}}})")},
+    {"search", nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"q": {"type": "string"}}})")}};
+
+TEST(OutputParser, HermesWithReasoningTextAndTwoCalls) {
+  const Parsed p = parse_every_way(
+      fmt(ToolSyntax::kHermes), true, false, kTools,
+      "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"search\", "
+      "\"arguments\": {\"q\": \"a } brace \\\" and <tool_call> inside\"}}\n</tool_call>");
+  EXPECT_EQ(p.reasoning, "\nThe user wants weather.\n");
+  EXPECT_EQ(p.content, "Let me check.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0], std::make_tuple(std::string("call_0"), std::string("get_weather"),
+                                        std::string(R"({"city": "Paris", "days": 3})")));
+  EXPECT_EQ(std::get<1>(p.calls[1]), "search");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"q": "a } brace \" and <tool_call> inside"})");
+}
+
+TEST(OutputParser, ACallInsideReasoningIsNotLost) {
+  const Parsed p = parse_every_way(
+      fmt(ToolSyntax::kHermes), true, true, kTools,
+      "I should look it up.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>\n"
+      "</think>\nDone.");
+  EXPECT_EQ(p.reasoning, "I should look it up.\n\n");
+  EXPECT_EQ(p.content, "Done.");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"q": "x"})");
+}
+
+TEST(OutputParser, WithoutToolsOrReasoningTheMarkupIsText) {
+  const std::string text = "<think>a</think>b <tool_call>{\"name\": \"search\"}</tool_call>";
+  EXPECT_EQ(parse_every_way(fmt(ToolSyntax::kHermes), false, false, {}, text).content, text);
+  // A held-back marker prefix that never completes comes out at the end.
+  EXPECT_EQ(parse_every_way(fmt(ToolSyntax::kHermes), true, false, kTools, "x <tool_ca").content, "x <tool_ca");
+}
+
+TEST(OutputParser, QwenXmlParametersTypedBySchema) {
+  const Parsed p = parse_every_way(fmt(ToolSyntax::kQwenXml), true, true, kTools,
+                                   "ok\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n"
+                                   "</parameter>\n<parameter=days>\n5\n</parameter>\n</function>\n</tool_call>");
+  EXPECT_EQ(p.reasoning, "ok\n");
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "get_weather");
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"city": "New York", "days": 5})");
+}
+
+TEST(OutputParser, Llama3BareJsonAndPythonTag) {
+  Parsed p = parse_every_way(fmt(ToolSyntax::kLlama3, false), false, false, kTools,
+                             "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"city": "Oslo"})");
+  EXPECT_EQ(p.content, "");
+  p = parse_every_way(fmt(ToolSyntax::kLlama3, false), false, false, kTools,
+                      "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"y\"}}");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "search");
+  // JSON after prose is prose.
+  p = parse_every_way(fmt(ToolSyntax::kLlama3, false), false, false, kTools, "Here: {\"name\": \"x\"}");
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, "Here: {\"name\": \"x\"}");
+}
+
+TEST(OutputParser, MistralArrayOfCalls) {
+  const Parsed p = parse_every_way(fmt(ToolSyntax::kMistral, false), false, false, kTools,
+                                   "[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"q\": \"a\"}}, {\"name\": "
+                                   "\"get_weather\", \"arguments\": {\"city\": \"Rome\", \"days\": 1}}]");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"q": "a"})");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"city": "Rome", "days": 1})");
+  EXPECT_EQ(p.content, "");
+}
+
+TEST(OutputParser, DeepSeekCalls) {
+  const Parsed p = parse_every_way(
+      fmt(ToolSyntax::kDeepSeek), true, true, kTools,
+      "hmm</think>Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>search\n```json\n{\"q\": "
+      "\"z\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": "
+      "\"Lima\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  EXPECT_EQ(p.reasoning, "hmm");
+  EXPECT_EQ(p.content, "Sure.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<1>(p.calls[1]), "get_weather");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"city": "Lima"})");
+}
+
+TEST(OutputParser, ArgumentsStreamBeforeTheCallCloses) {
+  ChatOutputParser p(fmt(ToolSyntax::kHermes), false, false, kTools, "c");
+  OutputDelta d = p.push("<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"lo");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].name, "search");
+  EXPECT_EQ(d.calls[0].arguments, "{\"q\": \"lo");
+  d = p.push("ng\"}}\n</tool");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_TRUE(d.calls[0].id.empty());
+  EXPECT_EQ(d.calls[0].arguments, "ng\"}");
+  EXPECT_TRUE(p.push("_call>").empty());
+  EXPECT_EQ(p.n_calls(), 1);
+}
+
+TEST(ToolFormat, DetectsEachFamilyFromItsTemplate) {
+  EXPECT_EQ(detect_chat_format("{% for tool in tools %}<tool_call>{% endfor %}<think>").tools, ToolSyntax::kHermes);
+  EXPECT_EQ(detect_chat_format("{{ tools }}<tool_call><function=x><parameter=y>").tools, ToolSyntax::kQwenXml);
+  EXPECT_EQ(detect_chat_format("<|start_header_id|>{{ tools }}<|python_tag|>").tools, ToolSyntax::kLlama3);
+  EXPECT_EQ(detect_chat_format("[AVAILABLE_TOOLS]{{ tools }}[TOOL_CALLS]").tools, ToolSyntax::kMistral);
+  EXPECT_EQ(detect_chat_format("{{ tools }}<｜tool▁calls▁begin｜>").tools, ToolSyntax::kDeepSeek);
+  const ChatFormat g = detect_chat_format("<|im_start|>{{ message.content }}");
+  EXPECT_EQ(g.tools, ToolSyntax::kGeneric);
+  EXPECT_FALSE(g.template_renders_tools);
+  EXPECT_TRUE(g.think_start.empty());
+  EXPECT_EQ(detect_chat_format("<think>").think_end, "</think>");
+}
+
+TEST(ToolFormat, StructuralTags) {
+  OutputShape s;
+  s.format = fmt(ToolSyntax::kHermes, false);
+  EXPECT_FALSE(structural_tag_for(s).has_value());  // nothing constrains
+  s.tools = kTools;
+  s.choice = ToolChoice::kRequired;
+  auto tag = nlohmann::ordered_json::parse(*structural_tag_for(s));
+  EXPECT_EQ(tag["format"]["type"], "tags_with_separator");
+  EXPECT_EQ(tag["format"]["at_least_one"], true);
+  EXPECT_EQ(tag["format"]["tags"].size(), 2u);
+  s.choice = ToolChoice::kNamed;
+  s.named = "search";
+  tag = nlohmann::ordered_json::parse(*structural_tag_for(s));
+  ASSERT_EQ(tag["format"]["tags"].size(), 1u);
+  EXPECT_NE(tag["format"]["tags"][0]["begin"].get<std::string>().find("\"search\""), std::string::npos);
+  s.choice = ToolChoice::kAuto;
+  s.format = fmt(ToolSyntax::kHermes, true);
+  s.reasoning = true;
+  s.inside_thinking = true;
+  s.thinking_budget = 64;
+  tag = nlohmann::ordered_json::parse(*structural_tag_for(s));
+  EXPECT_EQ(tag["format"]["type"], "sequence");
+  EXPECT_EQ(tag["format"]["elements"][0]["content"]["max_tokens"], 64);
+  EXPECT_EQ(tag["format"]["elements"][0]["begin"], "");
+  EXPECT_EQ(tag["format"]["elements"][1]["type"], "triggered_tags");
+}
+
+}  // namespace
+}  // namespace cachet
