@@ -20,6 +20,16 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
+std::unique_ptr<Tokenizer> gpt2() {
+  auto f = GgufFile::open(testing::shared_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
+  EXPECT_TRUE(f.is_ok());
+  auto t = Tokenizer::from_gguf(**f);
+  EXPECT_TRUE(t.is_ok());
+  return std::move(t).value();
+}
+
+constexpr int32_t kEos = 50256;  // GPT-2's <|endoftext|>
+
 std::string refusal(const std::string& schema) {
   auto r = check_json_schema(schema);
   return r.is_ok() ? std::string() : r.status().message();
@@ -52,6 +62,43 @@ TEST(SchemaCheck, RefusesWhatWouldNotBeEnforcedByName) {
             "");
 }
 
+TEST(SchemaCheck, OneOfWithDisjointBranchesIsAnyOf) {
+  for (const char* s : {
+           R"({"oneOf": [{"type": "string"}, {"type": "integer"}]})",
+           R"({"oneOf": [{"const": 1}, {"enum": [2, 3]}]})",
+           R"({"oneOf": [{"type": "object", "properties": {"id": {}}, "required": ["id"], "additionalProperties": false},
+                         {"type": "object", "properties": {"email": {}}, "required": ["email"]}]})",
+           R"({"oneOf": [{"properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+                         {"properties": {"kind": {"const": "b"}, "x": {}}, "required": ["kind", "x"]}]})"}) {
+    auto r = check_json_schema(ojson::parse(s));
+    ASSERT_TRUE(r.is_ok()) << s;
+    EXPECT_TRUE(r->contains("anyOf") && !r->contains("oneOf")) << s;
+  }
+  // Overlapping branches stay oneOf (the grammar compiler then refuses what it cannot enforce exactly).
+  auto r = check_json_schema(ojson::parse(R"({"oneOf": [{"type": "number"}, {"type": "integer"}]})"));
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(r->contains("oneOf"));
+}
+
+TEST(SchemaCheck, DatesAreExactCalendarDates) {
+  auto tok = gpt2();
+  GrammarCompiler gc(*tok, {kEos}, tok->n_vocab());
+  auto g = gc.json_schema(R"({"type": "string", "format": "date"})");
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  auto valid = [&](const std::string& date) {
+    auto m = (*g)->matcher();
+    for (int32_t id : tok->encode("\"" + date + "\"", false, false))
+      if (!m->accept(id)) return false;
+    return m->completed();
+  };
+  for (const char* d : {"2024-02-29", "2000-02-29", "2023-02-28", "2023-12-31", "1999-04-30"}) EXPECT_TRUE(valid(d)) << d;
+  for (const char* d : {"2023-02-29", "1900-02-29", "2023-02-30", "2023-04-31", "2023-13-01", "2023-00-10"})
+    EXPECT_FALSE(valid(d)) << d;
+  auto dt = gc.json_schema(R"({"type": "string", "format": "date-time"})");
+  ASSERT_TRUE(dt.is_ok()) << dt.status().message();
+  EXPECT_NE(refusal(R"({"type": "string", "format": "date", "pattern": "^2"})").find("pattern"), std::string::npos);
+}
+
 TEST(SchemaCheck, MergesAllOf) {
   auto r = check_json_schema(ojson::parse(R"({"allOf": [
       {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}, "required": ["a"]},
@@ -77,16 +124,6 @@ TEST(SchemaCheck, MergesAllOf) {
             std::string::npos);
   EXPECT_NE(refusal(R"({"allOf": [{"enum": [1, 2]}, {"enum": [3]}]})").find("no common value"), std::string::npos);
 }
-
-std::unique_ptr<Tokenizer> gpt2() {
-  auto f = GgufFile::open(testing::shared_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
-  EXPECT_TRUE(f.is_ok());
-  auto t = Tokenizer::from_gguf(**f);
-  EXPECT_TRUE(t.is_ok());
-  return std::move(t).value();
-}
-
-constexpr int32_t kEos = 50256;  // GPT-2's <|endoftext|>
 
 bool allowed(const std::vector<uint32_t>& mask, int32_t id) { return (mask[id / 32] >> (id % 32)) & 1u; }
 

@@ -71,7 +71,7 @@ ChatFormat fmt(ToolSyntax s, bool think = true) {
 
 const std::vector<ToolSpec> kTools = {
     {"get_weather", nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"city": {"type": "string"},
-        "days": {"type": "integer"}}})")},
+        "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}}})")},
     {"search", nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"q": {"type": "string"}}})")}};
 
 TEST(OutputParser, HermesWithReasoningTextAndTwoCalls) {
@@ -79,14 +79,14 @@ TEST(OutputParser, HermesWithReasoningTextAndTwoCalls) {
       fmt(ToolSyntax::kHermes), true, false, kTools,
       "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", "
       "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"search\", "
-      "\"arguments\": {\"q\": \"a } brace \\\" and <tool_call> inside\"}}\n</tool_call>");
+      "\"arguments\": {\"q\": \"a } brace \\\" and <tool_call></tool_call> inside\"}}\n</tool_call>");
   EXPECT_EQ(p.reasoning, "\nThe user wants weather.\n");
   EXPECT_EQ(p.content, "Let me check.");
   ASSERT_EQ(p.calls.size(), 2u);
   EXPECT_EQ(p.calls[0], std::make_tuple(std::string("call_0"), std::string("get_weather"),
                                         std::string(R"({"city": "Paris", "days": 3})")));
   EXPECT_EQ(std::get<1>(p.calls[1]), "search");
-  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"q": "a } brace \" and <tool_call> inside"})");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"q": "a } brace \" and <tool_call></tool_call> inside"})");
 }
 
 TEST(OutputParser, ACallInsideReasoningIsNotLost) {
@@ -105,17 +105,32 @@ TEST(OutputParser, WithoutToolsOrReasoningTheMarkupIsText) {
   EXPECT_EQ(parse_every_way(fmt(ToolSyntax::kHermes), false, false, {}, text).content, text);
   // A held-back marker prefix that never completes comes out at the end.
   EXPECT_EQ(parse_every_way(fmt(ToolSyntax::kHermes), true, false, kTools, "x <tool_ca").content, "x <tool_ca");
+  {  // ... unless the text was cut short while writing it (max_tokens)
+    ChatOutputParser p(fmt(ToolSyntax::kHermes), false, false, kTools, "c");
+    OutputDelta d = p.push("x <tool_ca");
+    d.append(p.finish(/*cut=*/true));
+    EXPECT_EQ(d.content, "x");
+  }
+  // A call cut short before its name (max_tokens) is dropped, never shown as content; after its name it is a
+  // call with the arguments it got.
+  Parsed cut = parse_every_way(fmt(ToolSyntax::kHermes), true, false, kTools, "Hi.\n<tool_call>\n{\"name\": \"sea");
+  EXPECT_EQ(cut.content, "Hi.");
+  EXPECT_TRUE(cut.calls.empty());
+  cut = parse_every_way(fmt(ToolSyntax::kHermes), true, false, kTools,
+                        "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"ab");
+  ASSERT_EQ(cut.calls.size(), 1u);
+  EXPECT_EQ(std::get<2>(cut.calls[0]), "{\"q\": \"ab");
 }
 
 TEST(OutputParser, QwenXmlParametersTypedBySchema) {
   const Parsed p = parse_every_way(fmt(ToolSyntax::kQwenXml), true, true, kTools,
-                                   "ok\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n"
-                                   "</parameter>\n<parameter=days>\n5\n</parameter>\n</function>\n</tool_call>");
+                                   "ok\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew </tool_call></function> York\n"
+                                   "</parameter>\n<parameter=days>\n 5 \n</parameter>\n<parameter=unit>\n\nc\n</parameter>\n</function>\n</tool_call>");
   EXPECT_EQ(p.reasoning, "ok\n");
   EXPECT_EQ(p.content, "");
   ASSERT_EQ(p.calls.size(), 1u);
   EXPECT_EQ(std::get<1>(p.calls[0]), "get_weather");
-  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"city": "New York", "days": 5})");
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"city": "New </tool_call></function> York", "days": 5, "unit": "c"})");
 }
 
 TEST(OutputParser, Llama3BareJsonAndPythonTag) {

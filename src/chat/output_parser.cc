@@ -138,11 +138,13 @@ OutputDelta ChatOutputParser::push(std::string_view text) {
       body_ += buf_;
       buf_.clear();
       if (!markers_.close.empty()) {
-        const size_t at = body_.find(markers_.close);
-        if (at == npos) {
-          (void)scan_call(&out, false);
-          break;
-        }
+        // The region ends at the close marker after the call's own end (a string argument may spell the marker),
+        // or, for a body that is no call at all, at the first one.
+        call_end_ = npos;
+        (void)scan_call(&out, false);
+        const size_t from = call_end_ != npos ? call_end_ : (body_looks_like_call() ? npos : 0);
+        const size_t at = from == npos ? npos : body_.find(markers_.close, from);
+        if (at == npos) break;
         buf_ = body_.substr(at + markers_.close.size());
         body_.resize(at);
         (void)scan_call(&out, true);
@@ -179,7 +181,6 @@ OutputDelta ChatOutputParser::push(std::string_view text) {
         body_ = m.text[0] == '{' ? m.text : std::string();
         call_started_ = false;
         calls_done_in_body_ = 0;
-        region_done_ = false;
       }
       buf_ = std::move(rest);
       continue;
@@ -199,7 +200,7 @@ OutputDelta ChatOutputParser::push(std::string_view text) {
   return out;
 }
 
-OutputDelta ChatOutputParser::finish() {
+OutputDelta ChatOutputParser::finish(bool cut) {
   OutputDelta out;
   if (mode_ == Mode::kCall) {
     body_ += buf_;
@@ -207,16 +208,12 @@ OutputDelta ChatOutputParser::finish() {
     (void)scan_call(&out, true);
     mode_ = return_mode_;
   }
-  emit_text(buf_, &out);
+  if (!cut) emit_text(buf_, &out);
   buf_.clear();
   return out;
 }
 
 bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
-  if (region_done_) {  // its call went out whole before the close marker: the rest is layout
-    if (at_end) body_.clear();
-    return at_end;
-  }
   switch (format_.tools) {
     case ToolSyntax::kQwenXml: return scan_xml_call(out, at_end);
     case ToolSyntax::kDeepSeek: return scan_deepseek_calls(out, at_end);
@@ -243,7 +240,9 @@ bool ChatOutputParser::scan_json_calls(OutputDelta* out, bool at_end) {
     if (body_[i] != '{') {
       // Not a call after all: the text as it was (only when nothing of a call went out).
       if (!at_end && !array) return false;
-      if (k == 0 && !call_started_) emit_text(open_marker_[0] == '{' ? body_ : open_marker_ + body_, out);
+      // Bare JSON that is no call is the answer's text; a marked region without a call (cut short) is dropped:
+      // markup never reaches the content.
+      if (k == 0 && !call_started_ && open_marker_[0] == '{') emit_text(body_, out);
       body_.clear();
       return true;
     }
@@ -294,10 +293,11 @@ bool ChatOutputParser::scan_json_calls(OutputDelta* out, bool at_end) {
       }
     }
     // A region with a close marker ends there (at_end); a bare one when its object closes.
+    if (obj_end != npos && !array) call_end_ = obj_end;
     const bool done = at_end || (markers_.close.empty() && obj_end != npos);
     if (!done) return false;
-    if (!call_started_) {  // an object without a name: not a call
-      if (!array) emit_text(open_marker_[0] == '{' ? body_ : open_marker_ + body_, out);
+    if (!call_started_) {  // an object without a name: not a call (text when bare JSON, else dropped)
+      if (!array && open_marker_[0] == '{') emit_text(body_, out);
       body_.clear();
       return true;
     }
@@ -328,15 +328,13 @@ bool ChatOutputParser::scan_json_calls(OutputDelta* out, bool at_end) {
 }
 
 // <function=NAME>\n<parameter=K>\nV\n</parameter>\n...</function>: each parameter goes out as a JSON member
-// when it closes, typed by the function's schema (strings as strings, the rest as the JSON they spell).
+// when it closes, typed by the function's schema (strings as strings, the rest as the JSON they spell). The
+// parameters are read in order, so a value may hold any text but "</parameter>".
 bool ChatOutputParser::scan_xml_call(OutputDelta* out, bool at_end) {
   const size_t f = body_.find("<function=");
   const size_t gt = f == npos ? npos : body_.find('>', f);
   if (gt == npos) {
-    if (at_end) {
-      if (!call_started_) emit_text(open_marker_ + body_, out);
-      body_.clear();
-    }
+    if (at_end) body_.clear();  // cut short before the function's name: dropped, never shown as content
     return at_end;
   }
   const std::string name = body_.substr(f + 10, gt - f - 10);
@@ -345,22 +343,47 @@ bool ChatOutputParser::scan_xml_call(OutputDelta* out, bool at_end) {
   for (const ToolSpec& t : tools_)
     if (t.name == name) spec = &t;
   size_t pos = gt + 1, k = 0;
+  bool closed = false;
   while (true) {
-    const size_t p = body_.find("<parameter=", pos);
-    if (p == npos) break;
-    const size_t pgt = body_.find('>', p);
+    pos = skip_ws(body_, pos);
+    if (body_.compare(pos, 11, "</function>") == 0) {
+      closed = true;
+      pos += 11;
+      break;
+    }
+    if (body_.compare(pos, 11, "<parameter=") != 0) break;
+    const size_t pgt = body_.find('>', pos);
     const size_t pend = pgt == npos ? npos : body_.find("</parameter>", pgt);
     if (pend == npos) break;
     if (k >= xml_params_emitted_) {
-      const std::string key = body_.substr(p + 11, pgt - p - 11);
+      const std::string key = body_.substr(pos + 11, pgt - pos - 11);
       std::string v = body_.substr(pgt + 1, pend - pgt - 1);
-      if (!v.empty() && v.front() == '\n') v.erase(0, 1);
-      if (!v.empty() && v.back() == '\n') v.pop_back();
-      bool as_string = true;
+      // A free string keeps its text but the newline on each side (the family's layout); any other value
+      // (numbers, enums, objects) may have whitespace around it, which is layout too.
+      bool as_string = true, free_string = true;
       if (spec && spec->parameters.contains("properties") && spec->parameters["properties"].contains(key)) {
         const json& ps = spec->parameters["properties"][key];
-        const json t = ps.is_object() ? ps.value("type", json()) : json();
-        as_string = t == "string";
+        if (ps.is_object()) {
+          const json t = ps.value("type", json());
+          bool enum_strings = false;
+          if (ps.contains("enum") && ps["enum"].is_array()) {
+            enum_strings = true;
+            for (const json& e : ps["enum"]) enum_strings = enum_strings && e.is_string();
+          }
+          if (ps.contains("const")) enum_strings = ps["const"].is_string();
+          as_string = t == "string" || enum_strings;
+          free_string = t == "string" && !ps.contains("enum") && !ps.contains("const") && !ps.contains("pattern") &&
+                        !ps.contains("format");
+        }
+      }
+      if (free_string) {
+        if (!v.empty() && v.front() == '\n') v.erase(0, 1);
+        if (!v.empty() && v.back() == '\n') v.pop_back();
+      } else {
+        const size_t b0 = skip_ws(v, 0);
+        size_t b1 = v.size();
+        while (b1 > b0 && is_ws(v[b1 - 1])) --b1;
+        v = v.substr(b0, b1 - b0);
       }
       std::string value;
       if (!as_string) {
@@ -373,13 +396,23 @@ bool ChatOutputParser::scan_xml_call(OutputDelta* out, bool at_end) {
     ++k;
     pos = pend + 12;
   }
-  if (!at_end && body_.find("</function>", pos) == npos) return false;
+  if (closed) call_end_ = pos;
+  if (!at_end) return false;
   emit_args(xml_params_emitted_ == 0 ? "{}" : "}", out);
   ++n_calls_;
   call_started_ = false;
   body_.clear();
-  region_done_ = !at_end;
   return true;
+}
+
+bool ChatOutputParser::body_looks_like_call() const {
+  const size_t i = skip_ws(body_, 0);
+  if (i == body_.size()) return true;  // nothing yet
+  switch (format_.tools) {
+    case ToolSyntax::kQwenXml: return body_.compare(i, 10, "<function=") == 0 || std::string("<function=").rfind(body_.substr(i), 0) == 0;
+    case ToolSyntax::kDeepSeek: return false;
+    default: return body_[i] == '{' || body_[i] == '[';
+  }
 }
 
 // <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>, repeated: each call goes

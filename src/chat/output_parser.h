@@ -34,8 +34,10 @@ class ChatOutputParser {
   ChatOutputParser(ChatFormat format, bool reasoning, bool open_reasoning, std::vector<ToolSpec> tools,
                    std::string id_prefix);
   OutputDelta push(std::string_view text);
-  // The end of the text: what was held back, and an unfinished call as far as it went.
-  OutputDelta finish();
+  // The end of the text: what was held back, and an unfinished call as far as it went. cut: the text was cut
+  // short (max_tokens), so a held-back start of a marker is markup being written and is dropped; otherwise it
+  // was text.
+  OutputDelta finish(bool cut = false);
   int n_calls() const { return n_calls_; }
 
  private:
@@ -50,6 +52,8 @@ class ChatOutputParser {
   bool scan_json_calls(OutputDelta* out, bool at_end);
   bool scan_xml_call(OutputDelta* out, bool at_end);
   bool scan_deepseek_calls(OutputDelta* out, bool at_end);
+  // The region so far could still be a call of the family's syntax (else it ends at the first close marker).
+  bool body_looks_like_call() const;
   void emit_text(const std::string& s, OutputDelta* out);
   // A call's name is known: its first delta.
   void start_call(const std::string& name, OutputDelta* out);
@@ -72,7 +76,7 @@ class ChatOutputParser {
   size_t args_emitted_ = 0;     // bytes of the current call's arguments emitted
   size_t calls_done_in_body_ = 0;  // calls finished inside this body (mistral arrays, deepseek lists)
   size_t xml_params_emitted_ = 0;
-  bool region_done_ = false;       // the region's call went out before its close marker
+  size_t call_end_ = std::string::npos;  // where the region's call ended by its own syntax (npos: not yet)
 };
 
 }  // namespace cachet

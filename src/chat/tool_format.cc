@@ -4,6 +4,10 @@ namespace cachet {
 
 using json = nlohmann::ordered_json;  // schemas keep their property order
 
+json json_schema_format(const json& schema) {
+  return {{"type", "json_schema"}, {"json_schema", schema}, {"max_whitespace_cnt", kMaxJsonWhitespace}};
+}
+
 const char* tool_syntax_name(ToolSyntax s) {
   switch (s) {
     case ToolSyntax::kHermes: return "hermes";
@@ -63,7 +67,7 @@ json schema_of(const ToolSpec& t) {
 
 // One call's tag in the family's text (begin, arguments, end).
 json call_tag(ToolSyntax s, const ToolSpec& t) {
-  json args = {{"type", "json_schema"}, {"json_schema", schema_of(t)}};
+  json args = json_schema_format(schema_of(t));
   switch (s) {
     case ToolSyntax::kQwenXml:
       args["style"] = "qwen_xml";
@@ -116,6 +120,9 @@ std::optional<std::string> structural_tag_for(const OutputShape& sh) {
     }
   } else if (!sh.answer.is_null()) {
     main = sh.answer;
+  } else if (!sh.tools.empty()) {
+    // tool_choice none with tools the prompt lists: free text that never starts a call.
+    main = {{"type", "any_text"}, {"excludes", {trigger(sh.format.tools)}}};
   }
   const bool budget = sh.reasoning && sh.thinking_budget > 0;
   if (main.is_null() && !budget) return std::nullopt;
@@ -124,6 +131,8 @@ std::optional<std::string> structural_tag_for(const OutputShape& sh) {
   if (sh.reasoning) {
     json thought = {{"type", "any_text"}};
     if (budget) thought["max_tokens"] = sh.thinking_budget;
+    // Calls come after the reasoning, where the grammar shapes them; one started inside it would be free text.
+    if (!sh.tools.empty()) thought["excludes"] = {trigger(sh.format.tools)};
     json think = {{"type", "tag"}, {"begin", sh.inside_thinking ? "" : sh.format.think_start}, {"content", thought},
                   {"end", sh.format.think_end}};
     if (!sh.inside_thinking) think = {{"type", "optional"}, {"content", think}};

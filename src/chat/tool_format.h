@@ -18,8 +18,12 @@
 #include <vector>
 
 #include "cachet/status.h"
+#include "grammar/grammar.h"
 
 namespace cachet {
+
+// A structural tag's json_schema format for a (checked) schema.
+nlohmann::ordered_json json_schema_format(const nlohmann::ordered_json& schema);
 
 enum class ToolSyntax { kHermes, kQwenXml, kLlama3, kMistral, kDeepSeek, kGeneric };
 
@@ -52,8 +56,8 @@ enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 //  - reasoning first when the model reasons: `inside_thinking` (the prompt already opened it) or optional;
 //    `thinking_budget` > 0 ends it after that many tokens (the end marker is then the only way on);
 //  - then, by `choice`: required/named -> one or more calls (parallel: separated by newlines), auto -> free
-//    text where each call, once its marker starts, is constrained; or `answer` (a response_format's format
-//    object: json_schema or grammar), or free text.
+//    text where each call, once its marker starts, is constrained, none -> text that never starts a call; or
+//    `answer` (a response_format's format object: json_schema or grammar), or free text.
 struct OutputShape {
   ChatFormat format;
   bool reasoning = false;        // the model may reason (markers exist and thinking is on)

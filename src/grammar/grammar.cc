@@ -110,7 +110,7 @@ GrammarCompiler::GrammarCompiler(const Tokenizer& tok, std::vector<int32_t> stop
   xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, impl_->vocab_size, std::move(stop_ids), false);
   // Two threads: the machines this runs on have few cores, and compiling happens beside the engine's steps.
   impl_->xc = std::make_unique<xgrammar::GrammarCompiler>(info, /*max_threads=*/2, /*cache_enabled=*/true,
-                                                           /*max_memory_bytes=*/256ll << 20);
+                                                           /*max_memory_bytes=*/256ll << 20, /*enable_dynamic_compilation=*/true);
 }
 
 GrammarCompiler::~GrammarCompiler() = default;
@@ -144,7 +144,7 @@ Result<std::shared_ptr<const Grammar>> compile(const GrammarCompiler::Impl& c, c
   }
 }
 
-constexpr int kMaxWhitespace = 16;  // between JSON tokens: room for indentation, no endless runs of spaces
+constexpr int kMaxWhitespace = kMaxJsonWhitespace;
 
 }  // namespace
 

@@ -22,6 +22,10 @@ namespace cachet {
 class Tokenizer;
 class GrammarMatcher;
 
+// Whitespace a JSON grammar allows between two tokens (or around an XML-style argument): room for any
+// indentation, no endless runs of newlines from a small model.
+constexpr int kMaxJsonWhitespace = 16;
+
 class Grammar {
  public:
   struct Impl;

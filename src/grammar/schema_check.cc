@@ -1,6 +1,7 @@
 #include "grammar/schema_check.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -43,6 +44,20 @@ const std::set<std::string>& formats() {
   return k;
 }
 
+// RFC 3339 full-date, exactly: 30/31-day months, February 28, and 29 in leap years (divisible by 4, centuries
+// only when divisible by 400).
+std::string date_regex() {
+  const std::string y = "[0-9]{4}";
+  const std::string leap = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)";
+  return "(" + y + "-(0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|" + y + "-(0[469]|11)-(0[1-9]|[12][0-9]|30)|" + y +
+         "-02-(0[1-9]|1[0-9]|2[0-8])|" + leap + "-02-29)";
+}
+
+// RFC 3339 full-time: hours 00-23, minutes 00-59, seconds 00-60 (a leap second), fraction, Z or an offset.
+std::string time_regex() {
+  return "([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+}
+
 std::string escape_pointer(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -66,6 +81,60 @@ std::vector<std::string> type_list(const json& t) {
   return out;
 }
 
+// A sufficient test that no value satisfies both branches (schemas already checked): their types do not
+// overlap, their const/enum values do not, or one requires a property the other forbids or pins to other values.
+std::vector<std::string> types_of(const json& s) {
+  if (s.is_object() && s.contains("type")) return type_list(s["type"]);
+  return {};
+}
+
+std::optional<std::vector<json>> values_of(const json& s) {
+  if (!s.is_object()) return std::nullopt;
+  if (s.contains("const")) return std::vector<json>{s["const"]};
+  if (s.contains("enum")) return std::vector<json>(s["enum"].begin(), s["enum"].end());
+  return std::nullopt;
+}
+
+bool disjoint(const json& a, const json& b) {
+  if (!a.is_object() || !b.is_object()) return false;
+  const std::vector<std::string> ta = types_of(a), tb = types_of(b);
+  if (!ta.empty() && !tb.empty()) {
+    bool overlap = false;
+    for (const std::string& x : ta)
+      for (const std::string& y : tb)
+        overlap = overlap || x == y || (x == "integer" && y == "number") || (x == "number" && y == "integer");
+    if (!overlap) return true;
+  }
+  const auto va = values_of(a), vb = values_of(b);
+  if (va && vb) {
+    bool common = false;
+    for (const json& x : *va) common = common || std::find(vb->begin(), vb->end(), x) != vb->end();
+    if (!common) return true;
+  }
+  // Objects: a property one requires that the other cannot have, or pins to values the other's pin excludes.
+  auto one_way = [](const json& x, const json& y) {
+    if (!x.contains("required") || !x["required"].is_array()) return false;
+    const bool y_closed = y.contains("additionalProperties") && y["additionalProperties"] == json(false) &&
+                          !y.contains("patternProperties");
+    for (const json& r : x["required"]) {
+      const std::string k = r.get<std::string>();
+      const bool y_has = y.contains("properties") && y["properties"].contains(k);
+      if (y_closed && !y_has) return true;
+      if (y_has && x.contains("properties") && x["properties"].contains(k) && y.contains("required") &&
+          std::find(y["required"].begin(), y["required"].end(), r) != y["required"].end()) {
+        const auto vx = values_of(x["properties"][k]), vy = values_of(y["properties"][k]);
+        if (vx && vy) {
+          bool common = false;
+          for (const json& v : *vx) common = common || std::find(vy->begin(), vy->end(), v) != vy->end();
+          if (!common) return true;
+        }
+      }
+    }
+    return false;
+  };
+  return one_way(a, b) || one_way(b, a);
+}
+
 class Checker {
  public:
   explicit Checker(const json& root) : root_(root) {}
@@ -75,6 +144,10 @@ class Checker {
     if (s.is_boolean()) return Status::ok();
     if (!s.is_object()) return refuse(ptr, "a schema must be an object or a boolean");
     if (s.contains("allOf")) CACHET_RETURN_IF_ERROR(merge_all_of(s, ptr, depth));
+    // oneOf whose branches are provably disjoint is anyOf (at most one branch can match anyway); the grammar
+    // enforces anyOf exactly.
+    bool one_of_to_any_of = false;
+    std::string calendar_format;  // "date" or "date-time": replaced by an exact pattern
     for (auto& [k, v] : s.items()) {
       const std::string at = ptr + "/" + escape_pointer(k);
       if (annotations().count(k)) continue;
@@ -96,6 +169,10 @@ class Checker {
       } else if (k == "format") {
         if (!v.is_string() || !formats().count(v.get<std::string>()))
           return refuse(at, "format " + v.dump() + " is not supported by constrained decoding");
+        if (v == "date" || v == "date-time") {
+          if (s.contains("pattern")) return refuse(at, "'format' " + v.dump() + " with a 'pattern' is not supported");
+          calendar_format = v.get<std::string>();
+        }
       } else if (k == "items") {
         if (v.is_array()) return refuse(at, "'items' as an array is not supported: use 'prefixItems'");
         CACHET_RETURN_IF_ERROR(walk(v, at, depth + 1));
@@ -111,6 +188,12 @@ class Checker {
       } else if (k == "anyOf" || k == "oneOf" || k == "prefixItems") {
         if (!v.is_array() || v.empty()) return refuse(at, "'" + k + "' must be a non-empty array");
         for (size_t i = 0; i < v.size(); ++i) CACHET_RETURN_IF_ERROR(walk(v[i], at + "/" + std::to_string(i), depth + 1));
+        if (k == "oneOf") {
+          bool all_disjoint = true;
+          for (size_t i = 0; i < v.size() && all_disjoint; ++i)
+            for (size_t j = i + 1; j < v.size() && all_disjoint; ++j) all_disjoint = disjoint(v[i], v[j]);
+          if (all_disjoint) one_of_to_any_of = true;
+        }
       } else if (k == "additionalProperties" || k == "propertyNames") {
         CACHET_RETURN_IF_ERROR(walk(v, at, depth + 1));
       } else if (k == "required") {
@@ -119,6 +202,17 @@ class Checker {
       } else if (k == "enum") {
         if (!v.is_array() || v.empty()) return refuse(at, "'enum' must be a non-empty array");
       }
+    }
+    if (!calendar_format.empty()) {
+      // Dates as the calendar has them (days per month, February 29 in leap years only): the grammar's own
+      // format allows 2023-02-31.
+      s.erase("format");
+      s["pattern"] = calendar_format == "date" ? "^" + date_regex() + "$"
+                                               : "^" + date_regex() + "[Tt]" + time_regex() + "$";
+    }
+    if (one_of_to_any_of && !s.contains("anyOf")) {
+      s["anyOf"] = s["oneOf"];
+      s.erase("oneOf");
     }
     return Status::ok();
   }

@@ -104,7 +104,7 @@ void Generation::apply(StreamEvent& e, std::vector<ChoiceEvent>* events) {
   ce.index = e.index;
   if (c.parser) {
     ce.delta = c.parser->push(out);
-    if (c.done) ce.delta.append(c.parser->finish());
+    if (c.done) ce.delta.append(c.parser->finish(c.finish == "length"));
   } else {
     ce.delta.content = out;
   }

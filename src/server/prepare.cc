@@ -73,12 +73,12 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
   if (!r.response_format.is_null()) {
     const std::string t = r.response_format["type"];
     if (t == "json_object") {
-      answer = {{"type", "json_schema"}, {"json_schema", {{"type", "object"}}}};
+      answer = json_schema_format({{"type", "object"}});
     } else {
       const ojson& js = r.response_format["json_schema"];
       auto checked = check_json_schema(js.contains("schema") ? js["schema"] : js);
       if (!checked.is_ok()) return bad("response_format", checked.status().message());
-      answer = {{"type", "json_schema"}, {"json_schema", *checked}};
+      answer = json_schema_format(*checked);
     }
   } else if (!r.grammar.empty()) {
     answer = {{"type", "grammar"}, {"grammar", r.grammar}};
@@ -131,14 +131,13 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
     ti.kwargs["reasoning_effort"] = r.reasoning_effort;
     if (r.reasoning_effort == "none" && !ti.kwargs.contains("enable_thinking")) ti.kwargs["enable_thinking"] = false;
   }
+  // The tools are in the prompt whatever tool_choice says (a conversation's prefix stays the same from turn to
+  // turn); with "none" the grammar keeps the model from starting a call.
   const bool offered = !tools.empty() && choice != ToolChoice::kNone;
   if (format.template_renders_tools) {
-    if (offered) {
-      ti.tools = ojson::array();
-      ti.tools = r.tools;
-    }
+    if (!tools.empty()) ti.tools = r.tools;
   } else {
-    ti.messages = generic_tool_messages(r.messages, offered ? tools : std::vector<ToolSpec>{});
+    ti.messages = generic_tool_messages(r.messages, tools);
   }
   if (app.tok->bos()) ti.bos_token = app.tok->token_text(*app.tok->bos());
   if (app.tok->eos()) ti.eos_token = app.tok->token_text(*app.tok->eos());
@@ -158,7 +157,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
   shape.reasoning = thinks;
   shape.inside_thinking = inside;
   shape.thinking_budget = r.thinking_budget;
-  if (offered) shape.tools = tools;
+  shape.tools = tools;
   shape.choice = choice;
   shape.named = named;
   shape.parallel = r.parallel_tool_calls;

@@ -323,6 +323,31 @@ void install_routes(App& app, httplib::Server& svr) {
   });
   for (const char* path : {"/v1/rerank", "/rerank", "/v1/reranking"})
     svr.Post(path, [&app](const httplib::Request& req, httplib::Response& res) { handle_rerank(app, req, res); });
+  // llama-server's: {"content", "add_special"} -> {"tokens"}, and {"tokens"} -> {"content"}.
+  svr.Post("/tokenize", [&app](const httplib::Request& req, httplib::Response& res) {
+    const std::optional<json> b = accept_json_body(app, req, res);
+    if (!b) return;
+    if (!b->is_object() || !b->contains("content") || !(*b)["content"].is_string())
+      return send_error(res, {400, "'content' must be a string", "invalid_request_error", "content", ""});
+    const bool add_special = b->value("add_special", false);
+    res.set_content(json({{"tokens", app.tok->encode((*b)["content"].get<std::string>(), add_special, true)}}).dump(),
+                    "application/json");
+  });
+  svr.Post("/detokenize", [&app](const httplib::Request& req, httplib::Response& res) {
+    const std::optional<json> b = accept_json_body(app, req, res);
+    if (!b) return;
+    std::vector<int32_t> ids;
+    if (b->is_object() && b->contains("tokens") && (*b)["tokens"].is_array())
+      for (const json& t : (*b)["tokens"])
+        if (t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() < app.tok->n_vocab())
+          ids.push_back(t.get<int32_t>());
+        else
+          return send_error(res, {400, "'tokens' must be token ids", "invalid_request_error", "tokens", ""});
+    else
+      return send_error(res, {400, "'tokens' must be an array of token ids", "invalid_request_error", "tokens", ""});
+    res.set_content(json({{"content", app.tok->decode(ids)}}).dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json");
+  });
 }
 
 }  // namespace

@@ -1,0 +1,220 @@
+"""Tool calls through the server with the official openai client, on the default model (real weights) behind a
+Qwen-style template: with tool_choice required or named, 500 requests over varied real-world function schemas
+(tests/data/schemas/tools.json) all return calls to offered functions whose arguments validate against their
+schemas (checked by jsonschema, an independent validator); streamed deltas assemble to exactly the non-streamed
+result; tool results go back through the template; reasoning is split and budgeted, streamed and not."""
+import concurrent.futures
+import json
+import pathlib
+import random
+import re
+
+import jsonschema
+import openai
+import pytest
+
+from test_server import Server
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "data"
+TOOLS = json.loads((DATA / "schemas" / "tools.json").read_text())
+BY_NAME = {t["function"]["name"]: t for t in TOOLS}
+ASKS = ["What's the weather in Paris?", "Email Bob the report.", "Book me a flight to Tokyo on May 3.",
+        "How much is 100 USD in EUR?", "Find the file notes.txt and show it.", "Set the bedroom to 21 degrees.",
+        "Remind me to call mom tomorrow.", "Order a large pizza with mushrooms to 5 Main St, Springfield.",
+        "What time is it?", "Search for the latest CPU benchmarks.", "Create a ticket: login page is broken.",
+        "Plot 1,2 then 3,4.", "Translate 'good morning' to French.", "Rate product P1234 five stars."]
+
+
+@pytest.fixture(scope="module")
+def server(cachet_bin, default_model):
+    s = Server(cachet_bin, default_model, "--chat-template-file", str(DATA / "chat_templates" / "qwen3.jinja"),
+               "--parallel", "8", "--alias", "m")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0, timeout=600)
+
+
+def validate_calls(message, offered, parallel):
+    assert message.tool_calls, f"no call: {message}"
+    assert message.content in (None, ""), f"content beside required calls: {message.content!r}"
+    if not parallel:
+        assert len(message.tool_calls) == 1
+    for c in message.tool_calls:
+        assert c.type == "function" and c.id
+        assert c.function.name in offered, c.function.name
+        args = json.loads(c.function.arguments)
+        jsonschema.validate(args, BY_NAME[c.function.name]["function"]["parameters"],
+                            format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+# Agents send the same tools every turn: 40 tool sets (1 to 4 functions), each request one of them.
+TOOL_SETS = [random.Random(k).sample(TOOLS, 1 + k % 4) for k in range(40)]
+
+
+def one_request(client, i):
+    rng = random.Random(i)
+    tools = TOOL_SETS[i % len(TOOL_SETS)]
+    named = i % 2 == 1
+    choice = ({"type": "function", "function": {"name": rng.choice(tools)["function"]["name"]}} if named
+              else "required")
+    parallel = i % 3 != 0
+    r = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": rng.choice(ASKS)}], tools=tools, tool_choice=choice,
+        parallel_tool_calls=parallel, temperature=0.6, seed=i, max_tokens=384, frequency_penalty=0.5,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}})  # reasoning: its own tests below
+    ch = r.choices[0]
+    offered = [choice["function"]["name"]] if named else [t["function"]["name"] for t in tools]
+    calls = ch.message.tool_calls
+    if ch.finish_reason == "length":
+        # A 135M model can loop inside a string until max_tokens: the calls before the cut one are whole.
+        ch.message.tool_calls = calls[:-1] if calls else calls
+        if not ch.message.tool_calls:
+            return 0, "length"
+    else:
+        assert ch.finish_reason == "tool_calls", (i, ch)
+    validate_calls(ch.message, offered, parallel and not named)
+    return len(ch.message.tool_calls), ch.finish_reason
+
+
+def test_500_required_and_named_calls_validate(client):
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(lambda i: one_request(client, i), range(500)))
+    assert len(results) == 500
+    # Every request that ended by itself ended with calls, all valid; parallel calls do happen (the grammar allows
+    # several where the request does); requests cut by max_tokens (the model looping inside a string) stay rare.
+    assert all(n >= 1 for n, f in results if f == "tool_calls")
+    assert any(n > 1 for n, _ in results)
+    cut = sum(f == "length" for _, f in results)
+    print(f"500 tool requests: {500 - cut} ended with valid calls, {cut} cut by max_tokens")
+    assert cut <= 25
+
+
+def assemble(stream):
+    """The streamed chunks folded the way clients fold them."""
+    content, reasoning, calls, finish = "", "", {}, None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        content += d.content or ""
+        reasoning += getattr(d, "reasoning_content", None) or ""
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+            if tc.id:
+                assert c["id"] is None, "a call's id comes once, on its first delta"
+                c["id"], c["name"] = tc.id, tc.function.name
+                assert tc.type == "function"
+            c["arguments"] += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    return content, reasoning, [calls[k] for k in sorted(calls)], finish
+
+
+def test_streamed_deltas_assemble_to_the_whole_result(client):
+    for i in range(12):
+        rng = random.Random(1000 + i)
+        tools = rng.sample(TOOLS, 3)
+        kw = dict(model="m", messages=[{"role": "user", "content": rng.choice(ASKS)}], tools=tools,
+                  tool_choice="required" if i % 2 else "auto", temperature=0, max_tokens=400)
+        whole = client.chat.completions.create(**kw).choices[0]
+        content, _, calls, finish = assemble(client.chat.completions.create(stream=True, **kw))
+        assert finish == whole.finish_reason
+        assert content == (whole.message.content or "")
+        got = [(c["name"], c["arguments"]) for c in calls]
+        want = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
+        assert got == want
+        # The ids differ between two requests but follow one scheme.
+        assert all(c["id"].startswith("call_") for c in calls)
+        for c in calls:
+            json.loads(c["arguments"])
+        assert "<tool_call>" not in content and "</tool_call>" not in content
+
+
+def test_tool_results_go_back_through_the_template(client, server):
+    tools = [BY_NAME["get_weather"]]
+    first = client.chat.completions.create(model="m", messages=[{"role": "user", "content": ASKS[0]}], tools=tools,
+                                           tool_choice="required", temperature=0, max_tokens=200)
+    call = first.choices[0].message.tool_calls[0]
+    messages = [{"role": "user", "content": ASKS[0]},
+                {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
+    second = client.chat.completions.create(model="m", messages=messages, tools=tools, tool_choice="none",
+                                            temperature=0, max_tokens=40)
+    assert second.choices[0].message.content
+    assert second.choices[0].message.tool_calls is None
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens  # the call and its result are in the prompt
+
+
+def test_tool_request_errors(server):
+    st, body, _ = server.request("POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "tools": TOOLS[:1],
+        "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+    assert st == 400 and b"nope" in body
+    bad = json.loads(json.dumps(TOOLS[0]))
+    bad["function"]["parameters"]["properties"]["city"]["not"] = {"const": "x"}
+    st, body, _ = server.request("POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "tools": [bad], "tool_choice": "required"})
+    assert st == 400
+    e = json.loads(body)["error"]
+    assert e["param"] == "tools[0].function.parameters" and "'not'" in e["message"], e
+    st, body, _ = server.request("POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})
+    assert st == 400 and b"needs 'tools'" in body
+
+
+@pytest.fixture(scope="module")
+def thinking_server(cachet_bin, default_model):
+    """A template whose generation prompt opens the reasoning (Qwen3.5 / DeepSeek-R1 style) and writes
+    Qwen3-Coder's XML calls."""
+    s = Server(cachet_bin, default_model, "--chat-template-file", str(DATA / "chat_templates" / "qwen35.jinja"),
+               "--alias", "m")
+    yield s
+    s.stop()
+
+
+def test_thinking_budget_ends_reasoning(thinking_server, default_model):
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{thinking_server.port}/v1", api_key="none", max_retries=0)
+    for budget in (1, 8, 24):
+        kw = dict(model="m", messages=[{"role": "user", "content": "Why is the sky blue?"}], temperature=0.7, seed=3,
+                  max_tokens=120, extra_body={"thinking_budget": budget})
+        r = c.chat.completions.create(**kw)
+        m = r.choices[0].message
+        assert m.reasoning_content is not None
+        # At most `budget` tokens of reasoning, then the end marker, then the answer.
+        n = len(json.loads(thinking_server.request("POST", "/tokenize", {"content": m.reasoning_content})[1])["tokens"])
+        assert n <= budget + 1, (budget, n, m.reasoning_content)
+        assert "</think>" not in (m.content or "")
+        content, reasoning, _, _ = assemble(c.chat.completions.create(stream=True, **kw))
+        assert (content, reasoning) == (m.content or "", m.reasoning_content)
+
+
+def test_reasoning_split_then_a_grammar_for_the_answer(thinking_server):
+    # The grammar shapes the answer; the reasoning before it is free (here: budgeted), split out streamed or not.
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{thinking_server.port}/v1", api_key="none", max_retries=0)
+    kw = dict(model="m", messages=[{"role": "user", "content": "Say hi."}], temperature=0, max_tokens=100,
+              extra_body={"grammar": "root ::= [A-Za-z ]{1,40}", "thinking_budget": 8})
+    whole = c.chat.completions.create(**kw).choices[0].message
+    assert re.fullmatch(r"[A-Za-z ]{1,40}", whole.content), whole
+    assert whole.reasoning_content and whole.model_extra["reasoning"] == whole.reasoning_content
+    content, reasoning, _, _ = assemble(c.chat.completions.create(stream=True, **kw))
+    assert (content, reasoning) == (whole.content, whole.reasoning_content)
+    # separate_reasoning false: the reasoning and its end marker stay in the content.
+    kept = c.chat.completions.create(**{**kw, "extra_body": {**kw["extra_body"], "separate_reasoning": False}})
+    raw = kept.choices[0].message.content
+    assert raw.startswith(whole.reasoning_content.lstrip()) and "</think>" in raw and raw.endswith(whole.content), raw
+
+
+def test_xml_calls_with_reasoning(thinking_server):
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{thinking_server.port}/v1", api_key="none", max_retries=0)
+    for i, name in enumerate(["get_weather", "order_pizza", "book_flight", "create_ticket"]):
+        r = c.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": ASKS[i]}], tools=TOOLS[:20], temperature=0.5, seed=i,
+            tool_choice={"type": "function", "function": {"name": name}}, max_tokens=600,
+            extra_body={"thinking_budget": 16})
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls", ch
+        validate_calls(ch.message, [name], False)
+        assert ch.message.reasoning_content is not None
