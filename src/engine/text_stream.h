@@ -29,6 +29,7 @@ class TextStream {
   // The sample ended: what was held back (nothing once a stop sequence matched).
   std::string finish();
   bool stopped() const { return stop_.stopped(); }
+  const std::string& stop_sequence() const { return stop_.matched(); }
 
  private:
   std::optional<StreamDecoder> dec_;

@@ -8,7 +8,10 @@ std::string StopMatcher::feed(const std::string& piece) {
   if (stopped_) return {};
   pending_ += piece;
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, pending_.find(s));
+  for (const auto& s : stops_) {
+    const size_t at = pending_.find(s);
+    if (at < first) first = at, matched_ = s;
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = pending_.substr(0, first);

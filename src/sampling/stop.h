@@ -18,9 +18,11 @@ class StopMatcher {
   // At the end of generation (no match): the held-back tail.
   std::string flush();
   bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the stop sequence that matched ("" before)
 
  private:
   std::vector<std::string> stops_;
+  std::string matched_;
   std::string pending_;
   bool stopped_ = false;
 };

@@ -32,11 +32,13 @@
 #include "server/stack_trim.h"
 #include "server/openai.h"
 #include "server/server_app.h"
+#include "server/anthropic.h"
 #include "server/embeddings.h"
 #include "server/generation.h"
 #include "server/openai_format.h"
 #include "server/prepare.h"
 #include "server/rerank.h"
+#include "server/responses.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cachet::server {
@@ -238,10 +240,12 @@ void install_routes(App& app, httplib::Server& svr) {
   svr.set_pre_routing_handler([&app](const httplib::Request& req, httplib::Response& res) {
     if (app.opts.api_key.empty() || req.method == "OPTIONS" || req.path.rfind("/v1/", 0) != 0)
       return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + app.opts.api_key)
+    // Bearer (OpenAI's clients) or x-api-key (Anthropic's).
+    if (req.get_header_value("Authorization") == "Bearer " + app.opts.api_key ||
+        req.get_header_value("x-api-key") == app.opts.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, {401, "missing or invalid API key (send 'Authorization: Bearer <key>')", "invalid_request_error",
-                     "", "invalid_api_key"});
+    send_error(res, {401, "missing or invalid API key (send 'Authorization: Bearer <key>' or 'x-api-key: <key>')",
+                     "invalid_request_error", "", "invalid_api_key"});
     return httplib::Server::HandlerResponse::Handled;
   });
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -323,6 +327,15 @@ void install_routes(App& app, httplib::Server& svr) {
   });
   for (const char* path : {"/v1/rerank", "/rerank", "/v1/reranking"})
     svr.Post(path, [&app](const httplib::Request& req, httplib::Response& res) { handle_rerank(app, req, res); });
+  svr.Post("/v1/responses", [&app](const httplib::Request& req, httplib::Response& res) {
+    handle_responses(app, req, res);
+  });
+  svr.Post("/v1/messages", [&app](const httplib::Request& req, httplib::Response& res) {
+    handle_anthropic_messages(app, req, res);
+  });
+  svr.Post("/v1/messages/count_tokens", [&app](const httplib::Request& req, httplib::Response& res) {
+    handle_anthropic_count_tokens(app, req, res);
+  });
   // llama-server's: {"content", "add_special"} -> {"tokens"}, and {"tokens"} -> {"content"}.
   svr.Post("/tokenize", [&app](const httplib::Request& req, httplib::Response& res) {
     const std::optional<json> b = accept_json_body(app, req, res);
