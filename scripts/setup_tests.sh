@@ -6,7 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-apt_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox qemu-user valgrind
+apt_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox qemu-user valgrind json-schema-test-suite
           chromium chromium-driver libclang-rt-14-dev  # libclang-rt: libFuzzer (scripts/fuzz.sh)
           libopenmpi-dev openmpi-bin iproute2         # --tp: MPI (src/distributed/); test hosts in netns
           libmpich-dev mpich)                         # cachet-mpich: the second MPI the tests run

@@ -38,7 +38,8 @@ std::string refusal(const std::string& schema) {
 TEST(SchemaCheck, RefusesWhatWouldNotBeEnforcedByName) {
   EXPECT_NE(refusal(R"({"type": "object", "properties": {"a": {"not": {"type": "string"}}}})").find("#/properties/a/not"),
             std::string::npos);
-  for (const char* k : {"if", "dependentRequired", "contains", "unevaluatedProperties", "additionalItems"}) {
+  for (const char* k : {"if", "dependentRequired", "contains", "unevaluatedProperties", "additionalItems",
+                        "patternProperties", "propertyNames"}) {
     const std::string s = std::string(R"({"type": "object", ")") + k + R"(": {}})";
     EXPECT_NE(refusal(s).find(std::string("'") + k + "'"), std::string::npos) << k;
   }
@@ -60,6 +61,19 @@ TEST(SchemaCheck, RefusesWhatWouldNotBeEnforcedByName) {
       "minItems": 1, "maxItems": 3}, "u": {"anyOf": [{"type": "null"}, {"type": "boolean"}]}},
       "required": ["s"], "additionalProperties": false, "$defs": {"x": {"type": "integer"}}})"),
             "");
+  // What stands beside anyOf / $ref / enum is folded in (the grammar would read only the first).
+  auto f = check_json_schema(ojson::parse(R"({"type": "string", "anyOf": [{"maxLength": 2}, {"minLength": 4}]})"));
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  EXPECT_FALSE(f->contains("type"));
+  EXPECT_EQ((*f)["anyOf"][0]["type"], "string");
+  EXPECT_EQ((*f)["anyOf"][1]["minLength"], 4);
+  f = check_json_schema(ojson::parse(R"({"type": "string", "enum": [1, "a", null, "b"]})"));
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ((*f)["enum"], ojson::parse(R"(["a", "b"])"));
+  f = check_json_schema(ojson::parse(R"({"$defs": {"n": {"type": "integer"}}, "$ref": "#/$defs/n", "maximum": 3})"));
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  EXPECT_EQ((*f)["type"], "integer");
+  EXPECT_EQ((*f)["maximum"], 3);
 }
 
 TEST(SchemaCheck, OneOfWithDisjointBranchesIsAnyOf) {

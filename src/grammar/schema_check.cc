@@ -26,8 +26,7 @@ const std::set<std::string>& enforced() {
   static const std::set<std::string> k = {
       "type", "enum", "const", "$ref", "$defs", "definitions", "anyOf", "oneOf", "allOf",
       // objects
-      "properties", "required", "additionalProperties", "patternProperties", "propertyNames", "minProperties",
-      "maxProperties",
+      "properties", "required", "additionalProperties", "minProperties", "maxProperties",
       // arrays
       "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
       // strings
@@ -143,6 +142,7 @@ class Checker {
     if (depth > kMaxDepth) return refuse(ptr, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
     if (s.is_boolean()) return Status::ok();
     if (!s.is_object()) return refuse(ptr, "a schema must be an object or a boolean");
+    CACHET_RETURN_IF_ERROR(fold_siblings(s, ptr));
     if (s.contains("allOf")) CACHET_RETURN_IF_ERROR(merge_all_of(s, ptr, depth));
     // oneOf whose branches are provably disjoint is anyOf (at most one branch can match anyway); the grammar
     // enforces anyOf exactly.
@@ -219,6 +219,75 @@ class Checker {
 
  private:
   const json& root_;
+
+  // The grammar reads one of $ref, const, enum, anyOf, oneOf and ignores what stands beside it: siblings are
+  // folded in (into every branch, or an allOf with the reference), and enum values are kept only where the
+  // sibling type allows them.
+  Status fold_siblings(json& s, const std::string& ptr) {
+    if (!s.is_object()) return Status::ok();
+    auto constraining = [&](const json& x) {
+      std::vector<std::string> keys;
+      for (auto it = x.begin(); it != x.end(); ++it)
+        if (!annotations().count(it.key()) && it.key() != "$defs" && it.key() != "definitions") keys.push_back(it.key());
+      return keys;
+    };
+    const std::vector<std::string> keys = constraining(s);
+    auto siblings_of = [&](const char* kw) {
+      json sib = json::object();
+      for (const std::string& k : keys)
+        if (k != kw) sib[k] = s[k];
+      return sib;
+    };
+    if (s.contains("$ref") && keys.size() > 1) {
+      json sib = siblings_of("$ref");
+      for (auto it = sib.begin(); it != sib.end(); ++it) s.erase(it.key());
+      json ref = {{"$ref", s["$ref"]}};
+      s.erase("$ref");
+      json all = s.contains("allOf") ? s["allOf"] : json::array();
+      all.push_back(ref);
+      all.push_back(sib);
+      s["allOf"] = all;
+      return Status::ok();
+    }
+    for (const char* kw : {"anyOf", "oneOf"}) {
+      if (!s.contains(kw) || keys.size() == 1 || !s[kw].is_array()) continue;
+      json sib = siblings_of(kw);
+      sib.erase(kw == std::string("anyOf") ? "oneOf" : "anyOf");
+      if (sib.empty()) continue;
+      if (s.contains("anyOf") && s.contains("oneOf"))
+        return refuse(ptr, "'anyOf' beside 'oneOf' is not supported");
+      for (json& branch : s[kw]) branch = json{{"allOf", json::array({sib, branch})}};
+      for (auto it = sib.begin(); it != sib.end(); ++it) s.erase(it.key());
+      return Status::ok();
+    }
+    for (const char* kw : {"enum", "const"}) {
+      if (!s.contains(kw) || keys.size() == 1) continue;
+      for (const std::string& k : keys)
+        if (k != kw && k != "type" && k != "enum" && k != "const")
+          return refuse(ptr + "/" + k, "'" + k + "' beside '" + kw + "' is not supported");
+      if (!s.contains("type")) continue;
+      const std::vector<std::string> types = type_list(s["type"]);
+      auto fits = [&](const json& v) {
+        for (const std::string& t : types)
+          if ((t == "string" && v.is_string()) || (t == "integer" && v.is_number_integer()) ||
+              (t == "integer" && v.is_number_float() && v.get<double>() == static_cast<int64_t>(v.get<double>())) ||
+              (t == "number" && v.is_number()) || (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
+              (t == "object" && v.is_object()) || (t == "array" && v.is_array()))
+            return true;
+        return false;
+      };
+      json values = kw == std::string("enum") ? s["enum"] : json::array({s["const"]});
+      json keep = json::array();
+      if (values.is_array())
+        for (const json& v : values)
+          if (fits(v)) keep.push_back(v);
+      if (keep.empty()) return refuse(ptr, "no value of '" + std::string(kw) + "' has the schema's type");
+      s.erase("const");
+      s["enum"] = keep;
+      s.erase("type");
+    }
+    return Status::ok();
+  }
 
   Result<json> resolve(const std::string& ref, const std::string& at) const {
     if (ref == "#") return root_;

@@ -47,7 +47,9 @@ std::optional<std::string> text_of(const json& c) {
 // Anthropic's messages and tools as the OpenAI-shaped body parse_generation_request reads.
 std::variant<ojson, ApiError> to_openai(const ojson& b) {
   ojson o = ojson::object();
-  for (const char* k : {"model", "temperature", "top_p", "top_k", "stream"})
+  // Anthropic's sampling fields, and cachet's extensions (as in chat completions).
+  for (const char* k : {"model", "temperature", "top_p", "top_k", "stream", "seed", "repetition_penalty", "min_p",
+                        "cache_salt"})
     if (b.contains(k)) o[k] = b[k];
   if (!b.contains("max_tokens") || !b["max_tokens"].is_number_integer())
     return bad("max_tokens: Field required (an integer)");
@@ -58,7 +60,8 @@ std::variant<ojson, ApiError> to_openai(const ojson& b) {
     o["user"] = b["metadata"]["user_id"];
   static const std::set<std::string> known = {"model", "messages", "max_tokens", "system", "stop_sequences",
                                               "stream", "temperature", "top_p", "top_k", "tools", "tool_choice",
-                                              "thinking", "metadata", "service_tier"};
+                                              "thinking", "metadata", "service_tier", "seed",
+                                              "repetition_penalty", "min_p", "cache_salt"};
   for (auto it = b.begin(); it != b.end(); ++it)
     if (!known.count(it.key())) return bad(it.key() + ": Extra inputs are not permitted");
   ojson msgs = ojson::array();

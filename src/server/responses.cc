@@ -32,13 +32,16 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
   static const std::set<std::string> known = {
       "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "reasoning",
       "max_output_tokens", "temperature", "top_p", "stream", "store", "metadata", "user", "previous_response_id",
-      "include", "truncation", "service_tier", "top_logprobs", "prompt_cache_key"};
+      "include", "truncation", "service_tier", "top_logprobs", "prompt_cache_key",
+      // cachet's extensions, as in chat completions
+      "seed", "repetition_penalty", "min_p", "top_k", "thinking_budget"};
   for (auto it = b.begin(); it != b.end(); ++it)
     if (!known.count(it.key())) return bad(it.key(), "Unrecognized request argument supplied: " + it.key());
   if (b.contains("previous_response_id") && !b["previous_response_id"].is_null())
     return bad("previous_response_id", "this server is stateless: send the conversation in 'input' (store: false)");
   ojson o = ojson::object();
-  for (const char* k : {"model", "temperature", "top_p", "stream", "user", "parallel_tool_calls"})
+  for (const char* k : {"model", "temperature", "top_p", "stream", "user", "parallel_tool_calls", "seed",
+                        "repetition_penalty", "min_p", "top_k", "thinking_budget"})
     if (b.contains(k)) o[k] = b[k];
   if (b.contains("max_output_tokens") && !b["max_output_tokens"].is_null()) o["max_tokens"] = b["max_output_tokens"];
   if (b.contains("prompt_cache_key") && b["prompt_cache_key"].is_string()) o["cache_salt"] = b["prompt_cache_key"];

@@ -28,7 +28,7 @@ ASKS = ["What's the weather in Paris?", "Email Bob the report.", "Book me a flig
 @pytest.fixture(scope="module")
 def server(cachet_bin, default_model):
     s = Server(cachet_bin, default_model, "--chat-template-file", str(DATA / "chat_templates" / "qwen3.jinja"),
-               "--parallel", "8", "--alias", "m")
+               "--parallel", "16", "--alias", "m")
     yield s
     s.stop()
 
@@ -64,7 +64,7 @@ def one_request(client, i):
     parallel = i % 3 != 0
     r = client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": rng.choice(ASKS)}], tools=tools, tool_choice=choice,
-        parallel_tool_calls=parallel, temperature=0.6, seed=i, max_tokens=384, frequency_penalty=0.5,
+        parallel_tool_calls=parallel, temperature=0.6, seed=i, max_tokens=256, frequency_penalty=0.5,
         extra_body={"chat_template_kwargs": {"enable_thinking": False}})  # reasoning: its own tests below
     ch = r.choices[0]
     offered = [choice["function"]["name"]] if named else [t["function"]["name"] for t in tools]
@@ -81,7 +81,7 @@ def one_request(client, i):
 
 
 def test_500_required_and_named_calls_validate(client):
-    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
         results = list(ex.map(lambda i: one_request(client, i), range(500)))
     assert len(results) == 500
     # Every request that ended by itself ended with calls, all valid; parallel calls do happen (the grammar allows
@@ -90,7 +90,7 @@ def test_500_required_and_named_calls_validate(client):
     assert any(n > 1 for n, _ in results)
     cut = sum(f == "length" for _, f in results)
     print(f"500 tool requests: {500 - cut} ended with valid calls, {cut} cut by max_tokens")
-    assert cut <= 25
+    assert cut <= 60
 
 
 def assemble(stream):
