@@ -86,11 +86,20 @@ void apply_token_mask(std::span<const uint32_t> words, float* logits, int64_t n_
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t covered = std::min<int64_t>(n_vocab, static_cast<int64_t>(words.size()) * 32);
   for (int64_t w = 0; w * 32 < covered; ++w) {
-    const uint32_t bits = words[static_cast<size_t>(w)];
+    uint32_t bits = words[static_cast<size_t>(w)];
     if (bits == 0xffffffffu) continue;
     const int64_t end = std::min<int64_t>(covered, w * 32 + 32);
-    for (int64_t id = w * 32; id < end; ++id)
-      if (!((bits >> (id - w * 32)) & 1u)) logits[id] = ninf;
+    if (bits == 0) {  // the common case under a grammar: nothing in these 32 allowed
+      std::fill(logits + w * 32, logits + end, ninf);
+      continue;
+    }
+    uint32_t banned = ~bits;
+    while (banned) {
+      const int64_t id = w * 32 + std::countr_zero(banned);
+      if (id >= end) break;
+      logits[id] = ninf;
+      banned &= banned - 1;
+    }
   }
   for (int64_t id = covered; id < n_vocab; ++id) logits[id] = ninf;
 }
