@@ -41,7 +41,11 @@ def measure(port, schemas, clients, constrained, max_tokens):
         if constrained:
             # A list of at least 40 records: the grammar never lets the output end before max_tokens, so both
             # kinds generate the same number of tokens per request.
-            schema = {"type": "array", "items": schemas[i], "minItems": 40}
+            item = dict(schemas[i])
+            defs = item.pop("$defs", None)
+            schema = {"type": "array", "items": item, "minItems": 40}
+            if defs:
+                schema["$defs"] = defs
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
         else:
             body["ignore_eos"] = True  # llama-server's field has the same name

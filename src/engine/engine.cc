@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <thread>
 
 #include "base/check.h"
 
@@ -211,14 +212,25 @@ Result<std::vector<RequestEvent>> Engine::step() {
   logits_.resize(static_cast<size_t>(b.n_logits()) * V);
   const int64_t D = model_.config().n_embd;
   hidden_.resize(static_cast<size_t>(b.n_hidden()) * D);
-  // Constrained requests' token masks, computed beside the forward pass (they depend only on accepted tokens and
-  // drafts, never on this pass's logits).
+  // Constrained requests' token masks (they depend only on accepted tokens and drafts, never on this pass's
+  // logits): computed beside the forward pass on a thread of their own when a core is free for it; when the
+  // forward's pool has every core, a third thread would only preempt its workers (they meet at barriers), so
+  // the masks come first, on this thread, in the same step.
   std::future<void> masks;
-  if (std::any_of(row_counts.begin(), row_counts.end(), [](const auto& x) { return x.first->matcher != nullptr; }))
-    masks = std::async(std::launch::async, [this, &row_counts] {
-      for (auto [r, n] : row_counts)
-        if (r->matcher) fill_masks(r, n);
-    });
+  std::vector<std::pair<Request*, int>> constrained;
+  for (auto [r, n] : row_counts)
+    if (r->matcher) constrained.emplace_back(r, n);
+  if (!constrained.empty()) {
+    if (model_.pool().n_threads() < static_cast<int>(std::thread::hardware_concurrency())) {
+      masks = std::async(std::launch::async, [this, &constrained] {
+        for (auto [r, n] : constrained) fill_masks(r, n);
+      });
+    } else {
+      model_.pool().parallel_chunks(static_cast<int64_t>(constrained.size()), [this, &constrained](int, int64_t a, int64_t e) {
+        for (int64_t i = a; i < e; ++i) fill_masks(constrained[static_cast<size_t>(i)].first, constrained[static_cast<size_t>(i)].second);
+      });
+    }
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Status fwd = model_.forward(b, logits_.data(), hidden_.data());
   if (masks.valid()) masks.get();
