@@ -9,7 +9,7 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-ApiError bad(const std::string& message) { return ApiError{400, message, "invalid_request_error", "", ""}; }
+ApiError bad(const std::string& message) { return invalid_request("", message); }
 
 json error_json(const ApiError& e) {
   std::string type = "api_error";

@@ -11,10 +11,6 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-ApiError bad(const std::string& param, const std::string& message) {
-  return ApiError{400, message, "invalid_request_error", param, ""};
-}
-
 // A template that knows no tools: calls and results become text in the generic (hermes) form, the tools a
 // system message.
 ojson generic_tool_messages(const ojson& messages, const std::vector<ToolSpec>& tools) {
@@ -77,7 +73,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
     } else {
       const ojson& js = r.response_format["json_schema"];
       auto checked = check_json_schema(js.contains("schema") ? js["schema"] : js);
-      if (!checked.is_ok()) return bad("response_format", checked.status().message());
+      if (!checked.is_ok()) return invalid_request("response_format", checked.status().message());
       answer = json_schema_format(*checked);
     }
   } else if (!r.grammar.empty()) {
@@ -90,7 +86,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
     if (!answer.is_null()) {
       auto g = answer["type"] == "grammar" ? app.grammars->ebnf(r.grammar)
                                            : app.grammars->json_schema(answer["json_schema"].dump());
-      if (!g.is_ok()) return bad(answer["type"] == "grammar" ? "grammar" : "response_format", g.status().message());
+      if (!g.is_ok()) return invalid_request(answer["type"] == "grammar" ? "grammar" : "response_format", g.status().message());
       p.grammar = *g;
     }
     return p;
@@ -98,7 +94,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
 
   const std::string& chat_template = r.chat_template ? *r.chat_template : app.chat_template;
   if (chat_template.empty())
-    return bad("messages", "this model has no chat template; use /v1/completions");
+    return invalid_request("messages", "this model has no chat template; use /v1/completions");
   const ChatFormat format = detect_chat_format(chat_template);
 
   std::vector<ToolSpec> tools;
@@ -109,7 +105,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
     if (f.contains("parameters") && f["parameters"].is_object()) {
       auto checked = check_json_schema(f["parameters"]);
       if (!checked.is_ok())
-        return bad("tools[" + std::to_string(i) + "].function.parameters", checked.status().message());
+        return invalid_request("tools[" + std::to_string(i) + "].function.parameters", checked.status().message());
       s.parameters = *checked;
     }
     tools.push_back(std::move(s));
@@ -142,7 +138,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
   if (app.tok->bos()) ti.bos_token = app.tok->token_text(*app.tok->bos());
   if (app.tok->eos()) ti.eos_token = app.tok->token_text(*app.tok->eos());
   auto text = render_chat_template(chat_template, ti);
-  if (!text.is_ok()) return bad("messages", "chat template: " + text.status().message());
+  if (!text.is_ok()) return invalid_request("messages", "chat template: " + text.status().message());
   if (auto e = cannot_fit(*text)) return *e;
   p.prompt = app.tok->encode(*text, false, true);
 
@@ -150,7 +146,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
                                                        ti.kwargs["enable_thinking"] == false);
   const bool inside = thinks && ends_with_marker(*text, format.think_start);
   if (r.thinking_budget > 0 && !thinks)
-    return bad("thinking_budget", "'thinking_budget' needs a model that reasons (its template has no <think> "
+    return invalid_request("thinking_budget", "'thinking_budget' needs a model that reasons (its template has no <think> "
                                   "markers, or thinking is off)");
   OutputShape shape;
   shape.format = format;
@@ -164,7 +160,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
   shape.answer = answer;
   if (const auto tag = structural_tag_for(shape)) {
     auto g = app.grammars->structural_tag(*tag);
-    if (!g.is_ok()) return bad(offered ? "tools" : "response_format", g.status().message());
+    if (!g.is_ok()) return invalid_request(offered ? "tools" : "response_format", g.status().message());
     p.grammar = *g;
   }
   OutputSpec out;

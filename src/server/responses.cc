@@ -9,10 +9,6 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-ApiError bad(const std::string& param, const std::string& message) {
-  return ApiError{400, message, "invalid_request_error", param, ""};
-}
-
 std::optional<std::string> text_of(const ojson& c) {
   if (c.is_string()) return c.get<std::string>();
   if (!c.is_array()) return std::nullopt;
@@ -36,9 +32,9 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
       // cachet's extensions, as in chat completions
       "seed", "repetition_penalty", "min_p", "top_k", "thinking_budget"};
   for (auto it = b.begin(); it != b.end(); ++it)
-    if (!known.count(it.key())) return bad(it.key(), "Unrecognized request argument supplied: " + it.key());
+    if (!known.count(it.key())) return invalid_request(it.key(), "Unrecognized request argument supplied: " + it.key());
   if (b.contains("previous_response_id") && !b["previous_response_id"].is_null())
-    return bad("previous_response_id", "this server is stateless: send the conversation in 'input' (store: false)");
+    return invalid_request("previous_response_id", "this server is stateless: send the conversation in 'input' (store: false)");
   ojson o = ojson::object();
   for (const char* k : {"model", "temperature", "top_p", "stream", "user", "parallel_tool_calls", "seed",
                         "repetition_penalty", "min_p", "top_k", "thinking_budget"})
@@ -47,10 +43,10 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
   if (b.contains("prompt_cache_key") && b["prompt_cache_key"].is_string()) o["cache_salt"] = b["prompt_cache_key"];
   ojson msgs = ojson::array();
   if (b.contains("instructions") && !b["instructions"].is_null()) {
-    if (!b["instructions"].is_string()) return bad("instructions", "'instructions' must be a string");
+    if (!b["instructions"].is_string()) return invalid_request("instructions", "'instructions' must be a string");
     msgs.push_back({{"role", "system"}, {"content", b["instructions"]}});
   }
-  if (!b.contains("input")) return bad("input", "'input' is required");
+  if (!b.contains("input")) return invalid_request("input", "'input' is required");
   const ojson& in = b["input"];
   if (in.is_string()) {
     msgs.push_back({{"role", "user"}, {"content", in}});
@@ -58,14 +54,14 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
     for (size_t i = 0; i < in.size(); ++i) {
       const ojson& it = in[i];
       const std::string at = "input[" + std::to_string(i) + "]";
-      if (!it.is_object()) return bad(at, at + " must be an object");
+      if (!it.is_object()) return invalid_request(at, at + " must be an object");
       const std::string type = it.value("type", it.contains("role") ? "message" : "");
       if (type == "message") {
         const std::string role = it.value("role", "");
         if (role != "user" && role != "assistant" && role != "system" && role != "developer")
-          return bad(at + ".role", "unknown role '" + role + "'");
+          return invalid_request(at + ".role", "unknown role '" + role + "'");
         const auto text = it.contains("content") ? text_of(it["content"]) : std::nullopt;
-        if (!text) return bad(at + ".content", at + ".content must be text (images are not supported)");
+        if (!text) return invalid_request(at + ".content", at + ".content must be text (images are not supported)");
         msgs.push_back({{"role", role}, {"content", *text}});
       } else if (type == "function_call") {
         ojson call = {{"id", it.value("call_id", "")}, {"type", "function"},
@@ -77,25 +73,25 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
       } else if (type == "function_call_output") {
         const ojson& out = it.contains("output") ? it["output"] : ojson("");
         const auto text = out.is_string() ? std::optional<std::string>(out.get<std::string>()) : text_of(out);
-        if (!text) return bad(at + ".output", at + ".output must be text");
+        if (!text) return invalid_request(at + ".output", at + ".output must be text");
         msgs.push_back({{"role", "tool"}, {"tool_call_id", it.value("call_id", "")}, {"content", *text}});
       } else if (type == "reasoning") {
         // Reasoning of earlier turns: templates drop it from past turns.
       } else {
-        return bad(at + ".type", "input items of type '" + type + "' are not supported");
+        return invalid_request(at + ".type", "input items of type '" + type + "' are not supported");
       }
     }
   } else {
-    return bad("input", "'input' must be a string or an array of items");
+    return invalid_request("input", "'input' must be a string or an array of items");
   }
-  if (msgs.empty()) return bad("input", "'input' is empty");
+  if (msgs.empty()) return invalid_request("input", "'input' is empty");
   o["messages"] = msgs;
   if (b.contains("tools") && b["tools"].is_array()) {
     ojson tools = ojson::array();
     for (size_t i = 0; i < b["tools"].size(); ++i) {
       const ojson& t = b["tools"][i];
       if (!t.is_object() || t.value("type", "") != "function")
-        return bad("tools[" + std::to_string(i) + "]", "only function tools are supported (no built-in tools)");
+        return invalid_request("tools[" + std::to_string(i) + "]", "only function tools are supported (no built-in tools)");
       ojson f = {{"name", t.value("name", "")}};
       if (t.contains("description")) f["description"] = t["description"];
       f["parameters"] = t.contains("parameters") && !t["parameters"].is_null() ? t["parameters"] : ojson{{"type", "object"}};
@@ -109,21 +105,21 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
     if (c.is_string()) o["tool_choice"] = c;
     else if (c.is_object() && c.value("type", "") == "function" && c.contains("name"))
       o["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
-    else return bad("tool_choice", "'tool_choice' must be auto, none, required or {type: function, name}");
+    else return invalid_request("tool_choice", "'tool_choice' must be auto, none, required or {type: function, name}");
     (*echo)["tool_choice"] = c;
   }
   if (b.contains("text") && b["text"].is_object() && b["text"].contains("format")) {
     const ojson& f = b["text"]["format"];
     const std::string t = f.is_object() ? f.value("type", "") : "";
     if (t == "json_schema") {
-      if (!f.contains("schema")) return bad("text.format.schema", "'text.format.schema' is required");
+      if (!f.contains("schema")) return invalid_request("text.format.schema", "'text.format.schema' is required");
       o["response_format"] = {{"type", "json_schema"},
                               {"json_schema", {{"name", f.value("name", "output")}, {"schema", f["schema"]},
                                                {"strict", f.value("strict", true)}}}};
     } else if (t == "json_object" || t == "text") {
       o["response_format"] = {{"type", t}};
     } else {
-      return bad("text.format.type", "'text.format.type' must be text, json_object or json_schema");
+      return invalid_request("text.format.type", "'text.format.type' must be text, json_object or json_schema");
     }
     (*echo)["text"] = b["text"];
   }
@@ -293,7 +289,7 @@ void handle_responses(App& app, const httplib::Request& req, httplib::Response& 
   const auto t0 = Clock::now();
   const std::optional<json> body_or = accept_json_body(app, req, res);
   if (!body_or) return;
-  if (!body_or->is_object()) return send_error(res, bad("", "the request body must be a JSON object"));
+  if (!body_or->is_object()) return send_error(res, invalid_request("", "the request body must be a JSON object"));
   const ojson ob = ojson::parse(req.body);
   ojson echo = ojson::object();
   auto converted = to_chat(ob, &echo);

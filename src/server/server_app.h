@@ -54,6 +54,11 @@ struct App {
   std::string broken_message;  // written before `broken` is set
 };
 
+// A 400 naming the request field at fault ("" for none).
+inline ApiError invalid_request(const std::string& param, const std::string& message) {
+  return ApiError{400, message, "invalid_request_error", param, ""};
+}
+
 inline void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(e.body().dump(), "application/json");
