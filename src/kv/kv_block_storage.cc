@@ -21,9 +21,10 @@ KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_s
   CACHET_CHECK(n_blocks > 0 && block_size > 0 && (block_size % 16 == 0 || n_blocks == 1));
   k_row_bytes_ = kv_row_bytes(types.k, cfg.kv_dim());
   v_row_bytes_ = kv_row_bytes(types.v, cfg.kv_dim());
-  k_.resize(cfg.n_layer);
-  v_.resize(cfg.n_layer);
-  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+  // Layers that attend (a hybrid model's recurrent layers keep no KV).
+  k_.resize(cfg.n_kv_layers());
+  v_.resize(cfg.n_kv_layers());
+  for (int64_t l = 0; l < cfg.n_kv_layers(); ++l) {
     k_[l].resize(k_row_bytes_ * block_size * n_blocks);
     v_[l].resize(v_row_bytes_ * block_size * n_blocks);
     k_[l].zero();

@@ -49,7 +49,7 @@ class KvBlockStorage {
   uint8_t* k(int layer, BlockId b, int offset) { return k_slot(layer, static_cast<int64_t>(b) * block_size_ + offset); }
   uint8_t* v(int layer, BlockId b, int offset) { return v_slot(layer, static_cast<int64_t>(b) * block_size_ + offset); }
   void copy_block(const KvBlockCopy& c);
-  size_t total_bytes() const { return k_.size() * (k_[0].size() + v_[0].size()); }
+  size_t total_bytes() const { return k_.empty() ? 0 : k_.size() * (k_[0].size() + v_[0].size()); }
 
  private:
   KvTypes types_;

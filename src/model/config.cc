@@ -69,7 +69,36 @@ Status ModelConfig::validate() const {
                             " are not 0 < used <= experts");
   if (!std::isfinite(expert_weights_scale) || expert_weights_scale <= 0.0)
     return invalid_argument("expert_weights_scale must be positive");
+  if (!layer_kinds.empty()) {
+    if (static_cast<int64_t>(layer_kinds.size()) != n_layer)
+      return invalid_argument("layer_kinds names " + std::to_string(layer_kinds.size()) + " layers, the model has " +
+                              std::to_string(n_layer));
+    if (layer_kinds.find_first_not_of("AR") != std::string::npos)
+      return invalid_argument("layer_kinds holds a letter other than A and R");
+  }
+  if (n_recurrent_layers() > 0) {
+    CACHET_RETURN_IF_ERROR(positive(ssm_conv_kernel, "ssm_conv_kernel"));
+    CACHET_RETURN_IF_ERROR(positive(ssm_head_dim, "ssm_head_dim"));
+    CACHET_RETURN_IF_ERROR(positive(ssm_k_heads, "ssm_k_heads"));
+    CACHET_RETURN_IF_ERROR(positive(ssm_v_heads, "ssm_v_heads"));
+    if (ssm_v_heads % ssm_k_heads != 0)
+      return invalid_argument("gated delta net: " + std::to_string(ssm_k_heads) + " key heads do not divide " +
+                              std::to_string(ssm_v_heads) + " value heads");
+  }
+  if (n_ff_shared < 0) return invalid_argument("n_ff_shared must be >= 0");
   return Status::ok();
+}
+
+int64_t ModelConfig::n_recurrent_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layer; ++l) n += is_recurrent(l);
+  return n;
+}
+
+int ModelConfig::kv_layer(int64_t l) const {
+  int k = 0;
+  for (int64_t i = 0; i < l; ++i) k += !is_recurrent(i);
+  return k;
 }
 
 float ModelConfig::query_scale() const {

@@ -54,7 +54,15 @@ namespace cachet {
   X(int64_t, n_expert, 0, "experts per MoE layer (0: dense FFN)")                                          \
   X(int64_t, n_expert_used, 0, "experts each token is routed to")                                          \
   X(bool, expert_norm, true, "top-k router weights renormalized to sum 1")                                 \
-  X(double, expert_weights_scale, 1.0, "routed expert weights multiplied by this")
+  X(double, expert_weights_scale, 1.0, "routed expert weights multiplied by this")                        \
+  X(std::string, layer_kinds, "", "per layer: A = attention, R = gated delta net (empty: all attention)")   \
+  X(bool, attn_output_gate, false, "Q carries a per-head gate: attention output times sigmoid(gate)")     \
+  X(std::string, rope_sections, "", "M-RoPE sections t,h,w,e (Qwen3.5, interleaved; text: t = h = w)")     \
+  X(int64_t, ssm_conv_kernel, 0, "gated delta net: causal conv width")                                     \
+  X(int64_t, ssm_head_dim, 0, "gated delta net: width of a key / value head (state is d x d per head)")    \
+  X(int64_t, ssm_k_heads, 0, "gated delta net: query / key heads")                                         \
+  X(int64_t, ssm_v_heads, 0, "gated delta net: value heads (a multiple of the key heads)")                 \
+  X(int64_t, n_ff_shared, 0, "MoE: the shared expert's width (0: none)")
 
 struct ModelConfig {
 #define CACHET_DECLARE_FIELD(type, name, def, desc) type name = def;
@@ -64,7 +72,27 @@ struct ModelConfig {
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   // Bytes of K and V for one token across all layers, for a cache element size.
-  int64_t kv_bytes_per_token(int64_t elem_bytes) const { return 2 * n_layer * kv_dim() * elem_bytes; }
+  int64_t kv_bytes_per_token(int64_t elem_bytes) const { return 2 * n_kv_layers() * kv_dim() * elem_bytes; }
+
+  // Hybrid models: which layers are gated delta nets (a recurrent state per sequence, no KV), which attend.
+  bool is_recurrent(int64_t l) const {
+    return l < static_cast<int64_t>(layer_kinds.size()) && layer_kinds[l] == 'R';
+  }
+  int64_t n_recurrent_layers() const;
+  // Layers with a KV cache, and layer l's index among them (its KV storage layer).
+  int64_t n_kv_layers() const { return n_layer - n_recurrent_layers(); }
+  int kv_layer(int64_t l) const;
+  // Gated delta net widths: key dims (q and k), value dims, the conv's channels (q | k | v).
+  int64_t ssm_key_dim() const { return ssm_k_heads * ssm_head_dim; }
+  int64_t ssm_value_dim() const { return ssm_v_heads * ssm_head_dim; }
+  int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
+  // f32 values of one sequence's recurrent state in one gated delta net layer: the conv's last
+  // (kernel - 1) inputs, then the d x d matrix of every value head.
+  int64_t conv_state_floats() const { return (ssm_conv_kernel - 1) * ssm_conv_dim(); }
+  int64_t ssm_state_floats() const { return ssm_v_heads * ssm_head_dim * ssm_head_dim; }
+  int64_t state_bytes_per_seq() const {
+    return n_recurrent_layers() * (conv_state_floats() + ssm_state_floats()) * static_cast<int64_t>(sizeof(float));
+  }
 
   // Whether layer l uses the sliding window.
   bool is_swa(int64_t l) const {

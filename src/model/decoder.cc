@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include "base/check.h"
 #include "io/gguf.h"
 #include "kernels/kernels.h"
+#include "model/gated_delta_net.h"
 #include "model/moe.h"
 #include "model/ops.h"
 
@@ -31,6 +33,17 @@ class DecoderModel final : public Model {
     const float* factors = cfg_.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
     rope_ = rope_freqs(cfg_, false, factors);
     rope_swa_ = rope_freqs(cfg_, true, factors);
+    // Interleaved M-RoPE (Qwen3.5) on text: pair i turns with the t, h or w position (all the token's position)
+    // when its section covers it, else with the 4th (0 for text: not at all).
+    if (!cfg_.rope_sections.empty()) {
+      int sec[4] = {0, 0, 0, 0};
+      std::sscanf(cfg_.rope_sections.c_str(), "%d,%d,%d,%d", &sec[0], &sec[1], &sec[2], &sec[3]);
+      for (int i = 0; i < cfg_.rope_dim / 2; ++i) {
+        const bool covered = (i % 3 == 0 && i < 3 * sec[0]) || (i % 3 == 1 && i < 3 * sec[1]) ||
+                             (i % 3 == 2 && i < 3 * sec[2]);
+        if (!covered) still_pairs_.push_back(i);
+      }
+    }
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -45,6 +58,10 @@ class DecoderModel final : public Model {
 
  private:
   void ensure_scratch(int n_tokens);
+  // A gated delta net layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
+  void recurrent_block(const ForwardBatch& batch, int64_t l, int r, int T);
+  // The shared expert of a MoE layer on xn_, added to proj_.
+  void shared_expert(const DecoderLayerWeights& L, int T);
 
   ModelConfig cfg_;
   DecoderWeights w_;
@@ -59,6 +76,7 @@ class DecoderModel final : public Model {
   TpLayout tp_;                                      // every rank's share (model/tp_shard.h)
   RopeFreqs rope_, rope_swa_;                        // per-pair frequencies: global, sliding-window layers
   int64_t logit_rows_;                               // head rows computed (LoadOptions::logit_rows; 0: all)
+  std::vector<int> still_pairs_;                     // M-RoPE pairs no text position turns
 
   // Activations for the current batch (n_tokens rows each).
   int scratch_tokens_ = 0;
@@ -74,6 +92,15 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> cos_sin_;      // [n_tokens, rope_dim] global layers
   AlignedBuffer<float> cos_sin_swa_;  // [n_tokens, rope_dim] sliding-window layers (their own RoPE base)
   AlignedBuffer<float> router_;       // [n_tokens, n_expert]
+  AlignedBuffer<float> qg_;           // [n_tokens, n_head, 2, head_dim] Q and its output gate, per head
+  AlignedBuffer<float> ssm_qkv_;      // [n_tokens, ssm conv_dim] gated delta net: q | k | v
+  AlignedBuffer<float> ssm_z_;        // [n_tokens, ssm value_dim] its output gate
+  AlignedBuffer<float> ssm_beta_;     // [n_tokens, ssm v_heads]
+  AlignedBuffer<float> ssm_alpha_;    // [n_tokens, ssm v_heads]
+  AlignedBuffer<float> ssm_o_;        // [n_tokens, ssm value_dim]
+  AlignedBuffer<float> sh_gate_, sh_up_;  // [n_tokens, n_ff_shared] shared expert
+  AlignedBuffer<float> sh_out_;           // [n_tokens, n_embd]
+  AlignedBuffer<float> sh_w_;             // [n_tokens] its gate logit
   std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
   std::vector<int32_t> ends_;         // [n_tokens] bidirectional: the last position of each token's sequence
   std::vector<float> dense_;          // [n_dense] a pooled vector between the dense projections
@@ -97,9 +124,23 @@ Status check_forward_batch(const ModelConfig& cfg_, const ForwardBatch& b) {
   if (n == 0 && b.copies.empty()) return Status::ok();
   const KvBlockStorage* kv = b.kv;
   if (!kv) return invalid_argument("forward batch: no KV storage");
-  if (kv->n_layers() != cfg_.n_layer || kv->k_row_bytes() != kv_row_bytes(kv->types().k, cfg_.kv_dim()) ||
+  if (kv->n_layers() != cfg_.n_kv_layers() || kv->k_row_bytes() != kv_row_bytes(kv->types().k, cfg_.kv_dim()) ||
       kv->v_row_bytes() != kv_row_bytes(kv->types().v, cfg_.kv_dim()))
     return invalid_argument("forward batch: the KV storage was made for another model's shape");
+  if (cfg_.n_recurrent_layers() > 0) {
+    const StateStore* st = b.state;
+    if (!st) return invalid_argument("forward batch: a hybrid model needs its recurrent state store");
+    if (st->n_layers() != cfg_.n_recurrent_layers() || st->conv_floats() != cfg_.conv_state_floats() ||
+        st->ssm_floats() != cfg_.ssm_state_floats())
+      return invalid_argument("forward batch: the state store was made for another model's shape");
+    if (static_cast<int>(b.state_slots.size()) != b.n_seqs())
+      return invalid_argument("forward batch: every sequence of a hybrid model needs a state slot");
+    for (StateSlot s : b.state_slots)
+      if (s < 0 || s >= st->n_slots()) return invalid_argument("forward batch: a state slot outside the store");
+    for (auto [src, dst] : b.state_copies)
+      if (src < 0 || src >= st->n_slots() || dst < 0 || dst >= st->n_slots())
+        return invalid_argument("forward batch: a state copy outside the store");
+  }
   for (const KvBlockCopy& c : b.copies)
     if (c.src < 0 || c.src >= kv->n_blocks() || c.dst < 0 || c.dst >= kv->n_blocks() || c.n_tokens < 0 ||
         c.n_tokens > kv->block_size())
@@ -139,6 +180,20 @@ void DecoderModel::ensure_scratch(int n) {
   cos_sin_.resize(n * cfg_.rope_dim);
   cos_sin_swa_.resize(n * cfg_.rope_dim);
   router_.resize(n * std::max<int64_t>(cfg_.n_expert, 1));
+  if (cfg_.attn_output_gate) qg_.resize(n * 2 * cfg_.q_dim());
+  if (cfg_.n_recurrent_layers() > 0) {
+    ssm_qkv_.resize(n * cfg_.ssm_conv_dim());
+    ssm_z_.resize(n * cfg_.ssm_value_dim());
+    ssm_beta_.resize(n * cfg_.ssm_v_heads);
+    ssm_alpha_.resize(n * cfg_.ssm_v_heads);
+    ssm_o_.resize(n * cfg_.ssm_value_dim());
+  }
+  if (cfg_.n_ff_shared > 0) {
+    sh_gate_.resize(n * cfg_.n_ff_shared);
+    sh_up_.resize(n * cfg_.n_ff_shared);
+    sh_out_.resize(n * cfg_.n_embd);
+    sh_w_.resize(n);
+  }
   if (tp_.exact) {
     attn_full_.resize(n * tp_.q_full);
     act_full_.resize(n * tp_.ff_full);
@@ -171,6 +226,7 @@ std::vector<int64_t> wshape(const TensorView& w) {
 Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hidden) {
   CACHET_RETURN_IF_ERROR(check_forward_batch(cfg_, batch));
   for (const KvBlockCopy& cp : batch.copies) batch.kv->copy_block(cp);  // copy-on-write, before any write
+  for (auto [src, dst] : batch.state_copies) batch.state->copy(src, dst);  // forks of recurrent states
   const int T = batch.n_tokens();
   if (T == 0) return Status::ok();
   views_.clear();
@@ -218,16 +274,35 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     for (int t = 0; t < T; ++t) ends_[t] = seq_end[batch.seq_index[t]];
   }
   rope_table(batch.positions.data(), T, rope_, cos_sin_.data());
+  for (int t = 0; t < T; ++t)
+    for (int i : still_pairs_) {
+      cos_sin_[t * c.rope_dim + 2 * i] = static_cast<float>(rope_.mscale);
+      cos_sin_[t * c.rope_dim + 2 * i + 1] = 0.0f;
+    }
   if (c.sliding_window > 0)  // local layers: their own base and scaling
     rope_table(batch.positions.data(), T, rope_swa_, cos_sin_swa_.data());
 
+  int recurrent = 0;  // recurrent layers so far
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DecoderLayerWeights& L = w_.layers[l];
     const bool swa = c.is_swa(l);
-    // Attention block.
+    // Attention block (or a gated delta net in a hybrid model's recurrent layers).
     norm_rows(x_.data(), L.attn_norm, xn_.data(), T, d);
     trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
-    matmul_multi(pool, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xn_.data(), T);
+    if (c.is_recurrent(l)) {
+      recurrent_block(batch, l, recurrent++, T);
+    } else {
+    const int kl = c.kv_layer(l);
+    if (c.attn_output_gate) {
+      // Q and its gate come interleaved per head: [q of head 0, gate of head 0, q of head 1, ...].
+      matmul_multi(pool, {{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xn_.data(), T);
+      for (int64_t th = 0; th < T * H; ++th) {
+        std::copy_n(qg_.data() + th * 2 * hd, hd, q_.data() + th * hd);
+        std::copy_n(qg_.data() + th * 2 * hd + hd, hd, qg_.data() + th * hd);  // gates to the front, in place
+      }
+    } else {
+      matmul_multi(pool, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xn_.data(), T);
+    }
     trace_mm(l, L.wq, d, H * hd, "Q");
     trace_mm(l, L.wk, d, KH * hd, "K");
     trace_mm(l, L.wv, d, KH * hd, "V");
@@ -255,11 +330,11 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
               "K and V of these tokens written at their positions"});
     const KvTypes kt = batch.kv->types();
     for (int t = 0; t < T; ++t) {
-      kv_store(kt.k, k_.data() + t * kvd, batch.kv->k_slot(static_cast<int>(l), batch.slots[t]), kvd, hd);
-      kv_store(kt.v, v_.data() + t * kvd, batch.kv->v_slot(static_cast<int>(l), batch.slots[t]), kvd, hd);
+      kv_store(kt.k, k_.data() + t * kvd, batch.kv->k_slot(kl, batch.slots[t]), kvd, hd);
+      kv_store(kt.v, v_.data() + t * kvd, batch.kv->v_slot(kl, batch.slots[t]), kvd, hd);
     }
     AttentionArgs aa{q_.data(), attn_.data(), T, batch.positions.data(), batch.seq_index.data(), views_.data(),
-                     static_cast<int>(l), static_cast<int>(H), static_cast<int>(KH), static_cast<int>(hd),
+                     kl, static_cast<int>(H), static_cast<int>(KH), static_cast<int>(hd),
                      c.query_scale()};
     aa.window = swa ? static_cast<int>(c.sliding_window) : 0;
     aa.softcap = static_cast<float>(c.attn_softcap);
@@ -272,8 +347,13 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                   (aa.window > 0 ? " over the last " + std::to_string(aa.window) + " positions"
                                  : std::string(" over positions 0..pos")) +
                   (c.causal ? " (causal), " : " (bidirectional), ") + std::to_string(H / KH) + " query heads per KV head; softmax; weights @ V"});
+    if (c.attn_output_gate) {
+      for (int64_t i = 0; i < T * qd; ++i) attn_[i] *= 1.0f / (1.0f + std::exp(-qg_[i]));
+      trace(l, {"gate", "", "", {}, {T, qd}, {T, qd}, "attention output times sigmoid(Q's gate)"});
+    }
     project(L.wo, attn_.data(), tp_.q_widths, attn_full_.data(), T);
     trace_mm(l, L.wo, H * hd, d, "attention output projection");
+    }
     if (L.post_attn_norm.data) {
       norm_rows(proj_.data(), L.post_attn_norm, proj_.data(), T, d);
       trace(l, {"rms_norm", L.post_attn_norm.name, "F32", wshape(L.post_attn_norm), {T, d}, {T, d},
@@ -292,6 +372,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                                          static_cast<float>(c.expert_weights_scale));
       moe_ffn(pool, {&L.gate_exps, &L.up_exps, &L.down_exps, gelu}, r, xn_.data(), d, ff, proj_.data());
       if (reducer_) reducer_->sum(proj_.data(), T * d);  // this rank's FFN columns of every expert
+      if (c.n_ff_shared > 0) shared_expert(L, T);
       trace_mm(l, L.router, d, c.n_expert, "router logits");
       trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), wshape(L.gate_exps[0]), {T, d}, {T, d},
                 "softmax router, top " + std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
@@ -378,6 +459,58 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
   return Status::ok();
 }
 
+void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, int T) {
+  const DecoderLayerWeights& L = w_.layers[l];
+  const ModelConfig& c = cfg_;
+  matmul_multi(*pool_, {{&L.ssm_qkv, ssm_qkv_.data()}, {&L.ssm_z, ssm_z_.data()}, {&L.ssm_beta, ssm_beta_.data()},
+                        {&L.ssm_alpha, ssm_alpha_.data()}}, xn_.data(), T);
+  GatedDeltaNetArgs a;
+  a.n_tokens = T;
+  a.positions = batch.positions.data();
+  a.seq_index = batch.seq_index.data();
+  a.slots = batch.state_slots.data();
+  a.n_seqs = batch.n_seqs();
+  a.store = batch.state;
+  a.layer = r;
+  a.head_dim = c.ssm_head_dim;
+  a.k_heads = c.ssm_k_heads;
+  a.v_heads = c.ssm_v_heads;
+  a.conv_kernel = c.ssm_conv_kernel;
+  a.eps = static_cast<float>(c.rms_eps);
+  a.conv_w = reinterpret_cast<const float*>(L.ssm_conv.data);
+  a.dt_bias = reinterpret_cast<const float*>(L.ssm_dt.data);
+  a.a = reinterpret_cast<const float*>(L.ssm_a.data);
+  a.norm = reinterpret_cast<const float*>(L.ssm_norm.data);
+  a.qkv = ssm_qkv_.data();
+  a.z = ssm_z_.data();
+  a.beta = ssm_beta_.data();
+  a.alpha = ssm_alpha_.data();
+  a.out = ssm_o_.data();
+  gated_delta_net(*pool_, a);
+  matmul(*pool_, L.ssm_out, ssm_o_.data(), T, proj_.data());
+  if (tracer_ && r == 0) {
+    tracer_->op({"gated_delta_net", L.ssm_qkv.name, dtype_name(L.ssm_qkv.type), wshape(L.ssm_qkv), {T, c.n_embd},
+                 {T, c.ssm_value_dim()},
+                 "q|k|v, z, beta, alpha projections; causal conv " + std::to_string(c.ssm_conv_kernel) +
+                     " + SiLU; L2-normed q, k; delta rule over a " + std::to_string(c.ssm_head_dim) + "^2 state per " +
+                     "value head (" + std::to_string(c.ssm_v_heads) + "); gated RMSNorm"});
+    tracer_->op({"matmul", L.ssm_out.name, dtype_name(L.ssm_out.type), wshape(L.ssm_out), {T, c.ssm_value_dim()},
+                 {T, c.n_embd}, "gated delta net output projection"});
+  }
+}
+
+void DecoderModel::shared_expert(const DecoderLayerWeights& L, int T) {
+  const int64_t d = cfg_.n_embd, f = cfg_.n_ff_shared;
+  matmul_multi(*pool_, {{&L.shexp_w_gate, sh_gate_.data()}, {&L.shexp_w_up, sh_up_.data()}}, xn_.data(), T);
+  silu_mul(sh_gate_.data(), sh_up_.data(), T * f);
+  matmul(*pool_, L.shexp_w_down, sh_gate_.data(), T, sh_out_.data());
+  if (L.shexp_gate.data) matmul(*pool_, L.shexp_gate, xn_.data(), T, sh_w_.data());
+  for (int t = 0; t < T; ++t) {
+    const float g = L.shexp_gate.data ? 1.0f / (1.0f + std::exp(-sh_w_[t])) : 1.0f;
+    for (int64_t i = 0; i < d; ++i) proj_[t * d + i] += g * sh_out_[t * d + i];
+  }
+}
+
 Status DecoderModel::pooled_head(const float* pooled, Pooling p, float* out) {
   const int64_t d = cfg_.n_embd;
   if (p == Pooling::kRank) {
@@ -411,6 +544,8 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
                                                   std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
   if (opts.rope.any()) CACHET_RETURN_IF_ERROR(apply_rope_overrides(opts.rope, &cfg));
   if (opts.logit_rows < 0) return invalid_argument("logit rows must be >= 0");
+  if (opts.tp.size > 1 && (cfg.n_recurrent_layers() > 0 || cfg.attn_output_gate || cfg.n_ff_shared > 0))
+    return unimplemented("tensor parallelism is not implemented for " + cfg.arch + " models yet");
   if (opts.logit_rows > 0 && opts.tp.size > 1)
     return invalid_argument("a vocabulary subset of the head (--draft-vocab) is not for tensor-parallel models");
   // Whole packed groups of 16 rows; a subset as large as the vocabulary is the whole head.
@@ -433,7 +568,8 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
     if (gguf) gguf->drop_pages(t->data, t->n_bytes());
   };
   for (auto& L : weights.layers) {
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router})
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
+                          &L.ssm_out, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down})
       if (t->data) pack(t);
     if (cfg.n_expert > 0) {
       for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})

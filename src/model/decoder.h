@@ -36,6 +36,20 @@ struct DecoderLayerWeights {
   std::vector<TensorView> gate_exps;    // n_expert views of [n_embd, n_ff]
   std::vector<TensorView> up_exps;      // n_expert views of [n_embd, n_ff]
   std::vector<TensorView> down_exps;    // n_expert views of [n_ff, n_embd]
+  // A shared expert beside the routed ones (cfg.n_ff_shared > 0), its output times sigmoid(x . shexp_gate).
+  TensorView shexp_gate;  // [n_embd, 1] (optional)
+  TensorView shexp_w_gate, shexp_w_up;  // [n_embd, n_ff_shared]
+  TensorView shexp_w_down;              // [n_ff_shared, n_embd]
+  // A gated delta net (cfg.is_recurrent(l)) in place of the attention tensors (model/gated_delta_net.h).
+  TensorView ssm_qkv;     // [n_embd, conv_dim] q | k | v before the conv (attn_qkv)
+  TensorView ssm_z;       // [n_embd, value_dim] the output gate (attn_gate)
+  TensorView ssm_conv;    // [conv_kernel, conv_dim] f32 conv taps, oldest first
+  TensorView ssm_dt;      // [v_heads] f32 decay bias
+  TensorView ssm_a;       // [v_heads] f32 -exp(A_log)
+  TensorView ssm_beta;    // [n_embd, v_heads]
+  TensorView ssm_alpha;   // [n_embd, v_heads]
+  TensorView ssm_norm;    // [ssm_head_dim] f32
+  TensorView ssm_out;     // [value_dim, n_embd]
 };
 
 struct DecoderWeights {
@@ -61,6 +75,7 @@ struct DecoderTensors {
   bool rope_freqs = false;     // rope_freqs.weight
   bool classifier = false;     // cls.output.weight / .bias (a reranker)
   bool dense_out = false;      // dense_2.weight, dense_3.weight (projections of the pooled embedding)
+  const char* ffn_norm = "ffn_norm.weight";  // the FFN's input norm (Qwen3.5: post_attention_norm.weight)
   bool need_qk_norm = false;   // the architecture cannot run without them
   bool need_post_norms = false;
 };

@@ -84,6 +84,29 @@ Status split_experts(const TensorView& t, const std::string& what, int64_t ne0, 
   return Status::ok();
 }
 
+// A gated delta net layer's tensors against the config; its small vectors and conv taps as f32.
+static Status validate_gated_delta_net(const ModelConfig& c, DecoderLayerWeights* L,
+                                       std::vector<AlignedBuffer<float>>* owned, int64_t l) {
+  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_qkv, "attn_qkv", c.n_embd, c.ssm_conv_dim(), l));
+  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_z, "attn_gate", c.n_embd, c.ssm_value_dim(), l));
+  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_beta, "ssm_beta", c.n_embd, c.ssm_v_heads, l));
+  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_alpha, "ssm_alpha", c.n_embd, c.ssm_v_heads, l));
+  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_out, "ssm_out", c.ssm_value_dim(), c.n_embd, l));
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_dt, c.ssm_v_heads, owned, l, "ssm_dt.bias"));
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_a, c.ssm_v_heads, owned, l, "ssm_a"));
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_norm, c.ssm_head_dim, owned, l, "ssm_norm"));
+  // The conv taps: [kernel, channels] read as one vector of kernel * channels values.
+  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_conv, "ssm_conv1d", c.ssm_conv_kernel, c.ssm_conv_dim(), l));
+  TensorView flat = L->ssm_conv;
+  flat.ne = {c.ssm_conv_kernel * c.ssm_conv_dim(), 1, 1, 1};
+  flat.row_bytes = flat.ne[0] * traits(flat.type).block_bytes;
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&flat, flat.ne[0], owned, l, "ssm_conv1d"));
+  L->ssm_conv.data = flat.data;
+  L->ssm_conv.type = DType::kF32;
+  L->ssm_conv.row_bytes = c.ssm_conv_kernel * sizeof(float);
+  return Status::ok();
+}
+
 Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed) {
   DecoderWeights w;
   w.tok_embd = r.tensor("token_embd.weight");
@@ -105,7 +128,19 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     DecoderLayerWeights L;
     auto get = [&](const std::string& name) { return r.layer_tensor(l, name); };
     L.attn_norm = get("attn_norm.weight");
-    const TensorView qkv = allowed.fused_qkv ? get("attn_qkv.weight") : TensorView{};
+    if (cfg->is_recurrent(l)) {
+      L.ssm_qkv = get("attn_qkv.weight");
+      L.ssm_z = get("attn_gate.weight");
+      L.ssm_conv = get("ssm_conv1d.weight");
+      L.ssm_dt = get("ssm_dt.bias");
+      L.ssm_a = get("ssm_a");
+      L.ssm_beta = get("ssm_beta.weight");
+      L.ssm_alpha = get("ssm_alpha.weight");
+      L.ssm_norm = get("ssm_norm.weight");
+      L.ssm_out = get("ssm_out.weight");
+    }
+    const bool attends = !cfg->is_recurrent(l);
+    const TensorView qkv = allowed.fused_qkv && attends ? get("attn_qkv.weight") : TensorView{};
     if (qkv.data) {
       if (qkv.ne[1] != q + 2 * kv)
         return invalid_argument("tensor '" + qkv.name + "' has " + std::to_string(qkv.ne[1]) + " rows, expected " +
@@ -120,29 +155,35 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
         L.bk = elem_slice(b, q, kv, "k");
         L.bv = elem_slice(b, q + kv, kv, "v");
       }
-    } else {
+    } else if (attends) {
       L.wq = get("attn_q.weight");
       L.wk = get("attn_k.weight");
       L.wv = get("attn_v.weight");
     }
-    if (allowed.qkv_bias && !L.bq.data) {
+    if (allowed.qkv_bias && !L.bq.data && attends) {
       L.bq = get("attn_q.bias");
       L.bk = get("attn_k.bias");
       L.bv = get("attn_v.bias");
     }
-    if (allowed.qk_norm) {
+    if (allowed.qk_norm && attends) {
       L.q_norm = get("attn_q_norm.weight");
       L.k_norm = get("attn_k_norm.weight");
     }
-    L.wo = get("attn_output.weight");
+    if (attends) L.wo = get("attn_output.weight");
     if (allowed.post_norms) L.post_attn_norm = get("post_attention_norm.weight");
-    L.ffn_norm = get("ffn_norm.weight");
+    L.ffn_norm = get(allowed.ffn_norm);
     if (cfg->n_expert > 0) {
       L.router = get("ffn_gate_inp.weight");
       const int64_t E = cfg->n_expert, d = cfg->n_embd, ff = cfg->n_ff;
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_gate_exps.weight"), "ffn_gate_exps", d, ff, E, l, &L.gate_exps));
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_up_exps.weight"), "ffn_up_exps", d, ff, E, l, &L.up_exps));
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_down_exps.weight"), "ffn_down_exps", ff, d, E, l, &L.down_exps));
+      if (cfg->n_ff_shared > 0) {
+        L.shexp_gate = get("ffn_gate_inp_shexp.weight");
+        L.shexp_w_gate = get("ffn_gate_shexp.weight");
+        L.shexp_w_up = get("ffn_up_shexp.weight");
+        L.shexp_w_down = get("ffn_down_shexp.weight");
+      }
     } else if (allowed.fused_gate_up) {
       const TensorView up = get("ffn_up.weight");
       if (up.data && up.ne[1] != 2 * cfg->n_ff)
@@ -161,8 +202,11 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     if (allowed.post_norms) L.post_ffn_norm = get("post_ffw_norm.weight");
     w.layers.push_back(std::move(L));
   }
-  cfg->qkv_bias = !w.layers.empty() && w.layers[0].bq.data;
-  cfg->qk_norm = !w.layers.empty() && w.layers[0].q_norm.data;
+  // Features are read off the first attention layer.
+  int64_t first_attn = 0;
+  while (first_attn + 1 < cfg->n_layer && cfg->is_recurrent(first_attn)) ++first_attn;
+  cfg->qkv_bias = !w.layers.empty() && w.layers[first_attn].bq.data;
+  cfg->qk_norm = !w.layers.empty() && w.layers[first_attn].q_norm.data;
   cfg->post_norms = !w.layers.empty() && w.layers[0].post_attn_norm.data;
   if (allowed.need_qk_norm && !cfg->qk_norm) return not_found("missing tensor attn_q_norm.weight of layer 0");
   if (allowed.need_post_norms && !cfg->post_norms)
@@ -193,21 +237,26 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
     DecoderLayerWeights& L = w->layers[l];
     CACHET_RETURN_IF_ERROR(vector_to_f32(&L.attn_norm, c.n_embd, owned, l, "attn_norm"));
     CACHET_RETURN_IF_ERROR(vector_to_f32(&L.ffn_norm, c.n_embd, owned, l, "ffn_norm"));
-    CACHET_RETURN_IF_ERROR(check_tensor(L.wq, "attn_q", c.n_embd, c.q_dim(), l));
-    CACHET_RETURN_IF_ERROR(check_tensor(L.wk, "attn_k", c.n_embd, c.kv_dim(), l));
-    CACHET_RETURN_IF_ERROR(check_tensor(L.wv, "attn_v", c.n_embd, c.kv_dim(), l));
-    CACHET_RETURN_IF_ERROR(check_tensor(L.wo, "attn_output", c.q_dim(), c.n_embd, l));
+    if (c.is_recurrent(l)) {
+      CACHET_RETURN_IF_ERROR(validate_gated_delta_net(c, &L, owned, l));
+    } else {
+      CACHET_RETURN_IF_ERROR(check_tensor(L.wq, "attn_q", c.n_embd, c.q_dim() * (c.attn_output_gate ? 2 : 1), l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.wk, "attn_k", c.n_embd, c.kv_dim(), l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.wv, "attn_v", c.n_embd, c.kv_dim(), l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.wo, "attn_output", c.q_dim(), c.n_embd, l));
+    }
+    const bool attends = !c.is_recurrent(l);
     // A feature is all or nothing across layers: a file with it in some layers only is malformed.
     auto all_or_none = [&](TensorView* t, bool on, int64_t n, const char* what) -> Status {
       if (!on && t->data)
         return invalid_argument(std::string(what) + " of layer " + std::to_string(l) + " is present, not in layer 0");
       return on ? vector_to_f32(t, n, owned, l, what) : Status::ok();
     };
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.bq, c.qkv_bias, c.q_dim(), "attn_q.bias"));
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.bk, c.qkv_bias, c.kv_dim(), "attn_k.bias"));
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.bv, c.qkv_bias, c.kv_dim(), "attn_v.bias"));
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.q_norm, c.qk_norm, c.head_dim, "attn_q_norm"));
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.k_norm, c.qk_norm, c.head_dim, "attn_k_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bq, c.qkv_bias && attends, c.q_dim(), "attn_q.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bk, c.qkv_bias && attends, c.kv_dim(), "attn_k.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bv, c.qkv_bias && attends, c.kv_dim(), "attn_v.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.q_norm, c.qk_norm && attends, c.head_dim, "attn_q_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.k_norm, c.qk_norm && attends, c.head_dim, "attn_k_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_attn_norm, c.post_norms, c.n_embd, "post_attention_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_ffn_norm, c.post_norms, c.n_embd, "post_ffw_norm"));
     if (c.n_expert > 0) {
@@ -216,6 +265,12 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
         CACHET_RETURN_IF_ERROR(check_tensor(L.gate_exps[e], "ffn_gate_exps", c.n_embd, c.n_ff, l));
         CACHET_RETURN_IF_ERROR(check_tensor(L.up_exps[e], "ffn_up_exps", c.n_embd, c.n_ff, l));
         CACHET_RETURN_IF_ERROR(check_tensor(L.down_exps[e], "ffn_down_exps", c.n_ff, c.n_embd, l));
+      }
+      if (c.n_ff_shared > 0) {
+        if (L.shexp_gate.data) CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_gate, "ffn_gate_inp_shexp", c.n_embd, 1, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_w_gate, "ffn_gate_shexp", c.n_embd, c.n_ff_shared, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_w_up, "ffn_up_shexp", c.n_embd, c.n_ff_shared, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_w_down, "ffn_down_shexp", c.n_ff_shared, c.n_embd, l));
       }
     } else {
       CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", c.n_embd, c.n_ff, l));

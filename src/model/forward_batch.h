@@ -12,6 +12,7 @@
 
 #include "kv/kv_block_storage.h"
 #include "kv/kv_cache.h"
+#include "kv/state_store.h"
 
 namespace cachet {
 
@@ -25,6 +26,12 @@ struct ForwardBatch {
   KvBlockStorage* kv = nullptr;      // the storage every sequence's blocks are in
   std::vector<std::vector<BlockId>> block_tables;  // [n_seqs] blocks in position order
   std::vector<KvBlockCopy> copies;                 // made, in order, before the step writes
+  // Hybrid models (gated delta net layers): each sequence's recurrent state slot. A sequence whose first token
+  // here is at position 0 starts from a zero state; any other continues from its slot, which holds the state
+  // after the position before. state_copies (src, dst) are made before the step (forks: n > 1, beams).
+  StateStore* state = nullptr;
+  std::vector<StateSlot> state_slots;                        // [n_seqs]
+  std::vector<std::pair<StateSlot, StateSlot>> state_copies;
 
   int n_tokens() const { return static_cast<int>(token_ids.size()); }
   int n_seqs() const { return static_cast<int>(block_tables.size()); }
@@ -74,7 +81,10 @@ struct ForwardBatch {
     return b;
   }
   static ForwardBatch single(ContiguousKvCache& cache, const std::vector<int32_t>& tokens, int pos0, bool all_logits) {
-    return single(cache.storage(), cache.blocks(), tokens, pos0, all_logits);
+    ForwardBatch b = single(cache.storage(), cache.blocks(), tokens, pos0, all_logits);
+    b.state = &cache.state();
+    b.state_slots = {0};
+    return b;
   }
 };
 

@@ -14,6 +14,7 @@ namespace cachet {
 void register_llama_arch();
 void register_qwen2_arch();
 void register_qwen3_arch();
+void register_qwen35_arch();
 void register_gemma2_arch();
 void register_gemma3_arch();
 void register_gemma_embedding_arch();
@@ -33,6 +34,7 @@ void register_builtin_archs() {
     register_llama_arch();
     register_qwen2_arch();
     register_qwen3_arch();
+    register_qwen35_arch();
     register_gemma2_arch();
     register_gemma3_arch();
     register_gemma_embedding_arch();

@@ -7,25 +7,12 @@
 #include <vector>
 
 #include "io/gguf_writer.h"
+#include "model/synthetic_parts.h"
 
 namespace cachet {
 
-namespace {
-
-// Uniform in [-a, a) from a 64-bit engine: identical on every platform for a seed.
-class Uniform {
- public:
-  explicit Uniform(uint64_t seed) : rng_(seed) {}
-  float next(float a) { return (static_cast<float>(rng_() >> 40) * 0x1.0p-24f * 2.0f - 1.0f) * a; }
-
- private:
-  std::mt19937_64 rng_;
-};
-
-}  // namespace
-
 // The keys every synthetic file starts with: the architecture, its name and alignment, and its sizes.
-static void add_common_keys(GgufWriter* w, const SyntheticSpec& s) {
+void add_common_keys(GgufWriter* w, const SyntheticSpec& s) {
   const std::string a = s.arch + ".";
   w->set_string("general.architecture", s.arch);
   w->set_string("general.name", "cachet synthetic");
@@ -70,7 +57,7 @@ static Status add_wpm_vocab(GgufWriter* w, int64_t n_vocab) {
 }
 
 // The decoders' placeholder SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, then pieces.
-static void add_spm_vocab(GgufWriter* w, int64_t n_vocab) {
+void add_spm_vocab(GgufWriter* w, int64_t n_vocab) {
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> types;
@@ -105,6 +92,7 @@ static void add_spm_vocab(GgufWriter* w, int64_t n_vocab) {
 static Status write_synthetic_encoder(const SyntheticSpec& s, const std::string& path);
 
 Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
+  if (s.arch == "qwen35" || s.arch == "qwen35moe") return write_synthetic_qwen35(s, path);
   if (s.arch == "bert" || s.arch == "nomic-bert" || s.arch == "nomic-bert-moe" || s.arch == "modern-bert")
     return write_synthetic_encoder(s, path);
   static const char* kArchs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gemma-embedding"};

@@ -12,7 +12,7 @@
 namespace cachet {
 
 struct SyntheticSpec {
-  // llama qwen2 qwen3 qwen3moe gemma2 gemma3 phi3; embedding models: gemma-embedding, and the encoders bert
+  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe gemma2 gemma3 phi3; embedding models: gemma-embedding, and the encoders bert
   // (a WordPiece vocabulary), nomic-bert, modern-bert
   std::string arch = "llama";
   int64_t n_vocab = 256;
@@ -42,6 +42,13 @@ struct SyntheticSpec {
   int64_t n_cls_out = 0;           // a reranker's classifier outputs: qwen3 cls.output (labels "yes", "no", ...);
                                    // encoders cls + cls.output (bert: tanh head; modern-bert: GELU head + norm)
   int64_t n_dense = 0;             // gemma-embedding: dense_2 (n_embd -> n_dense) and dense_3 (back)
+  // qwen35 / qwen35moe: the gated delta net layers' shape, every `full_attn_interval`-th layer attending.
+  int64_t ssm_head_dim = 32;
+  int64_t ssm_k_heads = 2;
+  int64_t ssm_v_heads = 4;
+  int64_t ssm_conv_kernel = 4;
+  int64_t full_attn_interval = 4;
+  int64_t n_ff_shared = 0;         // qwen35moe: the shared expert's width (0: none)
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

@@ -1,0 +1,111 @@
+#include "model/gated_delta_net.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/check.h"
+
+namespace cachet {
+
+namespace {
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace
+
+void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
+  const int T = a.n_tokens;
+  const int64_t d = a.head_dim, KH = a.k_heads, VH = a.v_heads, K = a.conv_kernel;
+  const int64_t kd = KH * d, vd = VH * d, cd = 2 * kd + vd;
+  StateStore& st = *a.store;
+  CACHET_CHECK(st.conv_floats() == (K - 1) * cd && st.ssm_floats() == VH * d * d);
+
+  // Each sequence's tokens in batch (= position) order; a sequence starting at position 0 starts from zero.
+  std::vector<std::vector<int>> toks(static_cast<size_t>(a.n_seqs));
+  for (int t = 0; t < T; ++t) toks[a.seq_index[t]].push_back(t);
+  for (int s = 0; s < a.n_seqs; ++s)
+    if (!toks[s].empty() && a.positions[toks[s][0]] == 0) {
+      std::fill_n(st.conv(a.slots[s], a.layer), st.conv_floats(), 0.0f);
+      std::fill_n(st.ssm(a.slots[s], a.layer), st.ssm_floats(), 0.0f);
+    }
+
+  // The causal conv, channel by channel (each channel's window walks its sequence's tokens in order), then SiLU.
+  // window[c * (K - 1) + j]: the channel's j-th oldest of its last K - 1 inputs.
+  pool.parallel_for(cd, [&](int, int64_t c0, int64_t c1) {
+    for (int s = 0; s < a.n_seqs; ++s) {
+      if (toks[s].empty()) continue;
+      float* win = st.conv(a.slots[s], a.layer);
+      for (int t : toks[s]) {
+        float* x = a.qkv + static_cast<int64_t>(t) * cd;
+        for (int64_t c = c0; c < c1; ++c) {
+          float* w = win + c * (K - 1);
+          const float* tap = a.conv_w + c * K;
+          float y = 0.0f;
+          for (int64_t j = 0; j < K - 1; ++j) y += w[j] * tap[j];
+          y += x[c] * tap[K - 1];
+          for (int64_t j = 0; j + 1 < K - 1; ++j) w[j] = w[j + 1];
+          if (K > 1) w[K - 2] = x[c];
+          x[c] = silu(y);
+        }
+      }
+    }
+  }, 16);
+
+  // q and k of every token and key head to unit length (eps inside the root, as llama.cpp's l2 norm of Qwen3.5).
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  pool.parallel_for(static_cast<int64_t>(T) * 2 * KH, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t t = i / (2 * KH), h = i % (2 * KH);
+      float* v = a.qkv + t * cd + h * d;
+      float ss = 0.0f;
+      for (int64_t j = 0; j < d; ++j) ss += v[j] * v[j];
+      const float inv = 1.0f / std::sqrt(ss + a.eps) * (h < KH ? q_scale : 1.0f);
+      for (int64_t j = 0; j < d; ++j) v[j] *= inv;
+    }
+  });
+
+  // The delta rule: each (sequence, value head) walks its tokens in order through its d x d state, row by row of
+  // S^T (row j = value dim j over the key dims, contiguous): decay, read S^T k, write the correction, read S^T q.
+  const int64_t units = static_cast<int64_t>(a.n_seqs) * VH;
+  pool.parallel_for(units, [&](int, int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const int s = static_cast<int>(u / VH);
+      const int64_t h = u % VH, kh = h % KH;
+      if (toks[s].empty()) continue;
+      float* S = st.ssm(a.slots[s], a.layer) + h * d * d;
+      for (int t : toks[s]) {
+        const float* row = a.qkv + static_cast<int64_t>(t) * cd;
+        const float* q = row + kh * d;
+        const float* k = row + kd + kh * d;
+        const float* v = row + 2 * kd + h * d;
+        const float decay = std::exp(softplus(a.alpha[t * VH + h] + a.dt_bias[h]) * a.a[h]);
+        const float beta = 1.0f / (1.0f + std::exp(-a.beta[t * VH + h]));
+        float* o = a.out + static_cast<int64_t>(t) * vd + h * d;
+        for (int64_t j = 0; j < d; ++j) {
+          float* sj = S + j * d;
+          float sk = 0.0f;
+          for (int64_t i = 0; i < d; ++i) {
+            sj[i] *= decay;
+            sk += sj[i] * k[i];
+          }
+          const float dj = (v[j] - sk) * beta;
+          float oj = 0.0f;
+          for (int64_t i = 0; i < d; ++i) {
+            sj[i] += k[i] * dj;
+            oj += sj[i] * q[i];
+          }
+          o[j] = oj;
+        }
+        // Gated RMSNorm of this head's output.
+        float ss = 0.0f;
+        for (int64_t j = 0; j < d; ++j) ss += o[j] * o[j];
+        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + a.eps);
+        const float* z = a.z + static_cast<int64_t>(t) * vd + h * d;
+        for (int64_t j = 0; j < d; ++j) o[j] = o[j] * inv * a.norm[j] * silu(z[j]);
+      }
+    }
+  });
+}
+
+}  // namespace cachet

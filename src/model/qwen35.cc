@@ -1,0 +1,92 @@
+// `qwen35` and `qwen35moe`: Qwen3.5 / Qwen3.6, hybrid linear attention. Three of every four layers (the file's
+// attention.recurrent_layers, else full_attention_interval, default 4: layer l attends when (l + 1) % 4 == 0)
+// are gated delta nets (model/gated_delta_net.h: ssm.conv_kernel, ssm.state_size = head width,
+// ssm.group_count = key heads, ssm.time_step_rank = value heads, ssm.inner_size = value width); the others are
+// gated attention: Q carries a per-head sigmoid gate on the output (attn_q rows [q_h, gate_h] per head), per-head
+// Q/K RMSNorm, partial NeoX RoPE under interleaved M-RoPE sections (rope.dimension_sections; text positions
+// turn every covered pair). post_attention_norm is the FFN's input norm. The MoE variant adds a shared expert
+// gated by sigmoid(x . ffn_gate_inp_shexp). Multi-token-prediction layers (nextn_predict_layers, after the
+// trunk) are read past, not run. Each sequence's recurrent state lives in the engine's StateStore.
+#include <string>
+
+#include "io/gguf.h"
+#include "model/arch_reader.h"
+#include "model/decoder.h"
+
+namespace cachet {
+
+namespace {
+
+Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe) {
+  c->rope_neox = true;
+  c->attn_output_gate = true;
+  allowed->qk_norm = allowed->need_qk_norm = true;
+  allowed->ffn_norm = "post_attention_norm.weight";
+  const GgufFile& f = r.file();
+  const std::string a = r.arch() + ".";
+
+  // Multi-token prediction blocks come after the trunk's: read past (their tensors marked), not run.
+  CACHET_ASSIGN_OR_RETURN(int64_t nextn, r.dim("nextn_predict_layers", int64_t{0}));
+  if (nextn < 0 || nextn >= c->n_layer) return invalid_argument(a + "nextn_predict_layers is out of range");
+  const int64_t n_all = c->n_layer;
+  c->n_layer -= nextn;
+  for (const auto& ti : f.tensors())
+    for (int64_t l = c->n_layer; l < n_all; ++l)
+      if (ti.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) r.tensor(ti.name);
+
+  CACHET_ASSIGN_OR_RETURN(c->ssm_conv_kernel, r.dim("ssm.conv_kernel"));
+  CACHET_ASSIGN_OR_RETURN(c->ssm_head_dim, r.dim("ssm.state_size"));
+  CACHET_ASSIGN_OR_RETURN(c->ssm_k_heads, r.dim("ssm.group_count"));
+  CACHET_ASSIGN_OR_RETURN(c->ssm_v_heads, r.dim("ssm.time_step_rank"));
+  CACHET_ASSIGN_OR_RETURN(int64_t inner, r.dim("ssm.inner_size"));
+  if (c->ssm_v_heads <= 0 || inner != c->ssm_v_heads * c->ssm_head_dim)
+    return invalid_argument(a + "ssm.inner_size " + std::to_string(inner) + " is not time_step_rank x state_size");
+
+  // Which layers are recurrent.
+  c->layer_kinds.assign(static_cast<size_t>(c->n_layer), 'A');
+  const std::string rk = a + "attention.recurrent_layers";
+  r.consume("attention.recurrent_layers");
+  if (const GgufValue* v = f.find(rk); v && v->type == GgufType::kArray) {
+    if (static_cast<int64_t>(v->count) < c->n_layer || v->elem_type != GgufType::kBool)
+      return invalid_argument(rk + " must hold one bool per layer");
+    for (int64_t l = 0; l < c->n_layer; ++l) c->layer_kinds[l] = v->int_at(l) ? 'R' : 'A';
+  } else {
+    CACHET_ASSIGN_OR_RETURN(int64_t interval, r.dim("full_attention_interval", int64_t{4}));
+    if (interval <= 0) return invalid_argument(a + "full_attention_interval must be positive");
+    for (int64_t l = 0; l < c->n_layer; ++l) c->layer_kinds[l] = (l + 1) % interval != 0 ? 'R' : 'A';
+  }
+
+  // M-RoPE sections (t, h, w, e), interleaved.
+  const std::string sk = a + "rope.dimension_sections";
+  r.consume("rope.dimension_sections");
+  if (const GgufValue* v = f.find(sk); v && v->type == GgufType::kArray) {
+    if (v->count < 3 || v->count > 4 || !gguf_type_is_integer(v->elem_type))
+      return invalid_argument(sk + " must hold 3 or 4 integers");
+    int64_t sec[4] = {0, 0, 0, 0}, sum = 0;
+    for (size_t i = 0; i < v->count; ++i) sum += sec[i] = v->int_at(i);
+    if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[3] < 0 || 2 * sum > c->rope_dim)
+      return invalid_argument(sk + " covers more pairs than rope.dimension_count has");
+    c->rope_sections = std::to_string(sec[0]) + "," + std::to_string(sec[1]) + "," + std::to_string(sec[2]) + "," +
+                       std::to_string(sec[3]);
+  }
+  if (!moe) return Status::ok();
+  CACHET_RETURN_IF_ERROR(r.experts(c, "expert_feed_forward_length"));
+  if (c->n_expert == 0) return invalid_argument("a qwen35moe file without qwen35moe.expert_count");
+  CACHET_ASSIGN_OR_RETURN(c->n_ff_shared, r.dim("expert_shared_feed_forward_length", int64_t{0}));
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_qwen35_arch() {
+  register_arch("qwen35", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
+    return load_decoder_from_gguf(std::move(f), std::move(pool), opts,
+                                  [](ArchReader& r, ModelConfig* c, DecoderTensors* a) { return qwen35(r, c, a, false); });
+  });
+  register_arch("qwen35moe", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
+    return load_decoder_from_gguf(std::move(f), std::move(pool), opts,
+                                  [](ArchReader& r, ModelConfig* c, DecoderTensors* a) { return qwen35(r, c, a, true); });
+  });
+}
+
+}  // namespace cachet

@@ -1,0 +1,111 @@
+// Synthetic qwen35 / qwen35moe files: the keys and tensor names llama.cpp's converter writes for Qwen3.5 / 3.6
+// (gated delta net layers with every full_attn_interval-th layer a gated attention layer), so llama.cpp loads
+// them too and serves as the oracle.
+#include <cmath>
+#include <vector>
+
+#include "io/gguf_writer.h"
+#include "model/synthetic_parts.h"
+
+namespace cachet {
+
+Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
+  const bool moe = s.arch == "qwen35moe";
+  if (moe != (s.n_expert > 0)) return invalid_argument("synthetic model: qwen35moe, and only it, has experts");
+  if (moe && (s.n_expert_used < 1 || s.n_expert_used > s.n_expert))
+    return invalid_argument("synthetic model: experts used must be in 1..experts");
+  if (s.n_head % s.n_head_kv != 0) return invalid_argument("synthetic model: KV heads must divide the heads");
+  if (s.ssm_k_heads <= 0 || s.ssm_v_heads % s.ssm_k_heads != 0 || s.ssm_head_dim <= 0 || s.ssm_conv_kernel < 1 ||
+      s.full_attn_interval < 1)
+    return invalid_argument("synthetic model: bad gated delta net shape");
+  const int64_t hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
+  const int64_t qd = s.n_head * hd, kvd = s.n_head_kv * hd;
+  const int64_t n_rot = hd / 4 * 2 > 0 ? hd / 4 * 2 : 2;  // a quarter of the head rotates (Qwen3.5: 64 of 256)
+  const int64_t sd = s.ssm_head_dim, kd = s.ssm_k_heads * sd, vd = s.ssm_v_heads * sd, cd = 2 * kd + vd;
+  const std::string a = s.arch + ".";
+  GgufWriter w;
+  add_common_keys(&w, s);
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
+  w.set_u32(a + "attention.key_length", static_cast<uint32_t>(hd));
+  w.set_u32(a + "attention.value_length", static_cast<uint32_t>(hd));
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(n_rot));
+  w.set_f32(a + "rope.freq_base", static_cast<float>(s.rope_theta));
+  // Sections over n_rot / 2 pairs as Qwen3.5's [11, 11, 10, 0] split 32: t and h a third each, w the rest.
+  const int32_t pairs = static_cast<int32_t>(n_rot / 2), third = (pairs + 2) / 3;
+  w.set_i32_array(a + "rope.dimension_sections", {third, third, pairs - 2 * third, 0});
+  w.set_u32(a + "ssm.conv_kernel", static_cast<uint32_t>(s.ssm_conv_kernel));
+  w.set_u32(a + "ssm.state_size", static_cast<uint32_t>(sd));
+  w.set_u32(a + "ssm.group_count", static_cast<uint32_t>(s.ssm_k_heads));
+  w.set_u32(a + "ssm.time_step_rank", static_cast<uint32_t>(s.ssm_v_heads));
+  w.set_u32(a + "ssm.inner_size", static_cast<uint32_t>(vd));
+  w.set_u32(a + "full_attention_interval", static_cast<uint32_t>(s.full_attn_interval));
+  if (moe) {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff));
+    if (s.n_ff_shared > 0) w.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shared));
+  }
+  if (s.with_vocab) add_spm_vocab(&w, s.n_vocab);
+
+  Uniform u(s.seed);
+  std::vector<float> buf;
+  auto add_nd = [&](const std::string& name, DType type, std::vector<int64_t> ne, float lim, float offset) {
+    int64_t n = 1;
+    for (int64_t x : ne) n *= x;
+    buf.resize(n);
+    for (float& x : buf) x = offset + u.next(lim);
+    return w.add_tensor_f32(name, type, ne, buf.data());
+  };
+  auto add = [&](const std::string& name, DType type, int64_t ne0, int64_t ne1, float lim, float offset) {
+    return add_nd(name, type, ne1 == 1 ? std::vector<int64_t>{ne0} : std::vector<int64_t>{ne0, ne1}, lim, offset);
+  };
+  auto lim = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
+  CACHET_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, s.n_embd, s.n_vocab, 1.0f, 0.0f));
+  CACHET_RETURN_IF_ERROR(add("output_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
+  if (!s.tied_output) CACHET_RETURN_IF_ERROR(add("output.weight", s.type, s.n_embd, s.n_vocab, lim(s.n_embd), 0.0f));
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    CACHET_RETURN_IF_ERROR(add(p + "attn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
+    if ((l + 1) % s.full_attn_interval != 0) {  // gated delta net
+      CACHET_RETURN_IF_ERROR(add(p + "attn_qkv.weight", s.type, s.n_embd, cd, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_gate.weight", s.type, s.n_embd, vd, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ssm_conv1d.weight", DType::kF32, s.ssm_conv_kernel, cd, 0.5f, 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ssm_dt.bias", DType::kF32, s.ssm_v_heads, 1, 1.0f, 0.0f));
+      // A = -exp(A_log): negative, so each step's decay exp(softplus(.) * A) is in (0, 1).
+      CACHET_RETURN_IF_ERROR(add(p + "ssm_a", DType::kF32, s.ssm_v_heads, 1, 0.4f, -0.5f));
+      CACHET_RETURN_IF_ERROR(add(p + "ssm_beta.weight", s.type, s.n_embd, s.ssm_v_heads, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ssm_alpha.weight", s.type, s.n_embd, s.ssm_v_heads, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ssm_norm.weight", DType::kF32, sd, 1, 0.1f, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ssm_out.weight", s.type, vd, s.n_embd, lim(vd), 0.0f));
+    } else {  // gated attention: Q rows hold [q, gate] per head
+      CACHET_RETURN_IF_ERROR(add(p + "attn_q.weight", s.type, s.n_embd, 2 * qd, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_k.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_q_norm.weight", DType::kF32, hd, 1, 0.1f, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_k_norm.weight", DType::kF32, hd, 1, 0.1f, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, qd, s.n_embd, lim(qd), 0.0f));
+    }
+    CACHET_RETURN_IF_ERROR(add(p + "post_attention_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
+    if (moe) {
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, s.n_expert, 4 * lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
+      if (s.n_ff_shared > 0) {
+        CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp_shexp.weight", DType::kF32, s.n_embd, 1, lim(s.n_embd), 0.0f));
+        CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_shexp.weight", s.type, s.n_embd, s.n_ff_shared, lim(s.n_embd), 0.0f));
+        CACHET_RETURN_IF_ERROR(add(p + "ffn_up_shexp.weight", s.type, s.n_embd, s.n_ff_shared, lim(s.n_embd), 0.0f));
+        CACHET_RETURN_IF_ERROR(add(p + "ffn_down_shexp.weight", s.type, s.n_ff_shared, s.n_embd, lim(s.n_ff_shared), 0.0f));
+      }
+    } else {
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, s.n_embd, lim(s.n_ff), 0.0f));
+    }
+  }
+  return w.write(path);
+}
+
+}  // namespace cachet
