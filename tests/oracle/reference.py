@@ -1,5 +1,5 @@
 """An independent numpy reference forward for the decoder architectures cachet runs (llama incl. rope_freqs and
-Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3).
+Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3; qwen35 and qwen35moe in reference_qwen35.py).
 
 Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
 with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
@@ -103,7 +103,7 @@ class Model:
             shape = tuple(int(x) for x in reversed(t.shape.tolist()))  # numpy order: outermost first
             arr = dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float64)
             name, ty = t.name, t.tensor_type.name
-            if name.endswith("attn_qkv.weight"):  # phi3: Q, K and V rows stacked
+            if arch == "phi3" and name.endswith("attn_qkv.weight"):  # phi3: Q, K and V rows stacked
                 p = name[: -len("attn_qkv.weight")]
                 hd_ = int(get("attention.key_length", n_embd // n_head))
                 nq, nkv = n_head * hd_, int(get("attention.head_count_kv", n_head)) * hd_
@@ -149,12 +149,20 @@ class Model:
             n_expert=int(get("expert_count", 0)),
             n_expert_used=int(get("expert_used_count", 0)),
         )
-        if arch == "qwen3moe":
+        if arch in ("qwen3moe", "qwen35moe"):
             cfg.n_ff = int(get("expert_feed_forward_length"))
         if "output.weight" not in w:
             w["output.weight"] = w["token_embd.weight"]
             types["output.weight"] = types["token_embd.weight"]
-        return Model(cfg, w, types)
+        m = Model(cfg, w, types)
+        m.arch = arch
+        if arch in ("qwen35", "qwen35moe"):  # hybrid: reference_qwen35.py
+            interval = int(get("full_attention_interval", 4))
+            m.recurrent = [(l + 1) % interval != 0 for l in range(n_layer)]
+            m.ssm = {"head_dim": int(get("ssm.state_size")), "k_heads": int(get("ssm.group_count")),
+                     "v_heads": int(get("ssm.time_step_rank"))}
+            m.rope_sections = [int(v) for v in get("rope.dimension_sections")]
+        return m
 
     @staticmethod
     def from_llama2c(path: str) -> "Model":
@@ -258,12 +266,21 @@ class Model:
                 g = self._mm(x, f"{p}ffn_gate_exps.weight.{e}")
                 u = self._mm(x, f"{p}ffn_up_exps.weight.{e}")
                 out[t] += prob[t, e] / wsum * self._mm(self._act(g) * u, f"{p}ffn_down_exps.weight.{e}")[0]
+        if p + "ffn_gate_shexp.weight" in self.w:  # a shared expert, gated by sigmoid(h . gate_inp_shexp)
+            shared = self._mm(self._act(self._mm(h, p + "ffn_gate_shexp.weight")) * self._mm(h, p + "ffn_up_shexp.weight"),
+                              p + "ffn_down_shexp.weight")
+            if p + "ffn_gate_inp_shexp.weight" in self.w:
+                shared = shared / (1.0 + np.exp(-self._mm(h, p + "ffn_gate_inp_shexp.weight").reshape(-1, 1)))
+            out += shared
         return out
 
     def logits(self, ids: list[int], kv_f16: bool = False) -> np.ndarray:
         """Next-token logits at every position: [len(ids), n_vocab] float64.
 
         kv_f16 rounds keys (after RoPE) and values to IEEE half, as an f16 KV cache stores them."""
+        if getattr(self, "arch", "") in ("qwen35", "qwen35moe"):
+            from reference_qwen35 import qwen35_logits
+            return qwen35_logits(self, ids)
         c, w = self.cfg, self.w
         T = len(ids)
         x = w["token_embd.weight"][np.asarray(ids)] * c.embd_scale

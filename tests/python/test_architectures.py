@@ -32,7 +32,12 @@ ARCHS = {
     "gemma3": ["--arch", "gemma3", "--sliding-window", "12", "--head-dim", "64", "--final-softcap", "3",
                "--n-layer", "7"],
     "phi3": ["--arch", "phi3"],
+    # Hybrids: gated delta nets with every 4th layer attending (value width 256, so K-quant rows fit).
+    "qwen35": ["--arch", "qwen35", "--head-dim", "64", "--n-layer", "4", "--ssm-head-dim", "64"],
+    "qwen35moe": ["--arch", "qwen35moe", "--experts", "4", "--experts-used", "2", "--head-dim", "64", "--n-layer", "4",
+                  "--ssm-head-dim", "64", "--shared-ff", "256"],
 }
+HYBRIDS = ["qwen35", "qwen35moe"]
 N_VOCAB = 320
 
 
@@ -66,8 +71,8 @@ def prompt():
     return np.random.default_rng(3).integers(3, N_VOCAB, size=32).tolist()
 
 
-def llama_cpp_logits(path, ids):
-    llm = llama_cpp.Llama(str(path), n_ctx=64, n_batch=64, logits_all=True, verbose=False, n_threads=2)
+def llama_cpp_logits(path, ids, n_ctx=64):
+    llm = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_batch=n_ctx, logits_all=True, verbose=False, n_threads=2)
     llm.eval(ids)
     out = np.array(llm.scores[: len(ids)], dtype=np.float64)
     del llm
@@ -85,6 +90,25 @@ def test_f32_logits_match_llama_cpp(cachet_bin, tmp_path, name):
     assert diff <= 2e-3 * scale, f"{name}: max |diff| {diff:.3g} > 2e-3 x {scale:.3g}"
     agree = np.mean(ours.argmax(axis=1) == ref.argmax(axis=1))
     assert agree >= 0.95, f"{name}: argmax agrees at {agree:.0%} of positions"
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_hybrid_logits_match_llama_cpp_past_the_conv_window_and_chunk(cachet_bin, tmp_path, name):
+    """80 positions: longer than the conv window (4) and llama.cpp's delta-net chunk (64); the prompt at once, one
+    token per pass and on one thread give the same bits (the recurrence walks each sequence in order)."""
+    path = synth(cachet_bin, tmp_path, name, "F32")
+    ids = np.random.default_rng(9).integers(3, N_VOCAB, size=80).tolist()
+    ours = our_logits(cachet_bin, path, ids, tmp_path)
+    ref = llama_cpp_logits(path, ids, n_ctx=128)
+    scale = np.abs(ref).max()
+    diff = np.abs(ours - ref).max()
+    assert diff <= 2e-3 * scale, f"{name}: max |diff| {diff:.3g} > 2e-3 x {scale:.3g}"
+    assert np.mean(ours.argmax(axis=1) == ref.argmax(axis=1)) >= 0.95
+    for extra in (["--one-by-one"], ["-t", "1"]):
+        out = tmp_path / "other.f32"
+        subprocess.run([cachet_bin, "logits", "-m", str(path), "--prompt-ids", " ".join(map(str, ids)), "-o", str(out),
+                        "--precise"] + extra, check=True)
+        assert np.array_equal(np.fromfile(out, dtype=np.float32).reshape(ours.shape), ours), extra
 
 
 def kl_rows(ref, other):
