@@ -33,12 +33,22 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   if (cfg_.n_blocks <= 0) {
     // The chosen K and V types size the pool: a fixed --kv-memory holds more tokens when they are smaller.
     const int64_t per_block =
-        c.n_layer * static_cast<int64_t>(cfg_.kv_type.row_bytes(c.kv_dim())) * cfg_.block_size;
+        c.n_kv_layers() * static_cast<int64_t>(cfg_.kv_type.row_bytes(c.kv_dim())) * cfg_.block_size;
     cfg_.n_blocks = static_cast<int>(std::max<int64_t>(1, cfg_.kv_memory_bytes / per_block));
   }
   // Attention tiles are 16 positions; blocks must hold whole tiles (docs/decisions.md).
   CACHET_CHECK(cfg_.block_size % 16 == 0);
   storage_ = std::make_unique<KvBlockStorage>(c, cfg_.n_blocks, cfg_.block_size, cfg_.kv_type);
+  if (c.n_recurrent_layers() > 0) {
+    // A hybrid model: one recurrent state per running sequence, the slots sized like the KV pool (a quarter of
+    // its budget again, at least one); they bound the running sequences. Its prefix cache waits for state
+    // checkpoints (docs/hybrid.md): a cached KV prefix alone cannot restore a recurrent state.
+    const int64_t per_slot = c.state_bytes_per_seq();
+    const int64_t slots = std::clamp<int64_t>(cfg_.kv_memory_bytes / 4 / per_slot, 1, cfg_.max_running);
+    state_ = std::make_unique<StateStore>(c, static_cast<int>(slots));
+    cfg_.max_running = static_cast<int>(slots);
+    cfg_.prefix_cache = false;
+  }
   SchedulerConfig sc;
   sc.block_size = cfg_.block_size;
   sc.n_blocks = cfg_.n_blocks;
@@ -90,7 +100,9 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->stop_at_eos = stop_at_eos;
   r->n_forks = n - 1;
   r->cache_ns = cache_ns;
-  r->spec = mode;
+  // Speculation on hybrid models waits for a rollback of recurrent states (docs/hybrid.md); the output is the
+  // same either way.
+  r->spec = state_ ? SpecMode::kOff : mode;
   scheduler_->add(r.get());
   const RequestId id = r->id;
   next_id_ += n - 1;  // the samples' ids
@@ -142,7 +154,22 @@ void Engine::abort(RequestId id) {
   if (requests_.count(id)) aborted_.push_back(id);
 }
 
+StateSlot Engine::take_state_slot(Request* r) {
+  if (auto s = state_->allocate()) return *s;
+  const std::vector<SchedRequest*>& running = scheduler_->running();
+  for (auto& [id, other] : requests_) {
+    if (other.get() == r || !other->state_slot) continue;
+    if (std::find(running.begin(), running.end(), other.get()) != running.end()) continue;
+    const StateSlot s = *other->state_slot;
+    other->state_slot.reset();
+    return s;
+  }
+  CACHET_CHECK(false && "more running sequences than state slots");
+  return 0;
+}
+
 void Engine::finish(Request* r) {
+  if (r->state_slot) state_->free(*r->state_slot);
   spec_->finished(*r);
   scheduler_->finish(r);
   requests_.erase(r->id);
@@ -167,12 +194,17 @@ Result<std::vector<RequestEvent>> Engine::step() {
   ForwardBatch b;
   b.kv = storage_.get();
   b.copies = scheduler_->take_kv_copies();
+  b.state = state_.get();
   std::vector<std::pair<Request*, int>> row_counts;
   std::vector<std::pair<Request*, int>> hidden_rows;  // embedding requests: rows of hidden states, in order
   bool decode_only = true;  // every scheduled request was caught up (no prompt chunk in the pass)
   for (const ScheduledWork& w : work) {
     Request* r = static_cast<Request*>(w.r);
     const int seq = b.add_sequence(scheduler_->kv().block_table(r->id));
+    if (state_) {
+      if (!r->state_slot) r->state_slot = take_state_slot(r);
+      b.state_slots.push_back(*r->state_slot);
+    }
     if (r->pooling) {
       // A chunk from position 0: the first, or the request was preempted and starts over.
       if (r->num_computed == 0 && *r->pooling == Pooling::kNone) r->pooled.clear();
@@ -330,6 +362,10 @@ Result<std::vector<RequestEvent>> Engine::step() {
       c->cache_ns = r->cache_ns;
       c->cached_tokens = r->cached_tokens;
       c->spec = r->spec;
+      if (state_) {  // the sample continues from the prompt's recurrent state
+        c->state_slot = take_state_slot(c.get());
+        state_->copy(*r->state_slot, *c->state_slot);
+      }
       scheduler_->fork(r, c.get());
       to_sample.emplace_back(c.get(), x.first);
       requests_.emplace(c->id, std::move(c));

@@ -117,6 +117,10 @@ class Engine {
   Model& model_;
   EngineConfig cfg_;
   std::unique_ptr<KvBlockStorage> storage_;
+  std::unique_ptr<StateStore> state_;  // hybrid models: one recurrent state per running sequence
+  // A state slot for r: a free one, else one held by a request that is not running (preempted; it starts over
+  // from position 0 when it runs again, which zeroes its state).
+  StateSlot take_state_slot(Request* r);
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<RequestId> aborted_;

@@ -12,6 +12,7 @@
 #include "grammar/grammar.h"
 #include "sampling/sampler.h"
 #include "speculative/policy.h"
+#include "kv/state_store.h"
 #include "speculative/proposer.h"
 
 namespace cachet {
@@ -35,6 +36,8 @@ struct EngineRequest : SchedRequest {
   // An embedding request: no sampling; its final hidden states pooled (summed so far, for the mean).
   std::optional<Pooling> pooling;
   std::vector<float> pooled;
+  // A hybrid model's recurrent state (kv/state_store.h): the slot holding it, taken when first scheduled.
+  std::optional<StateSlot> state_slot;
 };
 
 }  // namespace cachet
