@@ -62,6 +62,7 @@ namespace cachet {
   X(int64_t, ssm_head_dim, 0, "gated delta net: width of a key / value head (state is d x d per head)")    \
   X(int64_t, ssm_k_heads, 0, "gated delta net: query / key heads")                                         \
   X(int64_t, ssm_v_heads, 0, "gated delta net: value heads (a multiple of the key heads)")                 \
+  X(bool, ssm_grouped_heads, false, "gated delta net: value head h reads key head h / (v/k), not h % k")    \
   X(int64_t, n_ff_shared, 0, "MoE: the shared expert's width (0: none)")
 
 struct ModelConfig {

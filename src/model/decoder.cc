@@ -476,6 +476,7 @@ void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, 
   a.k_heads = c.ssm_k_heads;
   a.v_heads = c.ssm_v_heads;
   a.conv_kernel = c.ssm_conv_kernel;
+  a.grouped_heads = c.ssm_grouped_heads;
   a.eps = static_cast<float>(c.rms_eps);
   a.conv_w = reinterpret_cast<const float*>(L.ssm_conv.data);
   a.dt_bias = reinterpret_cast<const float*>(L.ssm_dt.data);

@@ -63,6 +63,7 @@ struct DecoderWeights {
   TensorView cls_out_b;    // [n_cls_out] f32
   TensorView dense_2;      // [n_embd, n_dense]: sentence-transformers' projections (EmbeddingGemma) ...
   TensorView dense_3;      // [n_dense, n_embd]: ... and back
+  std::vector<AlignedBuffer<uint8_t>> regrouped;  // rows of fused tensors copied into the order a view needs
 };
 
 // Which of the optional tensors an architecture's files carry (the rest of its file is an error).
@@ -75,6 +76,8 @@ struct DecoderTensors {
   bool rope_freqs = false;     // rope_freqs.weight
   bool classifier = false;     // cls.output.weight / .bias (a reranker)
   bool dense_out = false;      // dense_2.weight, dense_3.weight (projections of the pooled embedding)
+  bool fused_ba = false;       // ssm_ba.weight: beta then alpha rows per key head (Qwen3-Next)
+  bool legacy_ssm_in = false;  // ssm_in.weight: q, k, v, z rows per key head (Qwen3-Next's first files)
   const char* ffn_norm = "ffn_norm.weight";  // the FFN's input norm (Qwen3.5: post_attention_norm.weight)
   bool need_qk_norm = false;   // the architecture cannot run without them
   bool need_post_norms = false;

@@ -84,6 +84,63 @@ Status split_experts(const TensorView& t, const std::string& what, int64_t ne0, 
   return Status::ok();
 }
 
+// Rows `rows` of a matrix (in that order) copied into a matrix of their own, kept in `store`.
+static TensorView gather_rows(const TensorView& t, const std::vector<int64_t>& rows, const char* part,
+                              std::vector<AlignedBuffer<uint8_t>>* store) {
+  AlignedBuffer<uint8_t> buf(rows.size() * t.row_bytes);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(t.data + rows[i] * t.row_bytes, t.row_bytes, buf.data() + i * t.row_bytes);
+  TensorView v = t;
+  v.name = t.name + "[" + part + "]";
+  v.ne = {t.ne[0], static_cast<int64_t>(rows.size()), 1, 1};
+  v.data = buf.data();
+  store->push_back(std::move(buf));
+  return v;
+}
+
+// Qwen3-Next's fused gated delta net projections, regrouped into Qwen3.5's separate ones. Per key head kh
+// (r = value heads per key head): ssm_ba rows [beta x r, alpha x r]; ssm_in rows [q x d, k x d, v x r d, z x r d].
+// Value head kh * r + j keeps that index in the separate layout.
+static Status regroup_qwen3next(ArchReader& r, const ModelConfig& c, int64_t l, bool fused_ba, bool legacy_in,
+                                DecoderLayerWeights* L, std::vector<AlignedBuffer<uint8_t>>* store) {
+  const int64_t KH = c.ssm_k_heads, rr = c.ssm_v_heads / c.ssm_k_heads, d = c.ssm_head_dim;
+  if (fused_ba) {
+    const TensorView ba = r.layer_tensor(l, "ssm_ba.weight");
+    if (ba.data) {
+      if (ba.ne[1] != 2 * c.ssm_v_heads || ba.ne[2] * ba.ne[3] != 1)
+        return invalid_argument("tensor '" + ba.name + "' does not hold beta and alpha of every value head");
+      std::vector<int64_t> beta, alpha;
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t j = 0; j < rr; ++j) {
+          beta.push_back(kh * 2 * rr + j);
+          alpha.push_back(kh * 2 * rr + rr + j);
+        }
+      L->ssm_beta = gather_rows(ba, beta, "beta", store);
+      L->ssm_alpha = gather_rows(ba, alpha, "alpha", store);
+    }
+  }
+  if (legacy_in && !L->ssm_qkv.data) {
+    const TensorView in = r.layer_tensor(l, "ssm_in.weight");
+    if (in.data) {
+      const int64_t g = 2 * d + 2 * rr * d;
+      if (in.ne[1] != KH * g || in.ne[2] * in.ne[3] != 1)
+        return invalid_argument("tensor '" + in.name + "' does not hold q, k, v and z of every key head");
+      std::vector<int64_t> qkv, z;
+      for (int part = 0; part < 2; ++part)  // every head's q, then every head's k
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t i = 0; i < d; ++i) qkv.push_back(kh * g + part * d + i);
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t i = 0; i < rr * d; ++i) {
+          qkv.push_back(kh * g + 2 * d + i);
+          z.push_back(kh * g + 2 * d + rr * d + i);
+        }
+      L->ssm_qkv = gather_rows(in, qkv, "qkv", store);
+      L->ssm_z = gather_rows(in, z, "z", store);
+    }
+  }
+  return Status::ok();
+}
+
 // A gated delta net layer's tensors against the config; its small vectors and conv taps as f32.
 static Status validate_gated_delta_net(const ModelConfig& c, DecoderLayerWeights* L,
                                        std::vector<AlignedBuffer<float>>* owned, int64_t l) {
@@ -134,10 +191,13 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
       L.ssm_conv = get("ssm_conv1d.weight");
       L.ssm_dt = get("ssm_dt.bias");
       L.ssm_a = get("ssm_a");
-      L.ssm_beta = get("ssm_beta.weight");
-      L.ssm_alpha = get("ssm_alpha.weight");
+      if (!allowed.fused_ba) {
+        L.ssm_beta = get("ssm_beta.weight");
+        L.ssm_alpha = get("ssm_alpha.weight");
+      }
       L.ssm_norm = get("ssm_norm.weight");
       L.ssm_out = get("ssm_out.weight");
+      CACHET_RETURN_IF_ERROR(regroup_qwen3next(r, *cfg, l, allowed.fused_ba, allowed.legacy_ssm_in, &L, &w.regrouped));
     }
     const bool attends = !cfg->is_recurrent(l);
     const TensorView qkv = allowed.fused_qkv && attends ? get("attn_qkv.weight") : TensorView{};

@@ -71,7 +71,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
   pool.parallel_for(units, [&](int, int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) {
       const int s = static_cast<int>(u / VH);
-      const int64_t h = u % VH, kh = h % KH;
+      const int64_t h = u % VH, kh = a.grouped_heads ? h / (VH / KH) : h % KH;
       if (toks[s].empty()) continue;
       float* S = st.ssm(a.slots[s], a.layer) + h * d * d;
       for (int t : toks[s]) {

@@ -3,7 +3,7 @@
 // head's d x d state, and the gated RMSNorm of the output. Per sequence the tokens run in position order through
 // the state in its StateStore slot, so a prompt in chunks, at once or token by token gives the same bits.
 //
-//   per token, per value head h (key head h % k_heads, as llama.cpp's files lay them out):
+//   per token, per value head h (key head h % k_heads as Qwen3.5's files lay them out, h / (v/k) in Qwen3-Next's):
 //     x      = silu(conv(window of qkv))            q, k <- q, k / sqrt(|.|^2 + eps);  q <- q / sqrt(d)
 //     decay  = exp(softplus(alpha + dt_bias) * a)   (a = -exp(A_log), stored negative)
 //     beta   = sigmoid(beta_raw)
@@ -28,6 +28,7 @@ struct GatedDeltaNetArgs {
   StateStore* store = nullptr;
   int layer = 0;                         // among the recurrent layers
   int64_t head_dim = 0, k_heads = 0, v_heads = 0, conv_kernel = 0;
+  bool grouped_heads = false;            // value head h reads key head h / (v/k) (else h % k)
   float eps = 1e-6f;
   const float* conv_w = nullptr;         // [conv_dim, conv_kernel] taps, oldest first
   const float* dt_bias = nullptr;        // [v_heads]

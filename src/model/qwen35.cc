@@ -1,4 +1,4 @@
-// `qwen35` and `qwen35moe`: Qwen3.5 / Qwen3.6, hybrid linear attention. Three of every four layers (the file's
+// `qwen35`, `qwen35moe` and `qwen3next`: Qwen3.5 / Qwen3.6 and Qwen3-Next, hybrid linear attention. Three of every four layers (the file's
 // attention.recurrent_layers, else full_attention_interval, default 4: layer l attends when (l + 1) % 4 == 0)
 // are gated delta nets (model/gated_delta_net.h: ssm.conv_kernel, ssm.state_size = head width,
 // ssm.group_count = key heads, ssm.time_step_rank = value heads, ssm.inner_size = value width); the others are
@@ -7,6 +7,9 @@
 // turn every covered pair). post_attention_norm is the FFN's input norm. The MoE variant adds a shared expert
 // gated by sigmoid(x . ffn_gate_inp_shexp). Multi-token-prediction layers (nextn_predict_layers, after the
 // trunk) are read past, not run. Each sequence's recurrent state lives in the engine's StateStore.
+// Qwen3-Next differs in layout only: beta and alpha fused per key head (ssm_ba), in its first files q, k, v and z
+// fused per key head too (ssm_in), both regrouped at load; plain partial NeoX RoPE; always a MoE whose shared
+// expert is feed_forward_length wide unless expert_shared_feed_forward_length says otherwise.
 #include <string>
 
 #include "io/gguf.h"
@@ -17,8 +20,10 @@ namespace cachet {
 
 namespace {
 
-Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe) {
+Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, bool next = false) {
   c->rope_neox = true;
+  allowed->fused_ba = allowed->legacy_ssm_in = next;
+  c->ssm_grouped_heads = next;
   c->attn_output_gate = true;
   allowed->qk_norm = allowed->need_qk_norm = true;
   allowed->ffn_norm = "post_attention_norm.weight";
@@ -56,10 +61,10 @@ Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe) 
     for (int64_t l = 0; l < c->n_layer; ++l) c->layer_kinds[l] = (l + 1) % interval != 0 ? 'R' : 'A';
   }
 
-  // M-RoPE sections (t, h, w, e), interleaved.
+  // M-RoPE sections (t, h, w, e), interleaved (Qwen3-Next: plain partial NeoX RoPE).
   const std::string sk = a + "rope.dimension_sections";
-  r.consume("rope.dimension_sections");
-  if (const GgufValue* v = f.find(sk); v && v->type == GgufType::kArray) {
+  if (!next) r.consume("rope.dimension_sections");
+  if (const GgufValue* v = f.find(sk); !next && v && v->type == GgufType::kArray) {
     if (v->count < 3 || v->count > 4 || !gguf_type_is_integer(v->elem_type))
       return invalid_argument(sk + " must hold 3 or 4 integers");
     int64_t sec[4] = {0, 0, 0, 0}, sum = 0;
@@ -70,9 +75,14 @@ Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe) 
                        std::to_string(sec[3]);
   }
   if (!moe) return Status::ok();
+  const int64_t n_ff_dense = c->n_ff;
+  const bool expert_ff_given = r.has("expert_feed_forward_length");
   CACHET_RETURN_IF_ERROR(r.experts(c, "expert_feed_forward_length"));
-  if (c->n_expert == 0) return invalid_argument("a qwen35moe file without qwen35moe.expert_count");
-  CACHET_ASSIGN_OR_RETURN(c->n_ff_shared, r.dim("expert_shared_feed_forward_length", int64_t{0}));
+  if (c->n_expert == 0) return invalid_argument("a " + r.arch() + " file without " + a + "expert_count");
+  // Qwen3-Next: experts n_ff / experts_used wide and the shared expert n_ff wide unless the file says otherwise.
+  if (c->n_expert_used <= 0) return invalid_argument(a + "expert_used_count must be positive");
+  if (next && !expert_ff_given) c->n_ff = n_ff_dense / c->n_expert_used;
+  CACHET_ASSIGN_OR_RETURN(c->n_ff_shared, r.dim("expert_shared_feed_forward_length", next ? n_ff_dense : int64_t{0}));
   return Status::ok();
 }
 
@@ -82,6 +92,11 @@ void register_qwen35_arch() {
   register_arch("qwen35", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
     return load_decoder_from_gguf(std::move(f), std::move(pool), opts,
                                   [](ArchReader& r, ModelConfig* c, DecoderTensors* a) { return qwen35(r, c, a, false); });
+  });
+  register_arch("qwen3next", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
+    return load_decoder_from_gguf(std::move(f), std::move(pool), opts, [](ArchReader& r, ModelConfig* c, DecoderTensors* a) {
+      return qwen35(r, c, a, true, true);
+    });
   });
   register_arch("qwen35moe", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
     return load_decoder_from_gguf(std::move(f), std::move(pool), opts,

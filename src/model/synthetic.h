@@ -12,7 +12,7 @@
 namespace cachet {
 
 struct SyntheticSpec {
-  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe gemma2 gemma3 phi3; embedding models: gemma-embedding, and the encoders bert
+  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next gemma2 gemma3 phi3; embedding models: gemma-embedding, and the encoders bert
   // (a WordPiece vocabulary), nomic-bert, modern-bert
   std::string arch = "llama";
   int64_t n_vocab = 256;
@@ -48,7 +48,8 @@ struct SyntheticSpec {
   int64_t ssm_v_heads = 4;
   int64_t ssm_conv_kernel = 4;
   int64_t full_attn_interval = 4;
-  int64_t n_ff_shared = 0;         // qwen35moe: the shared expert's width (0: none)
+  int64_t n_ff_shared = 0;         // qwen35moe / qwen3next: the shared expert's width (0: none)
+  bool legacy_ssm_in = false;      // qwen3next: q, k, v, z fused per key head in ssm_in (its first files)
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

@@ -1,4 +1,4 @@
-// Synthetic qwen35 / qwen35moe files: the keys and tensor names llama.cpp's converter writes for Qwen3.5 / 3.6
+// Synthetic qwen35 / qwen35moe / qwen3next files: the keys and tensor names llama.cpp's converter writes for Qwen3.5 / 3.6
 // (gated delta net layers with every full_attn_interval-th layer a gated attention layer), so llama.cpp loads
 // them too and serves as the oracle.
 #include <cmath>
@@ -10,8 +10,10 @@
 namespace cachet {
 
 Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
-  const bool moe = s.arch == "qwen35moe";
-  if (moe != (s.n_expert > 0)) return invalid_argument("synthetic model: qwen35moe, and only it, has experts");
+  const bool next = s.arch == "qwen3next";  // Qwen3-Next: fused beta|alpha (and q|k|v|z in legacy files), no sections
+  const bool moe = s.arch == "qwen35moe" || next;
+  if (moe != (s.n_expert > 0)) return invalid_argument("synthetic model: qwen35moe and qwen3next, and only they, have experts");
+  if (s.legacy_ssm_in && !next) return invalid_argument("synthetic model: ssm_in is qwen3next's");
   if (moe && (s.n_expert_used < 1 || s.n_expert_used > s.n_expert))
     return invalid_argument("synthetic model: experts used must be in 1..experts");
   if (s.n_head % s.n_head_kv != 0) return invalid_argument("synthetic model: KV heads must divide the heads");
@@ -34,7 +36,7 @@ Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
   w.set_f32(a + "rope.freq_base", static_cast<float>(s.rope_theta));
   // Sections over n_rot / 2 pairs as Qwen3.5's [11, 11, 10, 0] split 32: t and h a third each, w the rest.
   const int32_t pairs = static_cast<int32_t>(n_rot / 2), third = (pairs + 2) / 3;
-  w.set_i32_array(a + "rope.dimension_sections", {third, third, pairs - 2 * third, 0});
+  if (!next) w.set_i32_array(a + "rope.dimension_sections", {third, third, pairs - 2 * third, 0});
   w.set_u32(a + "ssm.conv_kernel", static_cast<uint32_t>(s.ssm_conv_kernel));
   w.set_u32(a + "ssm.state_size", static_cast<uint32_t>(sd));
   w.set_u32(a + "ssm.group_count", static_cast<uint32_t>(s.ssm_k_heads));
@@ -69,14 +71,22 @@ Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
     const std::string p = "blk." + std::to_string(l) + ".";
     CACHET_RETURN_IF_ERROR(add(p + "attn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
     if ((l + 1) % s.full_attn_interval != 0) {  // gated delta net
-      CACHET_RETURN_IF_ERROR(add(p + "attn_qkv.weight", s.type, s.n_embd, cd, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "attn_gate.weight", s.type, s.n_embd, vd, lim(s.n_embd), 0.0f));
+      if (s.legacy_ssm_in) {
+        CACHET_RETURN_IF_ERROR(add(p + "ssm_in.weight", s.type, s.n_embd, cd + vd, lim(s.n_embd), 0.0f));
+      } else {
+        CACHET_RETURN_IF_ERROR(add(p + "attn_qkv.weight", s.type, s.n_embd, cd, lim(s.n_embd), 0.0f));
+        CACHET_RETURN_IF_ERROR(add(p + "attn_gate.weight", s.type, s.n_embd, vd, lim(s.n_embd), 0.0f));
+      }
       CACHET_RETURN_IF_ERROR(add(p + "ssm_conv1d.weight", DType::kF32, s.ssm_conv_kernel, cd, 0.5f, 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "ssm_dt.bias", DType::kF32, s.ssm_v_heads, 1, 1.0f, 0.0f));
       // A = -exp(A_log): negative, so each step's decay exp(softplus(.) * A) is in (0, 1).
       CACHET_RETURN_IF_ERROR(add(p + "ssm_a", DType::kF32, s.ssm_v_heads, 1, 0.4f, -0.5f));
-      CACHET_RETURN_IF_ERROR(add(p + "ssm_beta.weight", s.type, s.n_embd, s.ssm_v_heads, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "ssm_alpha.weight", s.type, s.n_embd, s.ssm_v_heads, lim(s.n_embd), 0.0f));
+      if (next) {
+        CACHET_RETURN_IF_ERROR(add(p + "ssm_ba.weight", s.type, s.n_embd, 2 * s.ssm_v_heads, lim(s.n_embd), 0.0f));
+      } else {
+        CACHET_RETURN_IF_ERROR(add(p + "ssm_beta.weight", s.type, s.n_embd, s.ssm_v_heads, lim(s.n_embd), 0.0f));
+        CACHET_RETURN_IF_ERROR(add(p + "ssm_alpha.weight", s.type, s.n_embd, s.ssm_v_heads, lim(s.n_embd), 0.0f));
+      }
       CACHET_RETURN_IF_ERROR(add(p + "ssm_norm.weight", DType::kF32, sd, 1, 0.1f, 1.0f));
       CACHET_RETURN_IF_ERROR(add(p + "ssm_out.weight", s.type, vd, s.n_embd, lim(vd), 0.0f));
     } else {  // gated attention: Q rows hold [q, gate] per head

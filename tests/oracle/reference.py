@@ -149,19 +149,16 @@ class Model:
             n_expert=int(get("expert_count", 0)),
             n_expert_used=int(get("expert_used_count", 0)),
         )
-        if arch in ("qwen3moe", "qwen35moe"):
+        if arch in ("qwen3moe", "qwen35moe", "qwen3next"):
             cfg.n_ff = int(get("expert_feed_forward_length"))
         if "output.weight" not in w:
             w["output.weight"] = w["token_embd.weight"]
             types["output.weight"] = types["token_embd.weight"]
         m = Model(cfg, w, types)
         m.arch = arch
-        if arch in ("qwen35", "qwen35moe"):  # hybrid: reference_qwen35.py
-            interval = int(get("full_attention_interval", 4))
-            m.recurrent = [(l + 1) % interval != 0 for l in range(n_layer)]
-            m.ssm = {"head_dim": int(get("ssm.state_size")), "k_heads": int(get("ssm.group_count")),
-                     "v_heads": int(get("ssm.time_step_rank"))}
-            m.rope_sections = [int(v) for v in get("rope.dimension_sections")]
+        if arch in ("qwen35", "qwen35moe", "qwen3next"):  # hybrid: reference_qwen35.py
+            from reference_qwen35 import setup_hybrid
+            setup_hybrid(m, arch, get, n_layer)
         return m
 
     @staticmethod
@@ -278,7 +275,7 @@ class Model:
         """Next-token logits at every position: [len(ids), n_vocab] float64.
 
         kv_f16 rounds keys (after RoPE) and values to IEEE half, as an f16 KV cache stores them."""
-        if getattr(self, "arch", "") in ("qwen35", "qwen35moe"):
+        if getattr(self, "arch", "") in ("qwen35", "qwen35moe", "qwen3next"):
             from reference_qwen35 import qwen35_logits
             return qwen35_logits(self, ids)
         c, w = self.cfg, self.w

@@ -1,10 +1,35 @@
-"""The numpy reference forward of Qwen3.5 / Qwen3.6 (qwen35, qwen35moe): gated delta net layers and gated
-attention layers, in float64, with no cache (the recurrence runs from a zero state over the whole sequence).
-Follows the model's definition (Hugging Face's Qwen3-Next / Qwen3.5 modeling code as llama.cpp's converter lays
-its tensors out), not cachet's code."""
+"""The numpy reference forward of Qwen3.5 / Qwen3.6 (qwen35, qwen35moe) and Qwen3-Next (qwen3next): gated delta
+net layers and gated attention layers, in float64, with no cache (the recurrence runs from a zero state over the
+whole sequence). Follows the model's definition (Hugging Face's Qwen3-Next / Qwen3.5 modeling code as llama.cpp's
+converter lays its tensors out), not cachet's code."""
 from __future__ import annotations
 
 import numpy as np
+
+
+def setup_hybrid(m, arch, get, n_layer):
+    """Layer kinds, delta-net shape and RoPE sections from the file; Qwen3-Next's fused tensors split."""
+    interval = int(get("full_attention_interval", 4))
+    m.recurrent = [(l + 1) % interval != 0 for l in range(n_layer)]
+    d, kh, vh = int(get("ssm.state_size")), int(get("ssm.group_count")), int(get("ssm.time_step_rank"))
+    m.ssm = {"head_dim": d, "k_heads": kh, "v_heads": vh, "grouped": arch == "qwen3next"}
+    half = m.cfg.rope_dim // 2
+    sections = get("rope.dimension_sections")
+    m.rope_sections = [int(v) for v in sections] if sections is not None else [half, half, half, 0]
+    if arch != "qwen3next":
+        return
+    r = vh // kh
+    for name in [n for n in m.w if n.endswith("ssm_ba.weight") or n.endswith("ssm_in.weight")]:
+        p, a, ty = name[: name.rindex("ssm_")], m.w.pop(name), m.types.pop(name)
+        groups = a.reshape(kh, -1, a.shape[1])  # per key head
+        if name.endswith("ssm_ba.weight"):  # [beta x r, alpha x r] per key head
+            parts = {"ssm_beta.weight": groups[:, :r], "ssm_alpha.weight": groups[:, r:]}
+        else:  # [q x d, k x d, v x r d, z x r d] per key head
+            qkv = np.concatenate([groups[:, :d].reshape(-1, a.shape[1]), groups[:, d:2 * d].reshape(-1, a.shape[1]),
+                                  groups[:, 2 * d:2 * d + r * d].reshape(-1, a.shape[1])])
+            parts = {"attn_qkv.weight": qkv, "attn_gate.weight": groups[:, 2 * d + r * d:]}
+        for k, v in parts.items():
+            m.w[p + k], m.types[p + k] = v.reshape(-1, a.shape[1]), ty
 
 
 def _silu(x):
@@ -36,7 +61,8 @@ def _delta_net(m, h, p):
     v = x[:, 2 * kd:].reshape(T, VH, d)
     q = q / np.sqrt((q * q).sum(-1, keepdims=True) + c.eps) / np.sqrt(d)
     k = k / np.sqrt((k * k).sum(-1, keepdims=True) + c.eps)
-    kh = np.arange(VH) % KH  # value head h reads key head h % KH
+    # Value head h reads key head h % KH (Qwen3.5's layout) or h // (VH / KH) (Qwen3-Next's).
+    kh = np.arange(VH) // (VH // KH) if s["grouped"] else np.arange(VH) % KH
     S = np.zeros((VH, d, d))  # [head, key dim, value dim]
     o = np.empty((T, VH, d))
     for t in range(T):

@@ -36,8 +36,12 @@ ARCHS = {
     "qwen35": ["--arch", "qwen35", "--head-dim", "64", "--n-layer", "4", "--ssm-head-dim", "64"],
     "qwen35moe": ["--arch", "qwen35moe", "--experts", "4", "--experts-used", "2", "--head-dim", "64", "--n-layer", "4",
                   "--ssm-head-dim", "64", "--shared-ff", "256"],
+    "qwen3next": ["--arch", "qwen3next", "--experts", "4", "--experts-used", "2", "--head-dim", "64", "--n-layer", "4",
+                  "--ssm-head-dim", "64", "--ssm-k-heads", "2", "--ssm-v-heads", "4", "--shared-ff", "256"],
+    "qwen3next-ssm-in": ["--arch", "qwen3next", "--experts", "4", "--experts-used", "2", "--head-dim", "64",
+                         "--n-layer", "4", "--ssm-head-dim", "64", "--shared-ff", "256", "--legacy-ssm-in"],
 }
-HYBRIDS = ["qwen35", "qwen35moe"]
+HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in"]
 N_VOCAB = 320
 
 

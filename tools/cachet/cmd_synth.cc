@@ -19,7 +19,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--preset", a->preset, "a real model's shape")
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "gemma2", "gemma3", "phi3", "gemma-embedding",
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gemma2", "gemma3", "phi3", "gemma-embedding",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
@@ -29,6 +29,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--ssm-v-heads", a->spec.ssm_v_heads, "qwen35: gated delta net value heads");
   c->add_option("--ssm-conv", a->spec.ssm_conv_kernel, "qwen35: causal conv width");
   c->add_option("--full-attn-interval", a->spec.full_attn_interval, "qwen35: every n-th layer attends");
+  c->add_flag("--legacy-ssm-in", a->spec.legacy_ssm_in, "qwen3next: q, k, v, z fused per key head (ssm_in)");
   c->add_option("--shared-ff", a->spec.n_ff_shared, "qwen35moe: the shared expert's width");
   c->add_flag("--rope-freqs", a->spec.rope_freqs, "llama: write Llama 3-style rope_freqs factors");
   c->add_option("--sliding-window", a->spec.sliding_window, "gemma2/3: sliding window of the local layers");
