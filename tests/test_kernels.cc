@@ -396,6 +396,32 @@ TEST(Kernels, GeluMulMatchesScalarAndTheTanhForm) {
   }
 }
 
+// The gated delta rule: every table against the scalar one, head sizes across every vector width and tail,
+// states that have run a few tokens (decay < 1, rows of mixed sign), within rounding of the dot products.
+TEST(Kernels, DeltaRuleMatchesScalar) {
+  for (const Kernels* k : simd_tables()) {
+    for (int d : {1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100, 128}) {
+      auto S0 = random_floats(static_cast<size_t>(d) * d + 1, 41 + d, -1.0f, 1.0f);
+      std::vector<float> rs(S0), ks(S0), ro(d + 1, 7.0f), ko(d + 1, 7.0f);
+      for (int t = 0; t < 4; ++t) {
+        auto q = random_floats(d, 50 + t, -0.3f, 0.3f);
+        auto kk = random_floats(d, 60 + t, -0.3f, 0.3f);
+        auto v = random_floats(d, 70 + t, -2.0f, 2.0f);
+        const float decay = 0.7f + 0.05f * t, beta = 0.3f + 0.1f * t;
+        ref::kKernels.delta_rule(rs.data() + 1, q.data(), kk.data(), v.data(), decay, beta, ro.data(), d);
+        k->delta_rule(ks.data() + 1, q.data(), kk.data(), v.data(), decay, beta, ko.data(), d);
+        ASSERT_EQ(ks[0], S0[0]) << "nothing before the state is touched";
+        ASSERT_EQ(ko[d], 7.0f) << "nothing after the output is touched";
+        for (int i = 1; i <= d * d; ++i)
+          ASSERT_NEAR(ks[i], rs[i], 2e-5f * std::max(1.0f, std::fabs(rs[i]))) << isa_name(k->isa) << " d=" << d;
+        for (int j = 0; j < d; ++j)
+          ASSERT_NEAR(ko[j], ro[j], 2e-5f * std::sqrt(static_cast<float>(d)) * std::max(1.0f, std::fabs(ro[j])))
+              << isa_name(k->isa) << " d=" << d << " row " << j;
+      }
+    }
+  }
+}
+
 TEST(Quantize, RoundTripErrorIsBounded) {
   auto x = random_floats(32 * 64, 3);
   for (DType t : kTypes) {

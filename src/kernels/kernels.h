@@ -141,6 +141,14 @@ struct Kernels {
   // g[i] = gelu(g[i]) * u[i] with GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
   // computed as x / (1 + e^(-x (kGeluC1 + kGeluC2 x^2))), i < n.
   void (*gelu_mul)(float* g, const float* u, int64_t n);
+
+  // One token of the gated delta rule for one value head (model/gated_delta_net.h). S: the head's d x d state,
+  // row j (value dim j over the d key dims) contiguous; q, k: the token's (normalised) query and key; v: its
+  // value. Row by row: S_j = decay S_j;  e_j = beta (v_j - S_j . k);  S_j += e_j k;  o_j = S_j . q.
+  // Each dot product in the table's lane order: tables agree within rounding (docs/numerics.md), a table with
+  // itself bit for bit whatever the batch or the threads.
+  void (*delta_rule)(float* S, const float* q, const float* k, const float* v, float decay, float beta, float* o,
+                     int d);
 };
 
 // 2 sqrt(2/pi) and 2 sqrt(2/pi) 0.044715: the GELU constants of gelu_mul.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/check.h"
+#include "kernels/kernels.h"
 
 namespace cachet {
 
@@ -68,6 +69,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
   // The delta rule: each (sequence, value head) walks its tokens in order through its d x d state, row by row of
   // S^T (row j = value dim j over the key dims, contiguous): decay, read S^T k, write the correction, read S^T q.
   const int64_t units = static_cast<int64_t>(a.n_seqs) * VH;
+  const Kernels& kern = kernels();
   pool.parallel_for(units, [&](int, int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) {
       const int s = static_cast<int>(u / VH);
@@ -82,21 +84,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
         const float decay = std::exp(softplus(a.alpha[t * VH + h] + a.dt_bias[h]) * a.a[h]);
         const float beta = 1.0f / (1.0f + std::exp(-a.beta[t * VH + h]));
         float* o = a.out + static_cast<int64_t>(t) * vd + h * d;
-        for (int64_t j = 0; j < d; ++j) {
-          float* sj = S + j * d;
-          float sk = 0.0f;
-          for (int64_t i = 0; i < d; ++i) {
-            sj[i] *= decay;
-            sk += sj[i] * k[i];
-          }
-          const float dj = (v[j] - sk) * beta;
-          float oj = 0.0f;
-          for (int64_t i = 0; i < d; ++i) {
-            sj[i] += k[i] * dj;
-            oj += sj[i] * q[i];
-          }
-          o[j] = oj;
-        }
+        kern.delta_rule(S, q, k, v, decay, beta, o, static_cast<int>(d));
         // Gated RMSNorm of this head's output.
         float ss = 0.0f;
         for (int64_t j = 0; j < d; ++j) ss += o[j] * o[j];

@@ -322,6 +322,24 @@ void gelu_mul(float* g, const float* u, int64_t n) {
   }
 }
 
+void delta_rule(float* S, const float* q, const float* k, const float* v, float decay, float beta, float* o, int d) {
+  for (int j = 0; j < d; ++j) {
+    float* s = S + static_cast<int64_t>(j) * d;
+    float sk = 0.0f;
+    for (int i = 0; i < d; ++i) {
+      s[i] *= decay;
+      sk = std::fma(s[i], k[i], sk);
+    }
+    const float e = beta * (v[j] - sk);
+    float oj = 0.0f;
+    for (int i = 0; i < d; ++i) {
+      s[i] = std::fma(e, k[i], s[i]);
+      oj = std::fma(s[i], q[i], oj);
+    }
+    o[j] = oj;
+  }
+}
+
 void kv_store(DType t, const float* src, void* dst, int n) {
   if (t == DType::kF32) {
     if (n > 0) std::memcpy(dst, src, n * sizeof(float));
@@ -511,6 +529,6 @@ constinit const Kernels kKernels = {Isa::kScalar,       1,          dequantize_r
                                     KSums::kPerBlock,
                                     FloatPack::kHalfRows, round_bf16, packed_dot_bf16, packed_dot_half, attn_tile,
                                     attn_chunk,
-                                    silu_mul,           gelu_mul};
+                                    silu_mul,           gelu_mul,        delta_rule};
 
 }  // namespace cachet::ref
