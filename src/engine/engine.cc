@@ -441,6 +441,11 @@ EngineCounters Engine::counters() const {
     c.prefix_query_tokens = rc->query_tokens();
     c.prefix_hit_tokens = rc->hit_tokens();
   }
+  if (state_) {
+    c.state_slots_total = state_->n_slots();
+    c.state_slots_used = state_->n_used();
+    c.state_bytes_per_slot = state_->bytes_per_slot();
+  }
   c.spec_draft_tokens = spec_->draft_tokens();
   c.spec_accepted_tokens = spec_->accepted_tokens();
   return c;

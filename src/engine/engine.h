@@ -52,6 +52,8 @@ struct EngineCounters {
   int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
   int64_t spec_draft_tokens = 0;               // draft tokens the target verified
   int64_t spec_accepted_tokens = 0;            // of those, accepted
+  int state_slots_total = 0, state_slots_used = 0;  // hybrid models: recurrent state slots (kv/state_store.h)
+  int64_t state_bytes_per_slot = 0;
 };
 
 class Engine {

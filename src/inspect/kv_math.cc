@@ -19,10 +19,12 @@ std::string kv_math(const KvShape& s, int64_t context, int64_t batch, int64_t bl
       static_cast<uint64_t>(s.n_layer) * s.n_head_kv * (kv_row_bytes(s.k, s.head_dim) + kv_row_bytes(s.v, s.head_dim));
   auto mul = [](uint64_t a, uint64_t b) { return checked_mul(a, b).value_or(UINT64_MAX); };
   out->bytes_per_token = static_cast<int64_t>(per_token);
-  out->bytes_per_sequence = static_cast<int64_t>(mul(per_token, context));
+  if (s.state_bytes_per_sequence < 0) return "state bytes must not be negative";
+  const uint64_t state = static_cast<uint64_t>(s.state_bytes_per_sequence);
+  out->bytes_per_sequence = static_cast<int64_t>(mul(per_token, context) + state);
   out->bytes_per_batch = static_cast<int64_t>(mul(out->bytes_per_sequence, batch));
   const int64_t blocks = (context + block_size - 1) / block_size;
-  out->paged_bytes_per_sequence = static_cast<int64_t>(mul(per_token, blocks * block_size));
+  out->paged_bytes_per_sequence = static_cast<int64_t>(mul(per_token, blocks * block_size) + state);
   out->paged_waste_bytes = out->paged_bytes_per_sequence - out->bytes_per_sequence;
   out->max_sequences = out->max_sequences_paged = -1;
   if (budget_bytes > 0) {

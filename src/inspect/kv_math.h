@@ -14,11 +14,14 @@ struct KvShape {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   KvType k = KvType::kF16, v = KvType::kF16;  // kv/kv_type.h (blocks of 32 along each head's vector)
+  // Hybrid models: n_layer counts the attention layers only; each sequence also holds this many bytes of
+  // recurrent state (conv windows and delta-net matrices, f32), whatever its length.
+  int64_t state_bytes_per_sequence = 0;
 };
 
 struct KvMath {
   int64_t bytes_per_token;    // K and V, all layers
-  int64_t bytes_per_sequence;  // contiguous, at `context` tokens
+  int64_t bytes_per_sequence;  // contiguous, at `context` tokens (plus a hybrid model's recurrent state)
   int64_t bytes_per_batch;
   int64_t paged_bytes_per_sequence;  // ceil(context / block) blocks
   int64_t paged_waste_bytes;         // slots allocated but holding no token (last block's tail)

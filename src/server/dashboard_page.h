@@ -36,6 +36,10 @@ inline constexpr const char* kDashboardPage = R"HTML(<!doctype html>
 <div class="legend"><span><i class="used"></i>held by requests <b id="n-used">-</b></span>
 <span><i class="cached"></i>prefix cache only <b id="n-cached">-</b></span><span><i class="free"></i>free <b id="n-free">-</b></span>
 <span>of <b id="n-total">-</b> blocks</span></div>
+<div id="states" hidden><h2>Recurrent state slots (hybrid model)</h2>
+<div class="bar"><div id="s-used" class="used"></div><div id="s-free" class="free"></div></div>
+<div class="legend"><span><i class="used"></i>held by sequences <b id="ns-used">-</b></span>
+<span>of <b id="ns-total">-</b> slots, <b id="ns-bytes">-</b> MiB each</span></div></div>
 <h2>Prefix cache hit rate (prompt tokens served from the cache, per interval)</h2>
 <canvas id="chart" width="900" height="140"></canvas>
 <h2>Radix tree: largest nodes (<span id="n-nodes">0</span>)</h2>
@@ -68,6 +72,13 @@ async function tick() {
     $("b-free").style.width = (100 * free / total) + "%";
     $("n-used").textContent = used; $("n-cached").textContent = cachedOnly; $("n-free").textContent = free;
     $("n-total").textContent = s.blocks_total;
+    $("states").hidden = !(s.state_slots_total > 0);
+    if (s.state_slots_total > 0) {
+      $("s-used").style.width = (100 * s.state_slots_used / s.state_slots_total) + "%";
+      $("s-free").style.width = (100 - 100 * s.state_slots_used / s.state_slots_total) + "%";
+      $("ns-used").textContent = s.state_slots_used; $("ns-total").textContent = s.state_slots_total;
+      $("ns-bytes").textContent = (s.state_bytes_per_slot / 1048576).toFixed(1);
+    }
     if (last) {
       const dq = s.prefix_query_tokens - last.prefix_query_tokens, dh = s.prefix_hit_tokens - last.prefix_hit_tokens;
       if (dq > 0) { history.push(dh / dq); if (history.length > 150) history.shift(); }

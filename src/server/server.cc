@@ -205,6 +205,14 @@ std::string metrics_text(App& app) {
                 static_cast<double>(s.counters.preemptions));
   render_scalar(&out, "cachet_engine_steps_total", "counter", "engine steps (one forward pass each)",
                 static_cast<double>(s.steps));
+  if (s.counters.state_slots_total > 0) {  // hybrid models' recurrent states
+    render_scalar(&out, "cachet_state_slots_used", "gauge", "recurrent state slots held by sequences",
+                  s.counters.state_slots_used);
+    render_scalar(&out, "cachet_state_slots_total", "gauge", "recurrent state slots in the store",
+                  s.counters.state_slots_total);
+    render_scalar(&out, "cachet_state_bytes_per_slot", "gauge", "bytes of one sequence's recurrent state",
+                  static_cast<double>(s.counters.state_bytes_per_slot));
+  }
   render_scalar(&out, "cachet_prefix_cache_blocks", "gauge", "KV blocks the prefix cache holds",
                 s.counters.blocks_cached);
   // vLLM's names, so routers and autoscalers that read them (sglang-router, the Gateway API Inference
@@ -300,7 +308,8 @@ void install_routes(App& app, httplib::Server& svr) {
                           {"blocks_total", c.blocks_total}, {"blocks_used", c.blocks_used},
                           {"blocks_cached", c.blocks_cached}, {"blocks_held_by_requests", s.blocks_held_by_requests},
                           {"prefix_query_tokens", c.prefix_query_tokens}, {"prefix_hit_tokens", c.prefix_hit_tokens},
-                          {"nodes", nodes}})
+                          {"state_slots_total", c.state_slots_total}, {"state_slots_used", c.state_slots_used},
+                          {"state_bytes_per_slot", c.state_bytes_per_slot}, {"nodes", nodes}})
                         .dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");
   });

@@ -82,6 +82,8 @@ int info(const std::string& model_flag, bool json) {
     }
     j["weight_bytes"] = total;
     j["kv_bytes_per_token"] = {{"f16", c.kv_bytes_per_token(2)}, {"f32", c.kv_bytes_per_token(4)}};
+    if (c.n_recurrent_layers() > 0)
+      j["state_bytes_per_sequence"] = c.state_bytes_per_seq();
     j["cpu"] = cpu_json();
     if (tp_size() > 1) j["tp"] = {{"ranks", tp_size()}, {"note", "config heads and kv_bytes_per_token are rank 0's share"}};
     std::printf("%s\n", j.dump(1).c_str());
@@ -102,7 +104,14 @@ int info(const std::string& model_flag, bool json) {
   std::printf("weights: %zu bytes (%.2f MiB)\n", total, total / 1048576.0);
   std::printf("KV cache per token: %lld bytes in f16, %lld in f32 (2 x %lld layers x %lld kv_dim)\n",
               static_cast<long long>(c.kv_bytes_per_token(2)), static_cast<long long>(c.kv_bytes_per_token(4)),
-              static_cast<long long>(c.n_layer), static_cast<long long>(c.kv_dim()));
+              static_cast<long long>(c.n_kv_layers()), static_cast<long long>(c.kv_dim()));
+  if (c.n_recurrent_layers() > 0)
+    std::printf("recurrent state per sequence: %lld bytes (%lld gated delta net layers: a %lld-wide conv window of %lld "
+                "channels and %lld matrices of %lld x %lld, f32), whatever the sequence's length\n",
+                static_cast<long long>(c.state_bytes_per_seq()), static_cast<long long>(c.n_recurrent_layers()),
+                static_cast<long long>(c.ssm_conv_kernel - 1), static_cast<long long>(c.ssm_conv_dim()),
+                static_cast<long long>(c.ssm_v_heads), static_cast<long long>(c.ssm_head_dim),
+                static_cast<long long>(c.ssm_head_dim));
   std::printf("kernels: %s on %s (cpu: %s)\n", isa_name(kernels().isa), cpu_model_name().c_str(),
               cpu_features().to_string().c_str());
   if (tp_size() > 1)

@@ -42,7 +42,8 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
         return;
       }
       const ModelConfig& cfg = (*m)->config();
-      s.n_layer = cfg.n_layer;
+      s.n_layer = cfg.n_kv_layers();  // a hybrid model's attention layers; its recurrent ones hold a state
+      s.state_bytes_per_sequence = cfg.state_bytes_per_seq();
       s.n_head_kv = cfg.n_head_kv;
       s.head_dim = cfg.head_dim;
       for (const auto& t : (*m)->tensors()) weight_bytes += static_cast<int64_t>(t.n_bytes());
@@ -73,6 +74,7 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
                           {"kv_type_k", kv_type_name(s.k)}, {"kv_type_v", kv_type_name(s.v)},
                           {"context", a->context}, {"batch", a->batch},
                           {"block_size", a->block}, {"bytes_per_token", r.bytes_per_token},
+                          {"state_bytes_per_sequence", s.state_bytes_per_sequence},
                           {"bytes_per_sequence", r.bytes_per_sequence}, {"bytes_per_batch", r.bytes_per_batch},
                           {"paged_bytes_per_sequence", r.paged_bytes_per_sequence},
                           {"paged_waste_bytes", r.paged_waste_bytes}, {"weight_bytes", weight_bytes},
@@ -84,6 +86,10 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
                   s.k == s.v ? kv_type_name(s.k) : (std::string("K ") + kv_type_name(s.k) + ", V " + kv_type_name(s.v)).c_str());
       std::printf("  per token:     %s  (2 x layers x KV heads x head dim x element size)\n",
                   format_bytes(r.bytes_per_token).c_str());
+      if (s.state_bytes_per_sequence > 0)
+        std::printf("  state:         %s per sequence, whatever its length (recurrent layers' conv windows and "
+                    "delta-net matrices, f32)\n",
+                    format_bytes(s.state_bytes_per_sequence).c_str());
       std::printf("  per sequence:  %s  at %lld tokens\n", format_bytes(r.bytes_per_sequence).c_str(),
                   static_cast<long long>(a->context));
       std::printf("  per batch:     %s  for %lld sequences\n", format_bytes(r.bytes_per_batch).c_str(),

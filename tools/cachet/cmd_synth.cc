@@ -17,7 +17,8 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   CLI::App* c = app.add_subcommand("synth", "write a synthetic GGUF of any architecture with random weights (tests, benches)");
   c->add_option("-o,--output", a->out, "output path")->required();
   c->add_option("--preset", a->preset, "a real model's shape")
-      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small", "tiny"}));
+      ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small",
+                             "qwen3.5-2b", "qwen3.5-9b", "qwen3.6-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
       ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gemma2", "gemma3", "phi3", "gemma-embedding",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
@@ -74,6 +75,19 @@ void add_synth_command(CLI::App& app, int* exit_code) {
     } else if (a->preset == "qwen3-moe-small") {  // Qwen3-30B-A3B's block at a laptop's size: 16 experts, 4 active
       s.arch = "qwen3moe", s.n_vocab = 151936, s.n_embd = 1024, s.n_layer = 24, s.n_head = 16, s.n_head_kv = 4;
       s.head_dim = 128, s.n_ff = 768, s.n_expert = 16, s.n_expert_used = 4, s.n_ctx = 40960, s.rope_theta = 1000000.0;
+    } else if (a->preset == "qwen3.5-2b" || a->preset == "qwen3.5-9b") {
+      // Qwen3.5's hybrid stack (docs/hybrid.md): 3 gated delta nets then 1 gated attention layer, attention heads of
+      // 256 with a quarter rotated, delta-net heads of 128 (16 key heads; value heads 16 on 2B, 32 on 9B).
+      const bool big = a->preset == "qwen3.5-9b";
+      s.arch = "qwen35", s.n_vocab = 248320, s.n_embd = big ? 4096 : 2048, s.n_layer = big ? 32 : 24;
+      s.n_head = big ? 16 : 8, s.n_head_kv = big ? 4 : 2, s.head_dim = 256, s.n_ff = big ? 12288 : 6144;
+      s.ssm_head_dim = 128, s.ssm_k_heads = 16, s.ssm_v_heads = big ? 32 : 16, s.ssm_conv_kernel = 4;
+      s.n_ctx = 262144, s.rope_theta = 10000000.0;
+    } else if (a->preset == "qwen3.6-moe-small") {  // Qwen3.6-35B-A3B's block (256 experts, 8 + 1 shared active)
+      s.arch = "qwen35moe", s.n_vocab = 248320, s.n_embd = 2048, s.n_layer = 12, s.n_head = 16, s.n_head_kv = 2;
+      s.head_dim = 256, s.n_ff = 512, s.n_expert = 256, s.n_expert_used = 8, s.n_ff_shared = 512;
+      s.ssm_head_dim = 128, s.ssm_k_heads = 16, s.ssm_v_heads = 32, s.ssm_conv_kernel = 4;
+      s.n_ctx = 262144, s.rope_theta = 10000000.0;
     }
     s.tied_output = !a->untied;
     auto t = dtype_from_name(a->type);

@@ -1,0 +1,59 @@
+"""A hybrid model (Qwen3.5-shaped: gated delta nets beside attention) served as a user serves it: concurrent
+requests give the ids each gives alone, the recurrent state slots are in /metrics and the dashboard's state, and
+`cachet info` / `kv-math` count the state per sequence beside the KV cache."""
+import concurrent.futures
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from test_server import Server
+
+
+@pytest.fixture(scope="module")
+def hybrid(cachet_bin, tmp_path_factory):
+    path = tmp_path_factory.mktemp("hybrid") / "qwen35.gguf"
+    subprocess.run([cachet_bin, "synth", "-o", str(path), "--arch", "qwen35", "--type", "Q8_0", "--n-vocab", "320",
+                    "--n-embd", "128", "--n-layer", "4", "--n-head", "4", "--n-head-kv", "2", "--head-dim", "32",
+                    "--n-ff", "256", "--ssm-head-dim", "32", "--seed", "5"], check=True)
+    return path
+
+
+def completion(server, ids, n):
+    status, body, _ = server.request("POST", "/v1/completions", {
+        "prompt": ids, "max_tokens": n, "temperature": 0, "ignore_eos": True, "logprobs": 1})
+    assert status == 200, body
+    return json.loads(body)["choices"][0]["logprobs"]["tokens"]
+
+
+def test_concurrent_requests_equal_alone_and_state_slots_are_reported(cachet_bin, hybrid):
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(3, 320, size=int(rng.integers(5, 90))).tolist() for _ in range(12)]
+    s = Server(cachet_bin, hybrid, "--parallel", "4")
+    try:
+        alone = [completion(s, p, 24) for p in prompts]
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            together = list(ex.map(lambda p: completion(s, p, 24), prompts))
+        assert together == alone
+        m = s.metrics()
+        assert m["cachet_state_slots_total"] >= 1
+        assert m["cachet_state_slots_used"] == 0, "every finished request gave its slot back"
+        assert m["cachet_state_bytes_per_slot"] == 3 * 4 * (3 * (2 * 64 + 128) + 4 * 32 * 32)
+        _, state = s.get("/dashboard/state")
+        assert json.loads(state)["state_slots_total"] == m["cachet_state_slots_total"]
+    finally:
+        s.stop()
+
+
+def test_info_and_kv_math_count_the_state(cachet_bin, hybrid):
+    info = json.loads(subprocess.run([cachet_bin, "info", "-m", str(hybrid), "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    # 3 gated delta nets: (kernel 4 - 1) x (q 64 + k 64 + v 128) conv values + 4 heads x 32 x 32, f32.
+    per_seq = 3 * 4 * (3 * 256 + 4 * 32 * 32)
+    assert info["state_bytes_per_sequence"] == per_seq
+    assert info["kv_bytes_per_token"]["f16"] == 2 * 1 * 64 * 2  # one attention layer of 2 x 32-wide KV heads
+    km = json.loads(subprocess.run([cachet_bin, "kv-math", "-m", str(hybrid), "--context", "100", "--json"],
+                                   check=True, capture_output=True, text=True).stdout)
+    assert km["layers"] == 1 and km["state_bytes_per_sequence"] == per_seq
+    assert km["bytes_per_sequence"] == 100 * km["bytes_per_token"] + per_seq
