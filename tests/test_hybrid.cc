@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -118,7 +119,8 @@ Out run(Model& m, EngineConfig cfg, const std::vector<Job>& js, std::vector<Requ
       if (x.token) out.tokens[x.id].push_back(*x.token);
   }
   EXPECT_EQ(e->check(), "");
-  EXPECT_EQ(e->counters().blocks_used, 0);
+  EXPECT_EQ(e->counters().blocks_used, e->counters().blocks_cached) << "only the prefix cache holds blocks at the end";
+  EXPECT_EQ(e->counters().state_slots_used, e->counters().state_checkpoints) << "a state slot leaked";
   out.preemptions = e->counters().preemptions;
   return out;
 }
@@ -199,6 +201,93 @@ TEST(HybridEngine, ForkedSamplesContinueFromThePromptsState) {
         if (x.token) got.push_back(*x.token);
     }
     EXPECT_EQ(out[*id + k], got) << "sample " << k;
+  }
+}
+
+// The prefix cache on a hybrid model: a cached prefix is taken only up to a state checkpoint (the prompt's last
+// block boundary or the latest one a finished request passed), and nothing changes: 200 requests whose prompts
+// share beginnings that end at random positions, served with the cache off and then on (another order, fewer
+// running sequences, shorter chunks, a small pool: evictions and preemptions), give the same ids and logits bit
+// for bit; every slot not held by a sequence is a checkpoint in the tree at the end (none leaked).
+TEST(HybridEngine, PrefixCacheWithStateCheckpointsNeverChangesTokensOrLogits) {
+  auto m = hybrid_model();
+  const int V = static_cast<int>(m->config().n_vocab);
+  std::mt19937 rng(404);
+  std::vector<std::vector<int32_t>> shared;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> s(20 + rng() % 100);
+    for (auto& x : s) x = static_cast<int32_t>(rng() % V);
+    shared.push_back(s);
+  }
+  struct J {
+    std::vector<int32_t> prompt;
+    SamplingParams p;
+  };
+  std::vector<J> js;
+  for (int i = 0; i < 200; ++i) {
+    J j;
+    const auto& s = shared[rng() % shared.size()];
+    j.prompt.assign(s.begin(), s.begin() + 1 + rng() % s.size());
+    const int tail = static_cast<int>(rng() % 20);
+    for (int k = 0; k < tail; ++k) j.prompt.push_back(static_cast<int32_t>(rng() % V));
+    j.p.max_tokens = 1 + static_cast<int>(rng() % 12);
+    if (i % 3 == 0) {
+      j.p.temperature = 0.8f;
+      j.p.seed = 1000 + i;
+    }
+    js.push_back(j);
+  }
+  struct O {
+    std::vector<int32_t> ids;
+    std::vector<float> logits;
+  };
+  auto serve = [&](bool cache, int max_running, int chunk, int n_blocks, uint32_t order_seed, EngineCounters* counters) {
+    EngineConfig cfg;
+    cfg.n_blocks = n_blocks;
+    cfg.prefix_cache = cache;
+    cfg.max_running = max_running;
+    cfg.prefill_chunk = chunk;
+    cfg.max_batch_tokens = 3 * chunk;
+    std::map<RequestId, size_t> job_of;
+    std::vector<O> out(js.size());
+    cfg.on_logits = [&](RequestId id, const float* row, int64_t n) {
+      auto& l = out[job_of.at(id)].logits;
+      l.insert(l.end(), row, row + n);
+    };
+    auto e = make_engine(*m, cfg);
+    std::vector<size_t> order(js.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(order_seed));
+    size_t next = 0;
+    for (int steps = 0; (next < order.size() || e->has_work()) && steps < 200000; ++steps) {
+      for (int k = static_cast<int>(rng() % 8); k > 0 && next < order.size(); --k, ++next) {
+        auto id = e->add_request(js[order[next]].prompt, js[order[next]].p, {}, false);
+        EXPECT_TRUE(id.is_ok()) << id.status().message();
+        job_of[*id] = order[next];
+      }
+      auto ev = e->step();
+      EXPECT_TRUE(ev.is_ok()) << ev.status().message();
+      if (!ev.is_ok()) break;
+      for (const auto& x : *ev)
+        if (x.token) out[job_of.at(x.id)].ids.push_back(*x.token);
+      EXPECT_EQ(e->check(), "") << "step " << steps;
+    }
+    *counters = e->counters();
+    return out;
+  };
+  EngineCounters off_c, on_c;
+  const auto off = serve(false, 256, 32, 64, 1, &off_c);
+  const auto on = serve(true, 6, 20, 22, 2, &on_c);
+  EXPECT_EQ(off_c.prefix_hit_tokens, 0);
+  EXPECT_GT(on_c.prefix_hit_tokens, 500) << "the cache must resume from checkpoints for this test to mean anything";
+  EXPECT_GT(on_c.preemptions, 0);
+  EXPECT_GT(on_c.state_checkpoints, 0);
+  EXPECT_EQ(on_c.state_slots_used, on_c.state_checkpoints) << "a state slot leaked";
+  for (size_t i = 0; i < js.size(); ++i) {
+    ASSERT_EQ(on[i].ids, off[i].ids) << "request " << i;
+    ASSERT_EQ(on[i].logits.size(), off[i].logits.size());
+    ASSERT_EQ(0, std::memcmp(on[i].logits.data(), off[i].logits.data(), on[i].logits.size() * sizeof(float)))
+        << "request " << i << ": logits differ with the prefix cache";
   }
 }
 

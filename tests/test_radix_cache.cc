@@ -9,6 +9,7 @@
 
 #include "kv/block_pool.h"
 #include "kv/radix_cache.h"
+#include "kv/state_store.h"
 
 namespace cachet {
 namespace {
@@ -191,6 +192,105 @@ TEST(RadixCache, RandomizedHundredThousandOperations) {
   EXPECT_GT(evictions, 100);
   EXPECT_GT(lru_checked, 100);
   EXPECT_GT(rc.hit_tokens(), 0);
+}
+
+
+// Hybrid models' state checkpoints on the tree: a match that needs one ends at a node holding the state of exactly
+// its prefix (in its namespace); evictions and LRU drops hand every slot back; the slots the tree holds never
+// exceed the store, and none leaks (the store's used slots are the tree's checkpoints, always).
+TEST(RadixCache, RandomizedCheckpointsNeverLeakOrLie) {
+  constexpr int kBlocks = 64, kSlots = 6;
+  BlockPool pool(kBlocks);
+  RadixCache rc(&pool, kBs);
+  StateStore slots(kSlots, 0, 0, 0);  // bookkeeping only
+  std::map<int32_t, Content> state_of;  // what each checkpoint slot holds
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> bases;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> b(kBs * (1 + rng() % 5) + rng() % kBs);
+    for (auto& x : b) x = static_cast<int32_t>(rng() % 3);
+    bases.push_back(b);
+  }
+  auto reclaim = [&] {
+    for (int32_t s : rc.take_dropped_checkpoints()) {
+      state_of.erase(s);
+      slots.free(s);
+    }
+  };
+  struct Req {
+    uint64_t ns;
+    std::vector<int32_t> tokens;
+    RadixCache::Match m;
+    std::vector<BlockId> table;
+  };
+  std::vector<Req> running;
+  int64_t resumed = 0, attached = 0;
+  for (int op = 0; op < 30000; ++op) {
+    const int kind = static_cast<int>(rng() % 10);
+    if (kind < 5 || running.empty()) {
+      Req r;
+      r.ns = rng() % 2;
+      r.tokens = bases[rng() % bases.size()];
+      for (int j = static_cast<int>(rng() % (2 * kBs)); j > 0; --j) r.tokens.push_back(static_cast<int32_t>(rng() % 3));
+      const int n = static_cast<int>(r.tokens.size());
+      r.m = rc.match(r.ns, r.tokens.data(), n, (n - 1) / kBs, /*need_checkpoint=*/true);
+      if (r.m.last) {
+        ASSERT_GE(r.m.checkpoint, 0) << "op " << op;
+        const Content want{r.ns, std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + r.m.n_tokens)};
+        ASSERT_TRUE(state_of.at(r.m.checkpoint) == want) << "op " << op << ": a checkpoint of another prefix";
+        rc.lock(r.m.last);
+        ++resumed;
+      } else {
+        ASSERT_EQ(r.m.n_tokens, 0);
+      }
+      for (BlockId b : r.m.blocks) pool.incref(b);
+      r.table = r.m.blocks;
+      const int need = n / kBs - static_cast<int>(r.m.blocks.size());
+      if (!pool.can_allocate(need)) rc.evict(need - pool.n_free());
+      reclaim();
+      std::vector<BlockId> fresh;
+      if (pool.allocate(need, &fresh)) {
+        r.table.insert(r.table.end(), fresh.begin(), fresh.end());
+        running.push_back(std::move(r));
+      } else {
+        if (r.m.last) rc.unlock(r.m.last);
+        for (BlockId b : r.table) pool.decref(b);
+      }
+    } else if (kind < 9) {  // finishes: blocks to the tree, then a checkpoint at a random boundary of them
+      const size_t i = rng() % running.size();
+      Req& r = running[i];
+      const int nb = static_cast<int>(r.table.size());
+      rc.insert(r.ns, r.tokens.data(), nb * kBs, r.table.data());
+      if (nb > 0) {
+        std::optional<StateSlot> s = slots.allocate();
+        if (!s && rc.drop_lru_checkpoint()) {
+          reclaim();
+          s = slots.allocate();
+        }
+        if (s) {
+          const int pos = kBs * (1 + static_cast<int>(rng() % nb));
+          state_of[*s] = {r.ns, std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + pos)};
+          if (rc.attach_checkpoint(r.ns, r.tokens.data(), pos, *s)) {
+            ++attached;
+          } else {
+            state_of.erase(*s);
+            slots.free(*s);
+          }
+        }
+      }
+      if (r.m.last) rc.unlock(r.m.last);
+      for (BlockId b : r.table) pool.decref(b);
+      running.erase(running.begin() + static_cast<long>(i));
+    } else {
+      rc.evict(static_cast<int>(rng() % 8));
+      reclaim();
+    }
+    ASSERT_EQ(rc.check() + pool.check() + slots.check(), "") << "after op " << op;
+    ASSERT_EQ(slots.n_used(), rc.checkpoints()) << "after op " << op << ": a checkpoint slot leaked";
+    ASSERT_LE(rc.checkpoints(), kSlots);
+  }
+  EXPECT_GT(resumed, 1000);
+  EXPECT_GT(attached, 1000);
 }
 
 }  // namespace

@@ -41,13 +41,14 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   storage_ = std::make_unique<KvBlockStorage>(c, cfg_.n_blocks, cfg_.block_size, cfg_.kv_type);
   if (c.n_recurrent_layers() > 0) {
     // A hybrid model: one recurrent state per running sequence, the slots sized like the KV pool (a quarter of
-    // its budget again, at least one); they bound the running sequences. Its prefix cache waits for state
-    // checkpoints (docs/hybrid.md): a cached KV prefix alone cannot restore a recurrent state.
+    // its budget again, at least one); they bound the running sequences. With the prefix cache, as many again
+    // (at least two) for state checkpoints: a cached KV prefix alone cannot restore a recurrent state, so a
+    // prefix is reused only up to a checkpoint (docs/hybrid.md).
     const int64_t per_slot = c.state_bytes_per_seq();
     const int64_t slots = std::clamp<int64_t>(cfg_.kv_memory_bytes / 4 / per_slot, 1, cfg_.max_running);
-    state_ = std::make_unique<StateStore>(c, static_cast<int>(slots));
+    const int64_t checkpoints = cfg_.prefix_cache ? std::clamp<int64_t>(cfg_.kv_memory_bytes / 4 / per_slot, 2, 4096) : 0;
+    state_ = std::make_unique<StateStore>(c, static_cast<int>(slots + checkpoints));
     cfg_.max_running = static_cast<int>(slots);
-    cfg_.prefix_cache = false;
   }
   SchedulerConfig sc;
   sc.block_size = cfg_.block_size;
@@ -56,6 +57,7 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   sc.prefill_chunk = cfg_.prefill_chunk;
   sc.max_running = cfg_.max_running;
   sc.prefix_cache = cfg_.prefix_cache;
+  sc.state_checkpoints = state_ != nullptr;
   scheduler_ = std::make_unique<Scheduler>(sc);
 }
 
@@ -156,6 +158,10 @@ void Engine::abort(RequestId id) {
 
 StateSlot Engine::take_state_slot(Request* r) {
   if (auto s = state_->allocate()) return *s;
+  if (RadixCache* rc = scheduler_->prefix_cache(); rc && rc->drop_lru_checkpoint()) {
+    reclaim_checkpoints();
+    if (auto s = state_->allocate()) return *s;
+  }
   const std::vector<SchedRequest*>& running = scheduler_->running();
   for (auto& [id, other] : requests_) {
     if (other.get() == r || !other->state_slot) continue;
@@ -168,10 +174,46 @@ StateSlot Engine::take_state_slot(Request* r) {
   return 0;
 }
 
+std::optional<StateSlot> Engine::take_checkpoint_slot() {
+  int holders = 0;  // sequences holding a slot; the others that may run each need one left
+  for (const auto& [id, q] : requests_) holders += q->state_slot.has_value();
+  const int reserve = cfg_.max_running - std::min(holders, cfg_.max_running);
+  RadixCache* rc = scheduler_->prefix_cache();
+  if (state_->n_free() <= reserve && rc->drop_lru_checkpoint()) reclaim_checkpoints();
+  if (state_->n_free() <= reserve) return std::nullopt;
+  return state_->allocate();
+}
+
+void Engine::reclaim_checkpoints() {
+  if (RadixCache* rc = scheduler_->prefix_cache())
+    for (int32_t s : rc->take_dropped_checkpoints()) state_->free(s);
+}
+
+void Engine::plan_checkpoints(Request* r, int n, int first, ForwardBatch* b, std::vector<PlannedCheckpoint>* planned) {
+  const int bs = cfg_.block_size, from = r->num_computed, to = r->num_computed + n;
+  auto plan = [&](bool prompt, int pos) {
+    if (pos <= from || pos > to || pos <= 0) return;
+    auto slot = take_checkpoint_slot();
+    if (!slot) return;
+    b->state_snapshots.emplace_back(first + (pos - 1 - from), *slot);  // the state after token pos - 1
+    planned->push_back({r, prompt, pos, *slot});
+  };
+  const int prompt_end = r->n_prompt / bs * bs, latest = to / bs * bs;
+  if (prompt_end != r->ckpt_prompt.first) plan(true, prompt_end);
+  if (latest > r->ckpt_last.first && latest != prompt_end) plan(false, latest);
+}
+
 void Engine::finish(Request* r) {
   if (r->state_slot) state_->free(*r->state_slot);
   spec_->finished(*r);
   scheduler_->finish(r);
+  // Its checkpoints go to the prefix cache, whose tree now holds its blocks (or back to the store).
+  for (auto [pos, slot] : {r->ckpt_prompt, r->ckpt_last}) {
+    if (slot < 0) continue;
+    RadixCache* rc = scheduler_->prefix_cache();
+    if (!rc || !rc->attach_checkpoint(r->cache_ns, r->tokens.data(), pos, slot)) state_->free(slot);
+  }
+  if (state_) reclaim_checkpoints();
   requests_.erase(r->id);
 }
 
@@ -195,6 +237,8 @@ Result<std::vector<RequestEvent>> Engine::step() {
   b.kv = storage_.get();
   b.copies = scheduler_->take_kv_copies();
   b.state = state_.get();
+  std::vector<PlannedCheckpoint> planned;  // hybrid models: state checkpoints this pass writes
+  if (state_) reclaim_checkpoints();  // admissions may have evicted checkpointed nodes
   std::vector<std::pair<Request*, int>> row_counts;
   std::vector<std::pair<Request*, int>> hidden_rows;  // embedding requests: rows of hidden states, in order
   bool decode_only = true;  // every scheduled request was caught up (no prompt chunk in the pass)
@@ -204,6 +248,11 @@ Result<std::vector<RequestEvent>> Engine::step() {
     if (state_) {
       if (!r->state_slot) r->state_slot = take_state_slot(r);
       b.state_slots.push_back(*r->state_slot);
+      if (r->resume_state >= 0) {  // its cached prefix ends at a checkpoint: that state first
+        b.state_copies.emplace_back(r->resume_state, *r->state_slot);
+        r->resume_state = -1;
+      }
+      if (scheduler_->prefix_cache() && !r->whole) plan_checkpoints(r, w.n, b.n_tokens(), &b, &planned);
     }
     if (r->pooling) {
       // A chunk from position 0: the first, or the request was preempted and starts over.
@@ -267,6 +316,11 @@ Result<std::vector<RequestEvent>> Engine::step() {
   Status fwd = model_.forward(b, logits_.data(), hidden_.data());
   if (masks.valid()) masks.get();
   CACHET_RETURN_IF_ERROR(fwd);
+  for (const PlannedCheckpoint& p : planned) {  // the request's newest checkpoints replace its older ones
+    auto& mine = p.prompt ? p.r->ckpt_prompt : p.r->ckpt_last;
+    if (mine.second >= 0) state_->free(mine.second);
+    mine = {p.pos, p.slot};
+  }
   spec_->observe_pass(b.n_tokens(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   scheduler_->computed(work);
 
@@ -445,6 +499,7 @@ EngineCounters Engine::counters() const {
     c.state_slots_total = state_->n_slots();
     c.state_slots_used = state_->n_used();
     c.state_bytes_per_slot = state_->bytes_per_slot();
+    if (const RadixCache* rc = scheduler_->prefix_cache()) c.state_checkpoints = rc->checkpoints();
   }
   c.spec_draft_tokens = spec_->draft_tokens();
   c.spec_accepted_tokens = spec_->accepted_tokens();

@@ -53,6 +53,7 @@ struct EngineCounters {
   int64_t spec_draft_tokens = 0;               // draft tokens the target verified
   int64_t spec_accepted_tokens = 0;            // of those, accepted
   int state_slots_total = 0, state_slots_used = 0;  // hybrid models: recurrent state slots (kv/state_store.h)
+  int state_checkpoints = 0;                        // of those, checkpoints the prefix cache holds
   int64_t state_bytes_per_slot = 0;
 };
 
@@ -123,6 +124,20 @@ class Engine {
   // A state slot for r: a free one, else one held by a request that is not running (preempted; it starts over
   // from position 0 when it runs again, which zeroes its state).
   StateSlot take_state_slot(Request* r);
+  // Prefix cache on a hybrid model: a slot for a state checkpoint, leaving one for every sequence that may
+  // still run (the least recently used checkpoint in the tree goes if need be); nothing when none can be had.
+  std::optional<StateSlot> take_checkpoint_slot();
+  // Slots of checkpoints the tree dropped (evicted nodes, LRU) back to the store.
+  void reclaim_checkpoints();
+  // The snapshots r's work this step should leave (its prompt's last block boundary, its latest one), added to
+  // the batch (r's tokens start at batch index `first`); planned[] records them for after the pass.
+  struct PlannedCheckpoint {
+    Request* r;
+    bool prompt;
+    int pos;
+    StateSlot slot;
+  };
+  void plan_checkpoints(Request* r, int n, int first, ForwardBatch* b, std::vector<PlannedCheckpoint>* planned);
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<RequestId> aborted_;

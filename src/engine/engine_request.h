@@ -38,6 +38,9 @@ struct EngineRequest : SchedRequest {
   std::vector<float> pooled;
   // A hybrid model's recurrent state (kv/state_store.h): the slot holding it, taken when first scheduled.
   std::optional<StateSlot> state_slot;
+  // Its state checkpoints not yet in the prefix cache (attached when it finishes): at the prompt's last block
+  // boundary and at the latest boundary it passed; {position, slot}, slot -1 for none.
+  std::pair<int, StateSlot> ckpt_prompt{0, -1}, ckpt_last{0, -1};
 };
 
 }  // namespace cachet

@@ -20,8 +20,10 @@ void Scheduler::take_cached_prefix(SchedRequest* r) {
   if (!radix_ || !r->reuse_prefix || manager_.has(r->id)) return;
   // The last token is always computed: its logits are what the request samples from.
   const int n = static_cast<int>(r->tokens.size());
-  RadixCache::Match m = radix_->match(r->cache_ns, r->tokens.data(), n, (n - 1) / cfg_.block_size);
+  RadixCache::Match m =
+      radix_->match(r->cache_ns, r->tokens.data(), n, (n - 1) / cfg_.block_size, cfg_.state_checkpoints);
   if (!m.last) return;
+  r->resume_state = m.checkpoint;
   radix_->lock(m.last);
   r->cache_node = m.last;
   manager_.adopt(r->id, m.blocks);
@@ -113,6 +115,7 @@ std::vector<ScheduledWork> Scheduler::schedule() {
         radix_->unlock(r->cache_node);
         r->cache_node = nullptr;
       }
+      r->resume_state = -1;
       manager_.free(r->id);
       r->num_computed = 0;
       break;

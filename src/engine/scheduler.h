@@ -34,6 +34,9 @@ struct SchedRequest {
   // All its tokens run in one pass, never cached: an encoder's input, where every token attends to all of them.
   // Admitted whole even past the step's token budget (a step runs at most one such input over it).
   bool whole = false;
+  // Hybrid models: the prefix it took ends at a state checkpoint, this slot's state, copied to the request's
+  // own slot before its first pass (-1: none; the engine clears it once copied).
+  int32_t resume_state = -1;
 };
 
 struct SchedulerConfig {
@@ -43,6 +46,7 @@ struct SchedulerConfig {
   int prefill_chunk = 256;     // most tokens of one request per step
   int max_running = 256;
   bool prefix_cache = true;
+  bool state_checkpoints = false;  // hybrid models: a cached prefix is taken only up to a state checkpoint
 };
 
 // One step's work: each request and how many of its tokens, from num_computed on, run now (blocks reserved).
@@ -82,6 +86,7 @@ class Scheduler {
   // The copy-on-writes the block tables need before the next forward pass (KvCacheManager::take_copies).
   std::vector<KvBlockCopy> take_kv_copies() { return manager_.take_copies(); }
   const RadixCache* prefix_cache() const { return radix_.get(); }
+  RadixCache* prefix_cache() { return radix_.get(); }
   const std::vector<SchedRequest*>& running() const { return running_; }
   // Blocks at least one request's table references.
   int blocks_held_by_requests() const;

@@ -72,7 +72,7 @@ int RadixCache::common_blocks(const Node* c, const int32_t* tokens, int max_bloc
   return j;
 }
 
-RadixCache::Match RadixCache::match(uint64_t ns, const int32_t* tokens, int n, int max_blocks) {
+RadixCache::Match RadixCache::match(uint64_t ns, const int32_t* tokens, int n, int max_blocks, bool need_checkpoint) {
   ++queries_;
   query_tokens_ += n;
   Match m;
@@ -92,6 +92,13 @@ RadixCache::Match RadixCache::match(uint64_t ns, const int32_t* tokens, int n, i
     i += j;
     cur = c;
     if (j < cb) break;
+  }
+  if (need_checkpoint) {  // back up to the deepest node holding a state
+    while (cur->parent && cur->checkpoint < 0) {
+      m.blocks.resize(m.blocks.size() - cur->blocks.size());
+      cur = cur->parent;
+    }
+    m.checkpoint = cur->parent ? cur->checkpoint : -1;
   }
   if (cur->parent) {
     m.last = cur;
@@ -137,6 +144,45 @@ int RadixCache::insert(uint64_t ns, const int32_t* tokens, int n, const BlockId*
   return added;
 }
 
+bool RadixCache::attach_checkpoint(uint64_t ns, const int32_t* tokens, int n, int32_t slot) {
+  auto rit = roots_.find(ns);
+  if (rit == roots_.end() || n <= 0 || n % block_size_ != 0) return false;
+  Node* cur = rit->second.get();
+  const int nb = n / block_size_;
+  int i = 0;
+  while (i < nb) {
+    auto it = cur->children.find(first_block(tokens + static_cast<size_t>(i) * block_size_));
+    if (it == cur->children.end()) return false;
+    Node* c = it->second.get();
+    const int j = common_blocks(c, tokens + static_cast<size_t>(i) * block_size_, nb - i);
+    if (j < static_cast<int>(c->blocks.size())) {
+      if (i + j < nb) return false;  // the prefix leaves the tree inside c
+      c = split(c, j);
+    }
+    i += j;
+    cur = c;
+  }
+  if (cur->checkpoint >= 0) return false;
+  cur->checkpoint = slot;
+  ++n_checkpoints_;
+  return true;
+}
+
+bool RadixCache::drop_lru_checkpoint() {
+  Node* oldest = nullptr;
+  std::function<void(Node*)> walk = [&](Node* x) {
+    for (auto& [k, c] : x->children) walk(c.get());
+    if (x->parent && x->checkpoint >= 0 && x->lock_ref == 0 && (!oldest || x->last_access < oldest->last_access))
+      oldest = x;
+  };
+  for (auto& [ns, r] : roots_) walk(r.get());
+  if (!oldest) return false;
+  dropped_checkpoints_.push_back(oldest->checkpoint);
+  oldest->checkpoint = -1;
+  --n_checkpoints_;
+  return true;
+}
+
 void RadixCache::lock(Node* node) {
   for (Node* n = node; n && n->parent; n = n->parent) {
     if (n->lock_ref++ == 0) n_locked_blocks_ += static_cast<int>(n->blocks.size());
@@ -171,6 +217,10 @@ int RadixCache::evict(int n) {
     }
     dropped += static_cast<int>(x->blocks.size());
     n_blocks_ -= static_cast<int>(x->blocks.size());
+    if (x->checkpoint >= 0) {
+      dropped_checkpoints_.push_back(x->checkpoint);
+      --n_checkpoints_;
+    }
     Node* parent = x->parent;
     parent->children.erase(first_block(x->tokens.data()));  // destroys x
     if (parent->parent && parent->children.empty() && parent->lock_ref == 0)
@@ -221,10 +271,15 @@ std::string RadixCache::check() const {
   std::string err;
   int blocks = 0;
   std::set<BlockId> seen;
-  int locked = 0;
+  int locked = 0, checkpoints = 0;
+  std::set<int32_t> slots;
   std::function<void(const Node*)> walk = [&](const Node* n) {
     for (const auto& [k, c] : n->children) walk(c.get());
     if (!n->parent) return;
+    if (n->checkpoint >= 0) {
+      ++checkpoints;
+      if (!slots.insert(n->checkpoint).second) err += "a state checkpoint held by two nodes; ";
+    }
     for (BlockId b : n->blocks)
       if (!seen.insert(b).second) err += "a block held twice by the tree; ";
     if (n->lock_ref > 0) locked += static_cast<int>(n->blocks.size());
@@ -236,6 +291,7 @@ std::string RadixCache::check() const {
   }
   if (blocks != n_blocks_) err += "block count " + std::to_string(n_blocks_) + " != " + std::to_string(blocks) + "; ";
   if (locked != n_locked_blocks_) err += "locked block count is off; ";
+  if (checkpoints != n_checkpoints_) err += "checkpoint count is off; ";
   if (std::count(held_.begin(), held_.end(), 1) != n_blocks_) err += "held marks != blocks in the tree; ";
   return err;
 }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kv/block_pool.h"
@@ -29,6 +30,7 @@ class RadixCache {
     std::vector<BlockId> blocks;
     int n_tokens = 0;         // blocks.size() * block_size
     Node* last = nullptr;     // lock() this while the request uses the blocks; nullptr: nothing matched
+    int32_t checkpoint = -1;  // with need_checkpoint: the state slot at last's end (the match ends there)
   };
 
   RadixCache(BlockPool* pool, int block_size);
@@ -48,7 +50,19 @@ class RadixCache {
 
   // The longest prefix of tokens[0, n) (in whole blocks, at most max_blocks of them) cached under namespace
   // ns. A match ending inside a node splits it there. Marks the path as just used (LRU) and counts the query.
-  Match match(uint64_t ns, const int32_t* tokens, int n, int max_blocks = 1 << 30);
+  // need_checkpoint (hybrid models): the match ends at the deepest node of the prefix holding a state checkpoint
+  // (nothing without one), since a recurrent state cannot be rebuilt from KV blocks.
+  Match match(uint64_t ns, const int32_t* tokens, int n, int max_blocks = 1 << 30, bool need_checkpoint = false);
+
+  // Hybrid models' state checkpoints: `slot` holds the recurrent state after tokens[0, n) (n a multiple of
+  // block_size, the prefix already in the tree under ns). It is attached to the node ending at n (split there if
+  // need be) unless that node has one already (the same state: results are deterministic); true when taken. The
+  // tree then owns the slot: slots of evicted or dropped checkpoints come back through take_dropped_checkpoints().
+  bool attach_checkpoint(uint64_t ns, const int32_t* tokens, int n, int32_t slot);
+  // Drops the least recently used checkpoint of an unlocked node; false when there is none.
+  bool drop_lru_checkpoint();
+  std::vector<int32_t> take_dropped_checkpoints() { return std::exchange(dropped_checkpoints_, {}); }
+  int checkpoints() const { return n_checkpoints_; }
 
   // Adds the whole blocks of tokens[0, n) (n / block_size of them, ids in blocks[]) under ns. Blocks whose
   // tokens the tree already holds are not taken (the tree keeps its own); new ones get one reference from the
@@ -90,6 +104,7 @@ class RadixCache {
     int lock_ref = 0;
     int hits = 0;
     uint64_t last_access = 0;
+    int32_t checkpoint = -1;  // hybrid models: the state slot after this node's last token (-1: none)
   };
 
  private:
@@ -114,6 +129,8 @@ class RadixCache {
   int n_locked_blocks_ = 0;  // blocks in nodes with lock_ref > 0
   std::vector<uint8_t> held_;  // per pool block: 1 while the tree references it
   int64_t queries_ = 0, query_tokens_ = 0, hit_tokens_ = 0;
+  int n_checkpoints_ = 0;
+  std::vector<int32_t> dropped_checkpoints_;
 };
 
 }  // namespace cachet

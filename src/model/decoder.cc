@@ -101,6 +101,7 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> sh_gate_, sh_up_;  // [n_tokens, n_ff_shared] shared expert
   AlignedBuffer<float> sh_out_;           // [n_tokens, n_embd]
   AlignedBuffer<float> sh_w_;             // [n_tokens] its gate logit
+  std::vector<StateSlot> snapshot_of_;    // [n_tokens] the checkpoint slot taking the state after it, or -1
   std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
   std::vector<int32_t> ends_;         // [n_tokens] bidirectional: the last position of each token's sequence
   std::vector<float> dense_;          // [n_dense] a pooled vector between the dense projections
@@ -140,6 +141,9 @@ Status check_forward_batch(const ModelConfig& cfg_, const ForwardBatch& b) {
     for (auto [src, dst] : b.state_copies)
       if (src < 0 || src >= st->n_slots() || dst < 0 || dst >= st->n_slots())
         return invalid_argument("forward batch: a state copy outside the store");
+    for (auto [t, slot] : b.state_snapshots)
+      if (t < 0 || t >= b.n_tokens() || slot < 0 || slot >= st->n_slots())
+        return invalid_argument("forward batch: a state snapshot outside the batch or the store");
   }
   for (const KvBlockCopy& c : b.copies)
     if (c.src < 0 || c.src >= kv->n_blocks() || c.dst < 0 || c.dst >= kv->n_blocks() || c.n_tokens < 0 ||
@@ -487,6 +491,11 @@ void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, 
   a.beta = ssm_beta_.data();
   a.alpha = ssm_alpha_.data();
   a.out = ssm_o_.data();
+  if (!batch.state_snapshots.empty()) {
+    snapshot_of_.assign(static_cast<size_t>(T), -1);
+    for (auto [t, slot] : batch.state_snapshots) snapshot_of_[static_cast<size_t>(t)] = slot;
+    a.snapshot = snapshot_of_.data();
+  }
   gated_delta_net(*pool_, a);
   matmul(*pool_, L.ssm_out, ssm_o_.data(), T, proj_.data());
   if (tracer_ && r == 0) {

@@ -29,9 +29,12 @@ struct ForwardBatch {
   // Hybrid models (gated delta net layers): each sequence's recurrent state slot. A sequence whose first token
   // here is at position 0 starts from a zero state; any other continues from its slot, which holds the state
   // after the position before. state_copies (src, dst) are made before the step (forks: n > 1, beams).
+  // state_snapshots (token index, slot): the state after that token is also written to that slot (a checkpoint
+  // for the prefix cache), every layer of it.
   StateStore* state = nullptr;
   std::vector<StateSlot> state_slots;                        // [n_seqs]
   std::vector<std::pair<StateSlot, StateSlot>> state_copies;
+  std::vector<std::pair<int, StateSlot>> state_snapshots;
 
   int n_tokens() const { return static_cast<int>(token_ids.size()); }
   int n_seqs() const { return static_cast<int>(block_tables.size()); }

@@ -49,6 +49,8 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
           if (K > 1) w[K - 2] = x[c];
           x[c] = silu(y);
         }
+        if (a.snapshot && a.snapshot[t] >= 0)  // this range of channels' window after token t
+          std::copy(win + c0 * (K - 1), win + c1 * (K - 1), st.conv(a.snapshot[t], a.layer) + c0 * (K - 1));
       }
     }
   }, 16);
@@ -85,6 +87,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
         const float beta = 1.0f / (1.0f + std::exp(-a.beta[t * VH + h]));
         float* o = a.out + static_cast<int64_t>(t) * vd + h * d;
         kern.delta_rule(S, q, k, v, decay, beta, o, static_cast<int>(d));
+        if (a.snapshot && a.snapshot[t] >= 0) std::copy_n(S, d * d, st.ssm(a.snapshot[t], a.layer) + h * d * d);
         // Gated RMSNorm of this head's output.
         float ss = 0.0f;
         for (int64_t j = 0; j < d; ++j) ss += o[j] * o[j];

@@ -39,6 +39,7 @@ struct GatedDeltaNetArgs {
   const float* beta = nullptr;           // [n_tokens, v_heads] before the sigmoid
   const float* alpha = nullptr;          // [n_tokens, v_heads] before softplus
   float* out = nullptr;                  // [n_tokens, v_heads * head_dim]
+  const StateSlot* snapshot = nullptr;   // [n_tokens] or null: -1, or a slot that also takes the state after it
 };
 
 void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a);
