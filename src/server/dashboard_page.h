@@ -38,7 +38,7 @@ inline constexpr const char* kDashboardPage = R"HTML(<!doctype html>
 <span>of <b id="n-total">-</b> blocks</span></div>
 <div id="states" hidden><h2>Recurrent state slots (hybrid model)</h2>
 <div class="bar"><div id="s-used" class="used"></div><div id="s-free" class="free"></div></div>
-<div class="legend"><span><i class="used"></i>held by sequences <b id="ns-used">-</b></span>
+<div class="legend"><span><i class="used"></i>held (sequences and <b id="ns-ckpt">-</b> checkpoints) <b id="ns-used">-</b></span>
 <span>of <b id="ns-total">-</b> slots, <b id="ns-bytes">-</b> MiB each</span></div></div>
 <h2>Prefix cache hit rate (prompt tokens served from the cache, per interval)</h2>
 <canvas id="chart" width="900" height="140"></canvas>
@@ -76,7 +76,7 @@ async function tick() {
     if (s.state_slots_total > 0) {
       $("s-used").style.width = (100 * s.state_slots_used / s.state_slots_total) + "%";
       $("s-free").style.width = (100 - 100 * s.state_slots_used / s.state_slots_total) + "%";
-      $("ns-used").textContent = s.state_slots_used; $("ns-total").textContent = s.state_slots_total;
+      $("ns-used").textContent = s.state_slots_used; $("ns-ckpt").textContent = s.state_checkpoints; $("ns-total").textContent = s.state_slots_total;
       $("ns-bytes").textContent = (s.state_bytes_per_slot / 1048576).toFixed(1);
     }
     if (last) {

@@ -210,6 +210,9 @@ std::string metrics_text(App& app) {
                   s.counters.state_slots_used);
     render_scalar(&out, "cachet_state_slots_total", "gauge", "recurrent state slots in the store",
                   s.counters.state_slots_total);
+    render_scalar(&out, "cachet_state_checkpoints", "gauge",
+                  "state slots the prefix cache holds as checkpoints (prefix ends a request can resume from)",
+                  s.counters.state_checkpoints);
     render_scalar(&out, "cachet_state_bytes_per_slot", "gauge", "bytes of one sequence's recurrent state",
                   static_cast<double>(s.counters.state_bytes_per_slot));
   }
@@ -309,6 +312,7 @@ void install_routes(App& app, httplib::Server& svr) {
                           {"blocks_cached", c.blocks_cached}, {"blocks_held_by_requests", s.blocks_held_by_requests},
                           {"prefix_query_tokens", c.prefix_query_tokens}, {"prefix_hit_tokens", c.prefix_hit_tokens},
                           {"state_slots_total", c.state_slots_total}, {"state_slots_used", c.state_slots_used},
+                          {"state_checkpoints", c.state_checkpoints},
                           {"state_bytes_per_slot", c.state_bytes_per_slot}, {"nodes", nodes}})
                         .dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");

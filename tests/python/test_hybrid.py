@@ -38,7 +38,8 @@ def test_concurrent_requests_equal_alone_and_state_slots_are_reported(cachet_bin
         assert together == alone
         m = s.metrics()
         assert m["cachet_state_slots_total"] >= 1
-        assert m["cachet_state_slots_used"] == 0, "every finished request gave its slot back"
+        assert m["cachet_state_checkpoints"] > 0
+        assert m["cachet_state_slots_used"] == m["cachet_state_checkpoints"], "a finished request kept its slot"
         assert m["cachet_state_bytes_per_slot"] == 3 * 4 * (3 * (2 * 64 + 128) + 4 * 32 * 32)
         _, state = s.get("/dashboard/state")
         assert json.loads(state)["state_slots_total"] == m["cachet_state_slots_total"]
@@ -57,3 +58,30 @@ def test_info_and_kv_math_count_the_state(cachet_bin, hybrid):
                                    check=True, capture_output=True, text=True).stdout)
     assert km["layers"] == 1 and km["state_bytes_per_sequence"] == per_seq
     assert km["bytes_per_sequence"] == 100 * km["bytes_per_token"] + per_seq
+
+
+def test_a_conversation_resumes_from_a_state_checkpoint(cachet_bin, hybrid):
+    """Turn 2 resends turn 1's prompt and more: with the prefix cache it resumes from the checkpoint turn 1 left at
+    its prompt's last block boundary (cached_tokens 64 of 70) and answers with exactly the ids a server without the
+    cache gives."""
+    rng = np.random.default_rng(4)
+    turn1 = rng.integers(3, 320, size=70).tolist()
+    turn2 = turn1 + rng.integers(3, 320, size=29).tolist()
+    answers = {}
+    for cache in (True, False):
+        s = Server(cachet_bin, hybrid, *([] if cache else ["--no-prefix-cache"]))
+        try:
+            got = []
+            for prompt in (turn1, turn2):
+                status, body, _ = s.request("POST", "/v1/completions", {
+                    "prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True, "logprobs": 1})
+                assert status == 200, body
+                out = json.loads(body)
+                got.append((out["choices"][0]["logprobs"]["tokens"],
+                            (out["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)))
+            answers[cache] = got
+        finally:
+            s.stop()
+    assert [t for t, _ in answers[True]] == [t for t, _ in answers[False]]
+    assert [c for _, c in answers[False]] == [0, 0]
+    assert [c for _, c in answers[True]] == [0, 64]
