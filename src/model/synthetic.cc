@@ -162,19 +162,8 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   if (s.rope_neox && s.arch == "llama") w.set_bool("cachet.rope.neox", true);
   if (s.with_vocab) add_spm_vocab(&w, s.n_vocab);
 
-  Uniform u(s.seed);
-  std::vector<float> buf;
-  auto add_nd = [&](const std::string& name, DType type, std::vector<int64_t> ne, float lim, float offset) {
-    int64_t n = 1;
-    for (int64_t x : ne) n *= x;
-    buf.resize(n);
-    for (float& x : buf) x = offset + u.next(lim);
-    return w.add_tensor_f32(name, type, ne, buf.data());
-  };
-  auto add = [&](const std::string& name, DType type, int64_t ne0, int64_t ne1, float lim, float offset) {
-    return add_nd(name, type, ne1 == 1 ? std::vector<int64_t>{ne0} : std::vector<int64_t>{ne0, ne1}, lim, offset);
-  };
-  auto lim = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
+  RandomTensors add(&w, s.seed);
+  const auto lim = fan_in_limit;
   const bool tied = s.tied_output || s.arch == "gemma2";  // llama.cpp's gemma2 always ties the head
   CACHET_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, s.n_embd, s.n_vocab, 1.0f, 0.0f));
   CACHET_RETURN_IF_ERROR(add("output_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
@@ -217,9 +206,9 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
       // A decisive router (logits of std ~4, as trained routers' are peaked): random near-ties would make the
       // expert choice, and every oracle comparison, hinge on rounding noise.
       CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, s.n_expert, 4 * lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
     } else if (s.arch == "phi3") {
       CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, 2 * s.n_ff, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, s.n_embd, lim(s.n_ff), 0.0f));
@@ -271,15 +260,8 @@ static Status write_synthetic_encoder(const SyntheticSpec& s, const std::string&
     w.set_u32("tokenizer.ggml.token_type_count", 2);
     w.set_bool("tokenizer.ggml.add_eos_token", true);
   }
-  Uniform u(s.seed);
-  std::vector<float> buf;
-  auto add = [&](const std::string& name, DType type, int64_t ne0, int64_t ne1, float lim, float offset) {
-    buf.resize(ne0 * ne1);
-    for (float& x : buf) x = offset + u.next(lim);
-    return w.add_tensor_f32(name, type, ne1 == 1 ? std::vector<int64_t>{ne0} : std::vector<int64_t>{ne0, ne1},
-                            buf.data());
-  };
-  auto lim = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
+  RandomTensors add(&w, s.seed);
+  const auto lim = fan_in_limit;
   CACHET_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, d, s.n_vocab, 1.0f, 0.0f));
   if (!modern) CACHET_RETURN_IF_ERROR(add("token_types.weight", DType::kF32, d, 2, 0.5f, 0.0f));
   if (bert) CACHET_RETURN_IF_ERROR(add("position_embd.weight", DType::kF32, d, s.n_ctx, 0.5f, 0.0f));
@@ -316,9 +298,7 @@ static Status write_synthetic_encoder(const SyntheticSpec& s, const std::string&
     if (moe && l % 2 == 1) {
       // A decisive router (as in the decoders' synthetic experts), so no choice hinges on rounding noise.
       auto add3 = [&](const std::string& name, int64_t ne0, int64_t ne1, float lim) {
-        buf.resize(ne0 * ne1 * s.n_expert);
-        for (float& x : buf) x = u.next(lim);
-        return w.add_tensor_f32(name, s.type, {ne0, ne1, s.n_expert}, buf.data());
+        return add.nd(name, s.type, {ne0, ne1, s.n_expert}, lim, 0.0f);
       };
       CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, d, s.n_expert, 4 * lim(d), 0.0f));
       CACHET_RETURN_IF_ERROR(add3(p + "ffn_up_exps.weight", d, ff, lim(d)));

@@ -51,19 +51,8 @@ Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
   }
   if (s.with_vocab) add_spm_vocab(&w, s.n_vocab);
 
-  Uniform u(s.seed);
-  std::vector<float> buf;
-  auto add_nd = [&](const std::string& name, DType type, std::vector<int64_t> ne, float lim, float offset) {
-    int64_t n = 1;
-    for (int64_t x : ne) n *= x;
-    buf.resize(n);
-    for (float& x : buf) x = offset + u.next(lim);
-    return w.add_tensor_f32(name, type, ne, buf.data());
-  };
-  auto add = [&](const std::string& name, DType type, int64_t ne0, int64_t ne1, float lim, float offset) {
-    return add_nd(name, type, ne1 == 1 ? std::vector<int64_t>{ne0} : std::vector<int64_t>{ne0, ne1}, lim, offset);
-  };
-  auto lim = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
+  RandomTensors add(&w, s.seed);
+  const auto lim = fan_in_limit;
   CACHET_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, s.n_embd, s.n_vocab, 1.0f, 0.0f));
   CACHET_RETURN_IF_ERROR(add("output_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
   if (!s.tied_output) CACHET_RETURN_IF_ERROR(add("output.weight", s.type, s.n_embd, s.n_vocab, lim(s.n_embd), 0.0f));
@@ -100,9 +89,9 @@ Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
     CACHET_RETURN_IF_ERROR(add(p + "post_attention_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
     if (moe) {
       CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, s.n_expert, 4 * lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add_nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
       if (s.n_ff_shared > 0) {
         CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp_shexp.weight", DType::kF32, s.n_embd, 1, lim(s.n_embd), 0.0f));
         CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_shexp.weight", s.type, s.n_embd, s.n_ff_shared, lim(s.n_embd), 0.0f));

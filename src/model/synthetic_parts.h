@@ -1,16 +1,17 @@
 // Pieces the synthetic-model writers share (model/synthetic.h): not part of any public interface.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "cachet/status.h"
+#include "io/gguf_writer.h"
 #include "model/synthetic.h"
 
 namespace cachet {
-
-class GgufWriter;
 
 // Uniform in [-a, a) from a 64-bit engine: identical on every platform for a seed.
 class Uniform {
@@ -21,6 +22,31 @@ class Uniform {
  private:
   std::mt19937_64 rng_;
 };
+
+// Tensors of offset + uniform [-lim, lim) values from one engine, drawn in call order (so a file is the same
+// bits for a seed): add(name, type, ne0, ne1, ...) writes a matrix (a vector when ne1 == 1), nd() any shape.
+class RandomTensors {
+ public:
+  RandomTensors(GgufWriter* w, uint64_t seed) : w_(w), u_(seed) {}
+  Status nd(const std::string& name, DType type, std::vector<int64_t> ne, float lim, float offset) {
+    int64_t n = 1;
+    for (int64_t x : ne) n *= x;
+    buf_.resize(static_cast<size_t>(n));
+    for (float& x : buf_) x = offset + u_.next(lim);
+    return w_->add_tensor_f32(name, type, ne, buf_.data());
+  }
+  Status operator()(const std::string& name, DType type, int64_t ne0, int64_t ne1, float lim, float offset) {
+    return nd(name, type, ne1 == 1 ? std::vector<int64_t>{ne0} : std::vector<int64_t>{ne0, ne1}, lim, offset);
+  }
+
+ private:
+  GgufWriter* w_;
+  Uniform u_;
+  std::vector<float> buf_;
+};
+
+// The uniform limit that keeps a matmul's outputs near unit scale: sqrt(3 / fan_in).
+inline float fan_in_limit(int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); }
 
 // general.* keys and the {arch}.* sizes every decoder file has.
 void add_common_keys(GgufWriter* w, const SyntheticSpec& s);
