@@ -90,6 +90,32 @@ void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
 
 // The thread pool's dispatch + join: one parallel_for over 2 items doing nothing (the per-matmul overhead a
 // decode step pays a few hundred times).
+// The gated delta rule on one value head of d = 128 (Qwen3.5): 64 tokens as 64 calls of one token (decode's
+// form; the 64 KiB state read and written twice per token, from L2) or as one call of 64 (the prefill form).
+// Tokens/s; each token is about 4 d^2 FLOPs.
+void BM_DeltaRule(benchmark::State& st, const Kernels* k) {
+  constexpr int d = 128, n = 64;
+  const bool one_call = st.range(0) != 0;
+  std::vector<float> S(d * d, 0.01f), in(static_cast<size_t>(n) * 3 * d), o(static_cast<size_t>(n) * d);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((i * 37) % 101) / 500.0f - 0.1f;
+  std::vector<float> decay(n, 0.95f), beta(n, 0.5f);
+  for (auto _ : st) {
+    if (one_call) {
+      k->delta_rule(S.data(), in.data(), in.data() + d, in.data() + 2 * d, 3 * d, decay.data(), beta.data(), o.data(),
+                    d, n, d);
+    } else {
+      for (int t = 0; t < n; ++t) {
+        const float* x = in.data() + static_cast<size_t>(t) * 3 * d;
+        k->delta_rule(S.data(), x, x + d, x + 2 * d, 0, &decay[t], &beta[t], o.data() + t * d, 0, 1, d);
+      }
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  st.counters["tokens/s"] = benchmark::Counter(static_cast<double>(n) * st.iterations(), benchmark::Counter::kIsRate);
+  st.counters["FLOP/s"] =
+      benchmark::Counter(4.0 * d * d * n * st.iterations(), benchmark::Counter::kIsRate);
+}
+
 void BM_PoolSync(benchmark::State& st) {
   ThreadPool pool(static_cast<int>(st.range(0)));
   int64_t sink = 0;
@@ -113,6 +139,8 @@ int register_all() {
           ->Args({1, 1})->Args({8, 1})->Args({16, 1})->Args({64, 1})->Args({128, 1})
           ->Args({1, 64})->Args({2, 64})->Args({4, 64})->Args({5, 64})->Args({6, 64})->Args({8, 64})->Args({9, 64})->Args({64, 64});
     }
+    const std::string dr = std::string("delta_rule/") + isa_name(k->isa);
+    benchmark::RegisterBenchmark(dr.c_str(), BM_DeltaRule, k)->Arg(0)->Arg(1);
     std::string name = std::string("gemm_nt/") + isa_name(k->isa);
     benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k)->Args({64, 64, 576})->Args({128, 64, 2048});
   }

@@ -60,9 +60,9 @@ def wait_ready(port, proc, timeout=120):
 MODEL_ID = None  # sent as "model" when set (a router routes by it: bench/replicas_bench.py)
 
 
-def chat_stream(port, messages, max_tokens):
+def chat_stream(port, messages, max_tokens, usage_out=None):
     """One streamed chat completion (a str instead of messages: a plain completion of that prompt, no template):
-    (ttft seconds, completion tokens, reply text)."""
+    (ttft seconds, completion tokens, reply text); the final usage object goes to usage_out (a dict) if given."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     body = {"max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}  # llama-server's cache_prompt is on by default
@@ -92,6 +92,8 @@ def chat_stream(port, messages, max_tokens):
                 text.append(piece)
         if ev.get("usage"):
             n = ev["usage"]["completion_tokens"]
+            if usage_out is not None:
+                usage_out.update(ev["usage"])
     c.close()
     return (ttft if ttft is not None else time.time() - t0), n, "".join(text)
 

@@ -241,8 +241,10 @@ TEST(HybridEngine, PrefixCacheWithStateCheckpointsNeverChangesTokensOrLogits) {
     std::vector<int32_t> ids;
     std::vector<float> logits;
   };
-  auto serve = [&](bool cache, int max_running, int chunk, int n_blocks, uint32_t order_seed, EngineCounters* counters) {
+  auto serve = [&](bool cache, int max_running, int chunk, int n_blocks, uint32_t order_seed, EngineCounters* counters,
+                   int every = 0) {
     EngineConfig cfg;
+    cfg.state_checkpoint_every = every;
     cfg.n_blocks = n_blocks;
     cfg.prefix_cache = cache;
     cfg.max_running = max_running;
@@ -275,20 +277,63 @@ TEST(HybridEngine, PrefixCacheWithStateCheckpointsNeverChangesTokensOrLogits) {
     *counters = e->counters();
     return out;
   };
-  EngineCounters off_c, on_c;
+  EngineCounters off_c;
   const auto off = serve(false, 256, 32, 64, 1, &off_c);
-  const auto on = serve(true, 6, 20, 22, 2, &on_c);
   EXPECT_EQ(off_c.prefix_hit_tokens, 0);
-  EXPECT_GT(on_c.prefix_hit_tokens, 500) << "the cache must resume from checkpoints for this test to mean anything";
-  EXPECT_GT(on_c.preemptions, 0);
-  EXPECT_GT(on_c.state_checkpoints, 0);
-  EXPECT_EQ(on_c.state_slots_used, on_c.state_checkpoints) << "a state slot leaked";
-  for (size_t i = 0; i < js.size(); ++i) {
-    ASSERT_EQ(on[i].ids, off[i].ids) << "request " << i;
-    ASSERT_EQ(on[i].logits.size(), off[i].logits.size());
-    ASSERT_EQ(0, std::memcmp(on[i].logits.data(), off[i].logits.data(), on[i].logits.size() * sizeof(float)))
-        << "request " << i << ": logits differ with the prefix cache";
+  // Checkpoints at the prompt's end, the latest boundary and branch points; then also every 32 prompt tokens
+  // (more of them than the store holds: dropped LRU).
+  int64_t hits[2] = {};
+  for (int every : {0, 32}) {
+    EngineCounters on_c;
+    const auto on = serve(true, 6, 20, 22, 2, &on_c, every);
+    hits[every > 0] = on_c.prefix_hit_tokens;
+    EXPECT_GT(on_c.prefix_hit_tokens, 500) << "the cache must resume from checkpoints for this test to mean anything";
+    EXPECT_GT(on_c.preemptions, 0);
+    EXPECT_GT(on_c.state_checkpoints, 0);
+    EXPECT_EQ(on_c.state_slots_used, on_c.state_checkpoints) << "a state slot leaked";
+    for (size_t i = 0; i < js.size(); ++i) {
+      ASSERT_EQ(on[i].ids, off[i].ids) << "request " << i << " every " << every;
+      ASSERT_EQ(on[i].logits.size(), off[i].logits.size());
+      ASSERT_EQ(0, std::memcmp(on[i].logits.data(), off[i].logits.data(), on[i].logits.size() * sizeof(float)))
+          << "request " << i << ": logits differ with the prefix cache, every " << every;
+    }
   }
+  EXPECT_NE(hits[0], hits[1]) << "checkpoints every 32 tokens changed nothing";
+}
+
+// Users who share only a long system prompt: the first request's checkpoints (prompt end, latest) do not lie on
+// the others' paths; the second request branches off the cached path there and leaves a checkpoint at the branch
+// point, so from the third on every request resumes after the system prompt.
+TEST(HybridEngine, BranchPointCheckpointServesPromptsSharingOnlyASystemPrompt) {
+  auto m = hybrid_model();
+  const int V = static_cast<int>(m->config().n_vocab);
+  std::mt19937 rng(77);
+  std::vector<int32_t> system(150);
+  for (auto& x : system) x = static_cast<int32_t>(rng() % V);
+  EngineConfig cfg;
+  cfg.n_blocks = 128;
+  cfg.state_checkpoint_every = 0;
+  auto e = make_engine(*m, cfg);
+  std::vector<int> cached;
+  for (int u = 0; u < 4; ++u) {
+    std::vector<int32_t> prompt = system;
+    for (int k = 0; k < 40; ++k) prompt.push_back(static_cast<int32_t>(rng() % V));
+    SamplingParams p;
+    p.max_tokens = 3;
+    auto id = e->add_request(prompt, p, {}, false);
+    ASSERT_TRUE(id.is_ok());
+    int got = -1;
+    while (e->has_work()) {
+      auto ev = e->step();
+      ASSERT_TRUE(ev.is_ok());
+      for (const auto& x : *ev) got = x.cached_tokens;
+    }
+    cached.push_back(got);
+  }
+  EXPECT_EQ(cached[0], 0);
+  EXPECT_EQ(cached[1], 0) << "no checkpoint lies on the second prompt's path yet";
+  EXPECT_EQ(cached[2], 144) << "the branch point: the system prompt's whole blocks";
+  EXPECT_EQ(cached[3], 144);
 }
 
 }  // namespace

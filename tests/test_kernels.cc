@@ -397,7 +397,9 @@ TEST(Kernels, GeluMulMatchesScalarAndTheTanhForm) {
 }
 
 // The gated delta rule: every table against the scalar one, head sizes across every vector width and tail,
-// states that have run a few tokens (decay < 1, rows of mixed sign), within rounding of the dot products.
+// states that have run a few tokens (decay < 1, rows of mixed sign), within rounding of the dot products; and
+// on each table, n tokens in one call (the prefill form: blocks of rows through groups of tokens) equal n calls
+// of one token each bit for bit, for runs across the token groups' edges.
 TEST(Kernels, DeltaRuleMatchesScalar) {
   for (const Kernels* k : simd_tables()) {
     for (int d : {1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100, 128}) {
@@ -408,8 +410,8 @@ TEST(Kernels, DeltaRuleMatchesScalar) {
         auto kk = random_floats(d, 60 + t, -0.3f, 0.3f);
         auto v = random_floats(d, 70 + t, -2.0f, 2.0f);
         const float decay = 0.7f + 0.05f * t, beta = 0.3f + 0.1f * t;
-        ref::kKernels.delta_rule(rs.data() + 1, q.data(), kk.data(), v.data(), decay, beta, ro.data(), d);
-        k->delta_rule(ks.data() + 1, q.data(), kk.data(), v.data(), decay, beta, ko.data(), d);
+        ref::kKernels.delta_rule(rs.data() + 1, q.data(), kk.data(), v.data(), 0, &decay, &beta, ro.data(), 0, 1, d);
+        k->delta_rule(ks.data() + 1, q.data(), kk.data(), v.data(), 0, &decay, &beta, ko.data(), 0, 1, d);
         ASSERT_EQ(ks[0], S0[0]) << "nothing before the state is touched";
         ASSERT_EQ(ko[d], 7.0f) << "nothing after the output is touched";
         for (int i = 1; i <= d * d; ++i)
@@ -417,6 +419,29 @@ TEST(Kernels, DeltaRuleMatchesScalar) {
         for (int j = 0; j < d; ++j)
           ASSERT_NEAR(ko[j], ro[j], 2e-5f * std::sqrt(static_cast<float>(d)) * std::max(1.0f, std::fabs(ro[j])))
               << isa_name(k->isa) << " d=" << d << " row " << j;
+      }
+    }
+  }
+}
+
+TEST(Kernels, DeltaRuleManyTokensEqualsOneAtATimeBitwise) {
+  for (const Kernels* k : supported_kernels()) {
+    for (int d : {5, 16, 33, 128}) {
+      for (int n : {2, 15, 16, 17, 40}) {
+        const int64_t in_stride = 3 * d + 5, out_stride = d + 3;  // rows of a batch: q | k | v | other channels
+        auto in = random_floats(static_cast<size_t>(n * in_stride), 90 + n + d, -0.4f, 0.4f);
+        auto decay = random_floats(static_cast<size_t>(n), 91 + n, 0.5f, 1.0f);
+        auto beta = random_floats(static_cast<size_t>(n), 92 + n, 0.0f, 1.0f);
+        auto S0 = random_floats(static_cast<size_t>(d) * d, 93 + d, -1.0f, 1.0f);
+        std::vector<float> Sa(S0), Sb(S0), oa(static_cast<size_t>(n * out_stride), 7.0f), ob(oa);
+        k->delta_rule(Sa.data(), in.data(), in.data() + d, in.data() + 2 * d, in_stride, decay.data(), beta.data(),
+                      oa.data(), out_stride, n, d);
+        for (int t = 0; t < n; ++t) {
+          const float* x = in.data() + t * in_stride;
+          k->delta_rule(Sb.data(), x, x + d, x + 2 * d, 0, &decay[t], &beta[t], ob.data() + t * out_stride, 0, 1, d);
+        }
+        ASSERT_EQ(0, std::memcmp(Sa.data(), Sb.data(), Sa.size() * sizeof(float))) << isa_name(k->isa) << " d=" << d << " n=" << n;
+        ASSERT_EQ(0, std::memcmp(oa.data(), ob.data(), oa.size() * sizeof(float))) << isa_name(k->isa) << " d=" << d << " n=" << n;
       }
     }
   }

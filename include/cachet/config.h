@@ -59,6 +59,9 @@ struct LLMConfig {
   int prefill_chunk = 256;
   int max_waiting = 1 << 30;  // queued requests past this are refused (kResourceExhausted)
   bool prefix_cache = true;   // reuse the KV blocks of prompts that begin alike (outputs unchanged)
+  // Hybrid models (recurrent layers): with the prefix cache, a state checkpoint every this many prompt tokens
+  // too (a multiple of the KV block size, 0: none), beside the prompt's end, the latest block and branch points.
+  int state_checkpoint_every = 2048;
   SpecOptions speculation;
   // The chat template to use instead of the file's `tokenizer.chat_template` (its source text).
   std::string chat_template;

@@ -43,6 +43,7 @@ Result<EngineConfig> engine_config(const LLMConfig& c, const Model& model) {
   e.max_batch_tokens = c.max_batch_tokens;
   e.prefill_chunk = c.prefill_chunk;
   e.prefix_cache = c.prefix_cache;
+  e.state_checkpoint_every = c.state_checkpoint_every;
   CACHET_RETURN_IF_ERROR(kv_types_fit(model.config(), e.kv_type));
   return e;
 }

@@ -23,6 +23,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineConfig cfg) {
   if (cfg.block_size <= 0 || cfg.block_size % 16 != 0)
     return invalid_argument("the KV block size must be a positive multiple of 16, got " +
                             std::to_string(cfg.block_size));
+  if (cfg.state_checkpoint_every < 0 || cfg.state_checkpoint_every % cfg.block_size != 0)
+    return invalid_argument("state checkpoints every N tokens: N must be 0 or a multiple of the block size (" +
+                            std::to_string(cfg.block_size) + "), got " + std::to_string(cfg.state_checkpoint_every));
   std::unique_ptr<Engine> e(new Engine(model, std::move(cfg)));
   CACHET_ASSIGN_OR_RETURN(e->spec_, Speculator::create(model, *e->storage_, e->cfg_));
   return e;
@@ -47,7 +50,10 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
     const int64_t per_slot = c.state_bytes_per_seq();
     const int64_t slots = std::clamp<int64_t>(cfg_.kv_memory_bytes / 4 / per_slot, 1, cfg_.max_running);
     const int64_t checkpoints = cfg_.prefix_cache ? std::clamp<int64_t>(cfg_.kv_memory_bytes / 4 / per_slot, 2, 4096) : 0;
-    state_ = std::make_unique<StateStore>(c, static_cast<int>(slots + checkpoints));
+    // Speculation: the state after each computed draft position, so that a rejection rolls back exactly (a
+    // request can also ask for it when the engine's default is off: it then drafts into what is free).
+    spec_slots_ = cfg_.spec != SpecMode::kOff || cfg_.draft_model ? cfg_.draft_max : 0;
+    state_ = std::make_unique<StateStore>(c, static_cast<int>(slots + checkpoints + spec_slots_));
     cfg_.max_running = static_cast<int>(slots);
   }
   SchedulerConfig sc;
@@ -102,9 +108,7 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   r->stop_at_eos = stop_at_eos;
   r->n_forks = n - 1;
   r->cache_ns = cache_ns;
-  // Speculation on hybrid models waits for a rollback of recurrent states (docs/hybrid.md); the output is the
-  // same either way.
-  r->spec = state_ ? SpecMode::kOff : mode;
+  r->spec = mode;
   scheduler_->add(r.get());
   const RequestId id = r->id;
   next_id_ += n - 1;  // the samples' ids
@@ -177,11 +181,32 @@ StateSlot Engine::take_state_slot(Request* r) {
 std::optional<StateSlot> Engine::take_checkpoint_slot() {
   int holders = 0;  // sequences holding a slot; the others that may run each need one left
   for (const auto& [id, q] : requests_) holders += q->state_slot.has_value();
-  const int reserve = cfg_.max_running - std::min(holders, cfg_.max_running);
+  const int reserve = cfg_.max_running - std::min(holders, cfg_.max_running) + spec_slots_;
   RadixCache* rc = scheduler_->prefix_cache();
   if (state_->n_free() <= reserve && rc->drop_lru_checkpoint()) reclaim_checkpoints();
   if (state_->n_free() <= reserve) return std::nullopt;
   return state_->allocate();
+}
+
+std::optional<StateSlot> Engine::take_spare_slot() {
+  int holders = 0;
+  for (const auto& [id, q] : requests_) holders += q->state_slot.has_value();
+  if (state_->n_free() <= cfg_.max_running - std::min(holders, cfg_.max_running)) return std::nullopt;
+  return state_->allocate();
+}
+
+void Engine::settle_snapshots(Request* r, int last_accepted) {
+  const int accepted = r->num_computed - last_accepted - 1;  // the rollback left the accepted drafts computed
+  for (int i = 0; i < static_cast<int>(r->spec_snapshots.size()); ++i) {
+    const StateSlot s = r->spec_snapshots[static_cast<size_t>(i)];
+    if (i == accepted) {
+      state_->free(*r->state_slot);
+      r->state_slot = s;
+    } else {
+      state_->free(s);
+    }
+  }
+  r->spec_snapshots.clear();
 }
 
 void Engine::reclaim_checkpoints() {
@@ -191,27 +216,38 @@ void Engine::reclaim_checkpoints() {
 
 void Engine::plan_checkpoints(Request* r, int n, int first, ForwardBatch* b, std::vector<PlannedCheckpoint>* planned) {
   const int bs = cfg_.block_size, from = r->num_computed, to = r->num_computed + n;
-  auto plan = [&](bool prompt, int pos) {
-    if (pos <= from || pos > to || pos <= 0) return;
+  auto has = [r](int pos) {
+    return std::any_of(r->ckpts.begin(), r->ckpts.end(), [pos](const auto& c) { return c.pos == pos; });
+  };
+  auto plan = [&](int kind, int pos) {
+    if (pos <= from || pos > to || pos <= 0 || has(pos)) return;
+    for (const PlannedCheckpoint& p : *planned)
+      if (p.r == r && p.c.pos == pos) return;
     auto slot = take_checkpoint_slot();
     if (!slot) return;
     b->state_snapshots.emplace_back(first + (pos - 1 - from), *slot);  // the state after token pos - 1
-    planned->push_back({r, prompt, pos, *slot});
+    planned->push_back({r, {kind, pos, *slot}});
   };
   const int prompt_end = r->n_prompt / bs * bs, latest = to / bs * bs;
-  if (prompt_end != r->ckpt_prompt.first) plan(true, prompt_end);
-  if (latest > r->ckpt_last.first && latest != prompt_end) plan(false, latest);
+  if (r->branch_tokens < prompt_end) plan(kBranch, r->branch_tokens);
+  if (const int every = cfg_.state_checkpoint_every; every > 0)
+    for (int pos = (from / every + 1) * every; pos < prompt_end && pos <= to; pos += every) plan(kEvery, pos);
+  plan(kPromptEnd, prompt_end);
+  int newest = 0;
+  for (const auto& c : r->ckpts)
+    if (c.kind == kLatest) newest = c.pos;
+  if (latest > newest && latest > prompt_end) plan(kLatest, latest);
 }
 
 void Engine::finish(Request* r) {
   if (r->state_slot) state_->free(*r->state_slot);
+  for (StateSlot s : r->spec_snapshots) state_->free(s);
   spec_->finished(*r);
   scheduler_->finish(r);
   // Its checkpoints go to the prefix cache, whose tree now holds its blocks (or back to the store).
-  for (auto [pos, slot] : {r->ckpt_prompt, r->ckpt_last}) {
-    if (slot < 0) continue;
+  for (const auto& c : r->ckpts) {
     RadixCache* rc = scheduler_->prefix_cache();
-    if (!rc || !rc->attach_checkpoint(r->cache_ns, r->tokens.data(), pos, slot)) state_->free(slot);
+    if (!rc || !rc->attach_checkpoint(r->cache_ns, r->tokens.data(), c.pos, c.slot)) state_->free(c.slot);
   }
   if (state_) reclaim_checkpoints();
   requests_.erase(r->id);
@@ -245,6 +281,8 @@ Result<std::vector<RequestEvent>> Engine::step() {
   for (const ScheduledWork& w : work) {
     Request* r = static_cast<Request*>(w.r);
     const int seq = b.add_sequence(scheduler_->kv().block_table(r->id));
+    const int last_accepted = static_cast<int>(r->tokens.size()) - r->n_draft - 1;
+    int n_add = w.n;  // tokens of r this pass computes
     if (state_) {
       if (!r->state_slot) r->state_slot = take_state_slot(r);
       b.state_slots.push_back(*r->state_slot);
@@ -252,7 +290,20 @@ Result<std::vector<RequestEvent>> Engine::step() {
         b.state_copies.emplace_back(r->resume_state, *r->state_slot);
         r->resume_state = -1;
       }
-      if (scheduler_->prefix_cache() && !r->whole) plan_checkpoints(r, w.n, b.n_tokens(), &b, &planned);
+      // Checkpoints only where every token before is accepted (a draft token's state may be rolled back).
+      const int n_sure = r->n_draft > 0 ? std::min(w.n, last_accepted - r->num_computed) : w.n;
+      if (scheduler_->prefix_cache() && !r->whole) plan_checkpoints(r, n_sure, b.n_tokens(), &b, &planned);
+      // Draft tokens: the state after the last accepted token and each computed draft token but the last (which
+      // the slot holds), for the rollback; where no slot is left the draft is cut (verified as far as computed).
+      const int drafts = r->num_computed + w.n - last_accepted - 1;
+      int kept = 0;
+      for (; kept < drafts; ++kept) {
+        std::optional<StateSlot> s = take_spare_slot();
+        if (!s) break;
+        r->spec_snapshots.push_back(*s);
+        b.state_snapshots.emplace_back(b.n_tokens() + last_accepted + kept - r->num_computed, *s);
+      }
+      n_add = std::min(w.n, last_accepted + 1 + kept - r->num_computed);
     }
     if (r->pooling) {
       // A chunk from position 0: the first, or the request was preempted and starts over.
@@ -274,15 +325,14 @@ Result<std::vector<RequestEvent>> Engine::step() {
       decode_only = false;
       continue;
     }
-    const int last_accepted = static_cast<int>(r->tokens.size()) - r->n_draft - 1;
     int rows = 0;
-    for (int k = 0; k < w.n; ++k) {
+    for (int k = 0; k < n_add; ++k) {
       const int pos = r->num_computed + k;
       b.add_token(r->tokens[pos], pos, seq, pos >= last_accepted);
       rows += pos >= last_accepted;
     }
     if (rows > 0) row_counts.emplace_back(r, rows);
-    decode_only = decode_only && rows == w.n;
+    decode_only = decode_only && rows == n_add;
   }
   if (work.empty()) {
     if (!b.copies.empty()) CACHET_RETURN_IF_ERROR(model_.forward(b, nullptr));
@@ -316,10 +366,16 @@ Result<std::vector<RequestEvent>> Engine::step() {
   Status fwd = model_.forward(b, logits_.data(), hidden_.data());
   if (masks.valid()) masks.get();
   CACHET_RETURN_IF_ERROR(fwd);
-  for (const PlannedCheckpoint& p : planned) {  // the request's newest checkpoints replace its older ones
-    auto& mine = p.prompt ? p.r->ckpt_prompt : p.r->ckpt_last;
-    if (mine.second >= 0) state_->free(mine.second);
-    mine = {p.pos, p.slot};
+  for (const PlannedCheckpoint& p : planned) {  // a request's newest latest-boundary checkpoint replaces its older one
+    auto& mine = p.r->ckpts;
+    if (p.c.kind == kLatest)
+      for (auto it = mine.begin(); it != mine.end(); ++it)
+        if (it->kind == kLatest) {
+          state_->free(it->slot);
+          mine.erase(it);
+          break;
+        }
+    mine.push_back(p.c);
   }
   spec_->observe_pass(b.n_tokens(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   scheduler_->computed(work);
@@ -388,6 +444,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
     Request* r = x.r;
     step_drafted = step_drafted || r->n_draft > 0;
     if (r->n_draft > 0) {
+      const int last_accepted = static_cast<int>(r->tokens.size()) - r->n_draft - 1;
       const size_t first_event = events.size();
       CACHET_ASSIGN_OR_RETURN(const bool done, spec_->verify(r, x.first, x.n, *scheduler_, [&](const SampleResult& s) {
         return emit(r, s, &events);
@@ -396,6 +453,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
         events[i].spec_drafted = r->spec_drafted;
         events[i].spec_accepted = r->spec_accepted;
       }
+      if (state_) settle_snapshots(r, last_accepted);
       if (done) finish(r);
       continue;
     }
@@ -529,6 +587,13 @@ std::vector<uint8_t> Engine::kv_contents(RequestId id, int n_positions) const {
       out.insert(out.end(), val, val + v_row);
     }
   return out;
+}
+
+std::vector<uint8_t> Engine::state_contents(RequestId id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || !it->second->state_slot) return {};
+  const auto* p = reinterpret_cast<const uint8_t*>(state_->slot_data(*it->second->state_slot));
+  return std::vector<uint8_t>(p, p + state_->bytes_per_slot());
 }
 
 }  // namespace cachet

@@ -99,6 +99,8 @@ class Engine {
   int kv_slots(RequestId id) const { return scheduler_->kv().num_tokens(id); }
   std::vector<uint8_t> kv_contents(RequestId id, int n_positions) const;
   const DraftModelProposer* draft_proposer() const { return spec_->draft_proposer(); }
+  // A hybrid model: the bytes of request id's recurrent state (after its computed tokens); empty without one.
+  std::vector<uint8_t> state_contents(RequestId id) const;
 
  private:
   Engine(Model& model, EngineConfig cfg);
@@ -127,15 +129,22 @@ class Engine {
   // Prefix cache on a hybrid model: a slot for a state checkpoint, leaving one for every sequence that may
   // still run (the least recently used checkpoint in the tree goes if need be); nothing when none can be had.
   std::optional<StateSlot> take_checkpoint_slot();
+  // Speculation on a hybrid model: a slot for the state after a position the verification may roll back to,
+  // leaving one for every sequence that may still run (checkpoints are not dropped for it); nothing when none
+  // can be had (the draft is then cut there).
+  std::optional<StateSlot> take_spare_slot();
+  // After r's verification: the state after its last accepted token becomes its slot (a snapshot when the
+  // verification rejected a computed draft token); the other snapshots go back to the store.
+  void settle_snapshots(Request* r, int last_accepted);
+  int spec_slots_ = 0;  // slots kept out of the checkpoints' reach for speculation's snapshots
   // Slots of checkpoints the tree dropped (evicted nodes, LRU) back to the store.
   void reclaim_checkpoints();
   // The snapshots r's work this step should leave (its prompt's last block boundary, its latest one), added to
   // the batch (r's tokens start at batch index `first`); planned[] records them for after the pass.
+  enum CheckpointKind { kBranch, kEvery, kPromptEnd, kLatest };
   struct PlannedCheckpoint {
     Request* r;
-    bool prompt;
-    int pos;
-    StateSlot slot;
+    Request::PendingCheckpoint c;
   };
   void plan_checkpoints(Request* r, int n, int first, ForwardBatch* b, std::vector<PlannedCheckpoint>* planned);
   std::unique_ptr<Scheduler> scheduler_;

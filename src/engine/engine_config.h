@@ -24,6 +24,9 @@ struct EngineConfig {
   KvTypes kv_type;  // K and V element types (f16 both by default; kv/kv_type.h)
   // Reuse the KV blocks of earlier requests' prefixes (kv/radix_cache.h). Outputs are bitwise the same either way.
   bool prefix_cache = true;
+  // Hybrid models with the prefix cache: a state checkpoint also every this many prompt tokens (a multiple of
+  // block_size; 0: none), beside those at the prompt's end, the latest block boundary and a branch point.
+  int state_checkpoint_every = 2048;
   // The tokens that end a request that stops at end of generation (EOS, EOT, <|im_end|>, ...;
   // end_of_generation_ids in engine/text_stream.h). The model's EOS always does.
   std::vector<int32_t> end_of_generation;

@@ -38,9 +38,18 @@ struct EngineRequest : SchedRequest {
   std::vector<float> pooled;
   // A hybrid model's recurrent state (kv/state_store.h): the slot holding it, taken when first scheduled.
   std::optional<StateSlot> state_slot;
-  // Its state checkpoints not yet in the prefix cache (attached when it finishes): at the prompt's last block
-  // boundary and at the latest boundary it passed; {position, slot}, slot -1 for none.
-  std::pair<int, StateSlot> ckpt_prompt{0, -1}, ckpt_last{0, -1};
+  // Its state checkpoints not yet in the prefix cache (attached when it finishes), {position, slot}: where its
+  // prompt branches off a cached path, every state_checkpoint_every prompt tokens, the prompt's last block
+  // boundary, and the latest boundary it passed (kept in that order of kinds: CheckpointKind).
+  struct PendingCheckpoint {
+    int kind;
+    int pos;
+    StateSlot slot;
+  };
+  std::vector<PendingCheckpoint> ckpts;
+  // Speculating on a hybrid model: this step's snapshots, [i] the state after the last accepted token and i
+  // draft tokens (the rollback target when the verification accepts exactly i of them).
+  std::vector<StateSlot> spec_snapshots;
 };
 
 }  // namespace cachet

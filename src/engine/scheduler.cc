@@ -22,6 +22,7 @@ void Scheduler::take_cached_prefix(SchedRequest* r) {
   const int n = static_cast<int>(r->tokens.size());
   RadixCache::Match m =
       radix_->match(r->cache_ns, r->tokens.data(), n, (n - 1) / cfg_.block_size, cfg_.state_checkpoints);
+  r->branch_tokens = m.kv_tokens;
   if (!m.last) return;
   r->resume_state = m.checkpoint;
   radix_->lock(m.last);

@@ -37,6 +37,9 @@ struct SchedRequest {
   // Hybrid models: the prefix it took ends at a state checkpoint, this slot's state, copied to the request's
   // own slot before its first pass (-1: none; the engine clears it once copied).
   int32_t resume_state = -1;
+  // Hybrid models: how far its prompt's blocks matched the tree before backing up to a checkpoint (where it
+  // branches off a cached path: a checkpoint there serves the next request that shares as much).
+  int branch_tokens = 0;
 };
 
 struct SchedulerConfig {

@@ -15,7 +15,10 @@ Result<std::unique_ptr<Speculator>> Speculator::create(Model& target, KvBlockSto
   if (cfg.draft_model) {
     // The draft tracks the same sequences as the target: as many token slots as the target's pool.
     DraftModelConfig dc;
-    dc.share_target_kv = !cfg.draft_own_kv && cfg.draft_model->config() == target.config();
+    // A hybrid draft keeps a recurrent state of its own per sequence, so it never reads the target's cache.
+    dc.share_target_kv = !cfg.draft_own_kv && cfg.draft_model->config() == target.config() &&
+                         cfg.draft_model->config().n_recurrent_layers() == 0;
+    dc.n_state_slots = cfg.max_running + 2 * cfg.draft_max;
     dc.n_blocks = dc.share_target_kv ? 0 : cfg.n_blocks;
     dc.block_size = cfg.block_size;
     dc.kv_type = cfg.kv_type;

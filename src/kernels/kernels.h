@@ -142,13 +142,16 @@ struct Kernels {
   // computed as x / (1 + e^(-x (kGeluC1 + kGeluC2 x^2))), i < n.
   void (*gelu_mul)(float* g, const float* u, int64_t n);
 
-  // One token of the gated delta rule for one value head (model/gated_delta_net.h). S: the head's d x d state,
-  // row j (value dim j over the d key dims) contiguous; q, k: the token's (normalised) query and key; v: its
-  // value. Row by row: S_j = decay S_j;  e_j = beta (v_j - S_j . k);  S_j += e_j k;  o_j = S_j . q.
-  // Each dot product in the table's lane order: tables agree within rounding (docs/numerics.md), a table with
-  // itself bit for bit whatever the batch or the threads.
-  void (*delta_rule)(float* S, const float* q, const float* k, const float* v, float decay, float beta, float* o,
-                     int d);
+  // The gated delta rule for one value head over n tokens in order (model/gated_delta_net.h). S: the head's
+  // d x d state, row j (value dim j over the d key dims) contiguous. Token t's (normalised) query, key and value
+  // start at q, k, v + t * in_stride, its gates are decay[t] and beta[t], its output goes to o + t * out_stride.
+  // Row by row, token by token: S_j = decay S_j;  e_j = beta (v_j - S_j . k);  S_j += e_j k;  o_j = S_j . q.
+  // Rows are independent, so a table may walk a block of rows through all n tokens while they stay in L1 (the
+  // prefill form): each row sees the same operations in the same order as n calls of one token each, so the
+  // two agree bit for bit. Each dot product in the table's lane order: tables agree within rounding
+  // (docs/numerics.md), a table with itself bit for bit whatever the batch, the chunking or the threads.
+  void (*delta_rule)(float* S, const float* q, const float* k, const float* v, int64_t in_stride, const float* decay,
+                     const float* beta, float* o, int64_t out_stride, int n, int d);
 };
 
 // 2 sqrt(2/pi) and 2 sqrt(2/pi) 0.044715: the GELU constants of gelu_mul.

@@ -94,6 +94,7 @@ RadixCache::Match RadixCache::match(uint64_t ns, const int32_t* tokens, int n, i
     if (j < cb) break;
   }
   if (need_checkpoint) {  // back up to the deepest node holding a state
+    m.kv_tokens = static_cast<int>(m.blocks.size()) * block_size_;
     while (cur->parent && cur->checkpoint < 0) {
       m.blocks.resize(m.blocks.size() - cur->blocks.size());
       cur = cur->parent;

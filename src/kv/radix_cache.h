@@ -31,6 +31,7 @@ class RadixCache {
     int n_tokens = 0;         // blocks.size() * block_size
     Node* last = nullptr;     // lock() this while the request uses the blocks; nullptr: nothing matched
     int32_t checkpoint = -1;  // with need_checkpoint: the state slot at last's end (the match ends there)
+    int kv_tokens = 0;        // with need_checkpoint: the tokens whose blocks matched before backing up
   };
 
   RadixCache(BlockPool* pool, int block_size);

@@ -44,6 +44,8 @@ class StateStore {
   // Recurrent layer r (0-based among the recurrent layers) of slot s.
   float* conv(StateSlot s, int r) { return data_.data() + offset(s, r); }
   float* ssm(StateSlot s, int r) { return data_.data() + offset(s, r) + conv_floats_; }
+  // Slot s whole: bytes_per_slot() bytes, every layer's conv window then state matrix.
+  const float* slot_data(StateSlot s) const { return data_.data() + offset(s, 0); }
   // Every layer of slot s to zero (a sequence at position 0) / copied from src (a fork: n > 1, beams).
   void zero(StateSlot s);
   void copy(StateSlot src, StateSlot dst);

@@ -68,32 +68,44 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
     }
   });
 
-  // The delta rule: each (sequence, value head) walks its tokens in order through its d x d state, row by row of
-  // S^T (row j = value dim j over the key dims, contiguous): decay, read S^T k, write the correction, read S^T q.
+  // The delta rule: each (sequence, value head) walks its tokens in order through its d x d state (the kernel
+  // takes a run of consecutive batch rows at once, its prefill form; a run ends at a token whose state is
+  // snapshotted), then the gated RMSNorm of each token's output.
   const int64_t units = static_cast<int64_t>(a.n_seqs) * VH;
   const Kernels& kern = kernels();
   pool.parallel_for(units, [&](int, int64_t b, int64_t e) {
+    std::vector<float> decay, beta;
     for (int64_t u = b; u < e; ++u) {
       const int s = static_cast<int>(u / VH);
       const int64_t h = u % VH, kh = a.grouped_heads ? h / (VH / KH) : h % KH;
-      if (toks[s].empty()) continue;
+      const std::vector<int>& ts = toks[s];
+      if (ts.empty()) continue;
       float* S = st.ssm(a.slots[s], a.layer) + h * d * d;
-      for (int t : toks[s]) {
-        const float* row = a.qkv + static_cast<int64_t>(t) * cd;
-        const float* q = row + kh * d;
-        const float* k = row + kd + kh * d;
-        const float* v = row + 2 * kd + h * d;
-        const float decay = std::exp(softplus(a.alpha[t * VH + h] + a.dt_bias[h]) * a.a[h]);
-        const float beta = 1.0f / (1.0f + std::exp(-a.beta[t * VH + h]));
-        float* o = a.out + static_cast<int64_t>(t) * vd + h * d;
-        kern.delta_rule(S, q, k, v, decay, beta, o, static_cast<int>(d));
-        if (a.snapshot && a.snapshot[t] >= 0) std::copy_n(S, d * d, st.ssm(a.snapshot[t], a.layer) + h * d * d);
-        // Gated RMSNorm of this head's output.
-        float ss = 0.0f;
-        for (int64_t j = 0; j < d; ++j) ss += o[j] * o[j];
-        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + a.eps);
-        const float* z = a.z + static_cast<int64_t>(t) * vd + h * d;
-        for (int64_t j = 0; j < d; ++j) o[j] = o[j] * inv * a.norm[j] * silu(z[j]);
+      for (size_t i0 = 0; i0 < ts.size();) {
+        size_t i1 = i0 + 1;
+        while (i1 < ts.size() && ts[i1] == ts[i1 - 1] + 1 && !(a.snapshot && a.snapshot[ts[i1 - 1]] >= 0)) ++i1;
+        const int t0 = ts[i0], n = static_cast<int>(i1 - i0);
+        decay.resize(static_cast<size_t>(n));
+        beta.resize(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) {
+          const int t = t0 + i;
+          decay[i] = std::exp(softplus(a.alpha[t * VH + h] + a.dt_bias[h]) * a.a[h]);
+          beta[i] = 1.0f / (1.0f + std::exp(-a.beta[t * VH + h]));
+        }
+        const float* row = a.qkv + static_cast<int64_t>(t0) * cd;
+        kern.delta_rule(S, row + kh * d, row + kd + kh * d, row + 2 * kd + h * d, cd, decay.data(), beta.data(),
+                        a.out + static_cast<int64_t>(t0) * vd + h * d, vd, n, static_cast<int>(d));
+        const int last = ts[i1 - 1];
+        if (a.snapshot && a.snapshot[last] >= 0) std::copy_n(S, d * d, st.ssm(a.snapshot[last], a.layer) + h * d * d);
+        for (int t = t0; t <= last; ++t) {  // gated RMSNorm of this head's output
+          float* o = a.out + static_cast<int64_t>(t) * vd + h * d;
+          float ss = 0.0f;
+          for (int64_t j = 0; j < d; ++j) ss += o[j] * o[j];
+          const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + a.eps);
+          const float* z = a.z + static_cast<int64_t>(t) * vd + h * d;
+          for (int64_t j = 0; j < d; ++j) o[j] = o[j] * inv * a.norm[j] * silu(z[j]);
+        }
+        i0 = i1;
       }
     }
   });

@@ -20,6 +20,8 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(Model& dr
   } else if (cfg.n_blocks <= 0 || cfg.block_size <= 0 || cfg.block_size % 16 != 0) {
     return invalid_argument("draft KV pool: n_blocks > 0 and block_size a multiple of 16");
   }
+  if (draft.config().n_recurrent_layers() > 0 && (cfg.share_target_kv || cfg.n_state_slots < 2))
+    return invalid_argument("a hybrid draft model (recurrent layers) needs a KV pool and state slots of its own");
   return std::unique_ptr<DraftModelProposer>(new DraftModelProposer(draft, cfg));
 }
 
@@ -27,6 +29,22 @@ DraftModelProposer::DraftModelProposer(Model& draft, DraftModelConfig cfg) : mod
   if (cfg.share_target_kv) return;
   storage_ = std::make_unique<KvBlockStorage>(draft.config(), cfg.n_blocks, cfg.block_size, cfg.kv_type);
   manager_ = std::make_unique<KvCacheManager>(cfg.n_blocks, cfg.block_size);
+  if (draft.config().n_recurrent_layers() > 0) state_ = std::make_unique<StateStore>(draft.config(), cfg.n_state_slots);
+}
+
+void DraftModelProposer::roll_back_state(Seq& s, int n) {
+  bool found = n == s.computed;
+  for (auto [pos, slot] : s.snaps) {
+    if (!found && pos == n - 1) {
+      state_->free(s.slot);
+      s.slot = slot;
+      found = true;
+    } else {
+      state_->free(slot);
+    }
+  }
+  s.snaps.clear();
+  s.computed = found ? n : 0;  // no state to return to: the sequence is fed again from position 0
 }
 
 DraftModelProposer::Seq& DraftModelProposer::seq(const DraftJob& j) {
@@ -68,6 +86,21 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
       live.push_back({&j, &s, *j.tokens});
       continue;
     }
+    std::vector<StateSlot>& spare = s.spare;
+    if (state_) {
+      // A slot for its state, and one for each position fed from the last token on (a verification may roll
+      // back to any of them); fewer free: a shorter draft, none: no draft this step.
+      if (s.slot < 0) {
+        if (auto a = state_->allocate()) s.slot = *a, s.computed = 0;
+        else continue;
+      }
+      roll_back_state(s, std::min(s.computed, len - 1));
+      while (static_cast<int>(spare.size()) < j.k)
+        if (auto a = state_->allocate()) spare.push_back(*a);
+        else break;
+      if (spare.empty()) continue;
+      j.k = static_cast<int>(spare.size());
+    }
     s.computed = std::min(s.computed, len - 1);  // the last token is fed again: its logits are the first draft's
     if (manager_->has(j.id)) manager_->truncate(j.id, std::min(manager_->num_tokens(j.id), s.computed));
     // Room for the catch-up and k - 1 drafted tokens fed back; without it this request does not draft now.
@@ -102,10 +135,21 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
     ForwardBatch b;
     b.kv = kv;
     b.copies = manager_ ? manager_->take_copies() : std::exchange(copies, {});
-    for (const Live& l : live) {
+    b.state = state_.get();
+    for (Live& l : live) {
       const int seq = b.add_sequence(manager_ ? manager_->block_table(l.job->id) : l.job->target_blocks);
       const int len = static_cast<int>(l.history.size());
-      for (int p = l.s->computed; p < len; ++p) b.add_token(l.history[p], p, seq, p + 1 == len);
+      const int from_last = static_cast<int>(l.job->tokens->size()) - 1;  // positions a rollback may return to
+      if (state_) b.state_slots.push_back(l.s->slot);
+      for (int p = l.s->computed; p < len; ++p) {
+        if (state_ && p >= from_last) {
+          const StateSlot x = l.s->spare.back();
+          l.s->spare.pop_back();
+          b.state_snapshots.emplace_back(b.n_tokens(), x);
+          l.s->snaps.emplace_back(p, x);
+        }
+        b.add_token(l.history[p], p, seq, p + 1 == len);
+      }
     }
     logits_.resize(live.size() * V);
     const auto t0 = std::chrono::steady_clock::now();
@@ -145,6 +189,12 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
     }
     live = std::move(next);
   }
+  if (state_)  // slots reserved for positions never fed (an early stop) back
+    for (DraftJob& j : jobs)
+      if (auto it = seqs_.find(j.id); it != seqs_.end()) {
+        for (StateSlot y : it->second.spare) state_->free(y);
+        it->second.spare.clear();
+      }
   // Blocks reserved for draft tokens never fed (an early stop) go back (the target's: the engine's to undo).
   if (manager_)
     for (DraftJob& j : jobs)
@@ -156,6 +206,7 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
 void DraftModelProposer::truncate(int64_t id, int n_valid) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
+  if (state_) roll_back_state(it->second, std::min(it->second.computed, n_valid));
   it->second.computed = std::min(it->second.computed, n_valid);
   if (manager_ && manager_->has(id)) manager_->truncate(id, std::min(manager_->num_tokens(id), it->second.computed));
 }
@@ -165,6 +216,12 @@ std::vector<std::pair<int, double>> DraftModelProposer::calibrate() {
   std::vector<std::pair<int, double>> out;
   constexpr int kCatchUp = 64;
   if (manager_ && !manager_->append(kScratch, kCatchUp)) return out;
+  std::optional<StateSlot> scratch = state_ ? state_->allocate() : std::nullopt;
+  if (state_ && !scratch) {
+    manager_->free(kScratch);
+    return out;
+  }
+  const StateSlot scratch_slot = scratch.value_or(-1);
   {
     // Reading the target's cache, the draft's passes attend as they would over a paged one of its own.
     std::unique_ptr<ContiguousKvCache> contiguous;
@@ -180,6 +237,10 @@ std::vector<std::pair<int, double>> DraftModelProposer::calibrate() {
         if (n == kCatchUp && rep == 1) continue;
         const std::vector<int32_t> tokens(n, 0);
         ForwardBatch b = ForwardBatch::single(kv, blocks, tokens, 0, n != kCatchUp);
+        if (state_) {  // a hybrid draft: a scratch state (position 0 zeroes it)
+          b.state = state_.get();
+          b.state_slots = {scratch_slot};
+        }
         logits_.resize(static_cast<size_t>(model_.config().n_vocab) * (n == kCatchUp ? 1 : n));
         const auto t0 = std::chrono::steady_clock::now();
         if (!model_.forward(b, logits_.data()).is_ok()) break;
@@ -189,11 +250,17 @@ std::vector<std::pair<int, double>> DraftModelProposer::calibrate() {
     }
   }
   if (manager_) manager_->free(kScratch);
+  if (scratch) state_->free(*scratch);
   return out;
 }
 
 void DraftModelProposer::release(int64_t id) {
   if (manager_) manager_->free(id);
+  if (auto it = seqs_.find(id); state_ && it != seqs_.end()) {
+    for (auto [pos, slot] : it->second.snaps) state_->free(slot);
+    for (StateSlot slot : it->second.spare) state_->free(slot);
+    if (it->second.slot >= 0) state_->free(it->second.slot);
+  }
   seqs_.erase(id);
 }
 

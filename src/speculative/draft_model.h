@@ -14,9 +14,9 @@
 #include <unordered_map>
 
 #include "cachet/config.h"
-#include "kv/kv_cache_manager.h"
 #include "kv/kv_block_storage.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/state_store.h"
 #include "model/model.h"
 #include "speculative/proposer.h"
 
@@ -32,6 +32,9 @@ struct DraftModelConfig {
   // computed positions, which the verification overwrites before reading. Requires draft config == target's.
   bool share_target_kv = false;
   float p_min = kDefaultDraftPMin;  // greedy: stop drafting when the draft's top probability is below this
+  // A hybrid draft (recurrent layers): state slots for its sequences and the snapshots a rollback needs; a
+  // request finding none free does not draft that step.
+  int n_state_slots = 0;
 };
 
 class DraftModelProposer final : public Proposer {
@@ -77,13 +80,22 @@ class DraftModelProposer final : public Proposer {
   struct Seq {
     int computed = 0;  // tokens whose K/V the draft holds
     std::unique_ptr<Sampler> sampler;
+    // A hybrid draft: the slot holding its state after token computed - 1, and the states after the positions
+    // of the last propose() a verification may roll back to ({position, slot}).
+    StateSlot slot = -1;
+    std::vector<std::pair<int, StateSlot>> snaps;
+    std::vector<StateSlot> spare;  // during propose(): slots for the states after positions still to be fed
   };
   Seq& seq(const DraftJob& j);
+  // A hybrid draft's sequence back to `n` computed tokens: the snapshot after token n - 1 becomes its state, or,
+  // with none, it starts over from position 0; the other snapshots are freed.
+  void roll_back_state(Seq& s, int n);
 
   Model& model_;
   DraftModelConfig cfg_;
   std::unique_ptr<KvBlockStorage> storage_;  // own pool (both null with share_target_kv)
   std::unique_ptr<KvCacheManager> manager_;
+  std::unique_ptr<StateStore> state_;  // a hybrid draft's recurrent states (null otherwise)
   std::unordered_map<int64_t, Seq> seqs_;
   std::vector<float> logits_;
   std::vector<std::pair<int, double>> last_passes_;

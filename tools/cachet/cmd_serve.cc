@@ -41,6 +41,9 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"mean", "cls", "last", "rank"}));
   auto no_prefix_cache = std::make_shared<bool>(false);
   c->add_flag("--no-prefix-cache", *no_prefix_cache, "do not reuse the KV blocks of shared prompt prefixes");
+  c->add_option("--state-checkpoint-every", o->llm.state_checkpoint_every,
+                 "hybrid models: a recurrent-state checkpoint for the prefix cache every N prompt tokens (0: none)")
+      ->check(CLI::NonNegativeNumber);
   add_spec_flags(c, &o->llm.speculation);
   c->callback([o, kv, kv_memory, template_file, no_prefix_cache, pooling, exit_code] {
     if (Status s = o->llm.speculation.validate(); !s.is_ok()) {

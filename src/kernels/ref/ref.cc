@@ -322,21 +322,26 @@ void gelu_mul(float* g, const float* u, int64_t n) {
   }
 }
 
-void delta_rule(float* S, const float* q, const float* k, const float* v, float decay, float beta, float* o, int d) {
-  for (int j = 0; j < d; ++j) {
-    float* s = S + static_cast<int64_t>(j) * d;
-    float sk = 0.0f;
-    for (int i = 0; i < d; ++i) {
-      s[i] *= decay;
-      sk = std::fma(s[i], k[i], sk);
+void delta_rule(float* S, const float* q0, const float* k0, const float* v0, int64_t in_stride, const float* decay,
+                const float* beta, float* o0, int64_t out_stride, int n, int d) {
+  for (int t = 0; t < n; ++t) {
+    const float *q = q0 + t * in_stride, *k = k0 + t * in_stride, *v = v0 + t * in_stride;
+    float* o = o0 + t * out_stride;
+    for (int j = 0; j < d; ++j) {
+      float* s = S + static_cast<int64_t>(j) * d;
+      float sk = 0.0f;
+      for (int i = 0; i < d; ++i) {
+        s[i] *= decay[t];
+        sk = std::fma(s[i], k[i], sk);
+      }
+      const float e = beta[t] * (v[j] - sk);
+      float oj = 0.0f;
+      for (int i = 0; i < d; ++i) {
+        s[i] = std::fma(e, k[i], s[i]);
+        oj = std::fma(s[i], q[i], oj);
+      }
+      o[j] = oj;
     }
-    const float e = beta * (v[j] - sk);
-    float oj = 0.0f;
-    for (int i = 0; i < d; ++i) {
-      s[i] = std::fma(e, k[i], s[i]);
-      oj = std::fma(s[i], q[i], oj);
-    }
-    o[j] = oj;
   }
 }
 

@@ -1,0 +1,242 @@
+// Speculation on a hybrid model (Qwen3.5-shaped synthetic file: gated delta nets and attention). A rejected
+// draft token must take the recurrent state back to the last accepted token exactly (the engine keeps the state
+// after each computed draft position and adopts the right one; a hybrid draft model does the same with its own
+// states). So: greedy ids and every logits row bitwise the same with and without speculation (prompt lookup, a
+// hybrid draft that always agrees, one that mostly does not), with the prefix cache on and a pool small enough
+// to preempt; after every step the state of each request equals the state a run without speculation has at the
+// same position; no slot or block leaks.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "speculative/draft_model.h"
+#include "tests/test_util.h"
+
+namespace cachet {
+namespace {
+
+std::unique_ptr<Model> hybrid(uint64_t seed, const std::string& name) {
+  SyntheticSpec s;
+  s.arch = "qwen35";
+  s.type = DType::kQ8_0;
+  s.embd_type = DType::kQ8_0;
+  s.n_embd = 128;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 32;
+  s.n_layer = 4;  // three gated delta nets, then attention
+  s.ssm_head_dim = 32;
+  s.seed = seed;
+  const std::string path = testing::temp_path(name);
+  EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
+  auto m = load_model(path, {2});
+  EXPECT_TRUE(m.is_ok()) << m.status().message();
+  return std::move(m).value();
+}
+
+struct Job {
+  std::vector<int32_t> prompt;
+  SamplingParams p;
+  SpecMode mode;
+};
+
+// Prompts that repeat a short phrase (prompt lookup finds continuations), of random lengths.
+std::vector<Job> jobs(int n, int V, uint32_t seed, SpecMode mode) {
+  std::mt19937 rng(seed);
+  std::vector<Job> v;
+  for (int i = 0; i < n; ++i) {
+    Job j;
+    std::vector<int32_t> phrase(3 + rng() % 6);
+    for (auto& x : phrase) x = static_cast<int32_t>(rng() % V);
+    const int reps = 1 + static_cast<int>(rng() % 6);
+    for (int r = 0; r < reps; ++r) j.prompt.insert(j.prompt.end(), phrase.begin(), phrase.end());
+    j.prompt.push_back(static_cast<int32_t>(rng() % V));
+    j.p.max_tokens = 10 + static_cast<int>(rng() % 40);
+    j.mode = mode;
+    v.push_back(j);
+  }
+  return v;
+}
+
+struct Served {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<float>> logits;
+  // Per request: its state after each number of computed tokens seen at a step boundary.
+  std::vector<std::map<int, std::vector<uint8_t>>> states;
+  EngineCounters counters;
+};
+
+Served serve(Model& target, Model* draft, const std::vector<Job>& js, bool spec, int n_blocks, bool cache) {
+  Served out;
+  out.ids.resize(js.size());
+  out.logits.resize(js.size());
+  out.states.resize(js.size());
+  std::map<RequestId, size_t> job_of;
+  EngineConfig cfg;
+  cfg.n_blocks = n_blocks;
+  cfg.prefix_cache = cache;
+  cfg.draft_model = draft;
+  cfg.spec = spec ? js[0].mode : SpecMode::kOff;  // the engine's default: spare state slots for the snapshots
+  cfg.draft_max = 5;
+  cfg.spec_adaptive = false;
+  cfg.max_running = 6;
+  cfg.on_logits = [&](RequestId id, const float* row, int64_t n) {
+    auto& l = out.logits[job_of.at(id)];
+    l.insert(l.end(), row, row + n);
+  };
+  auto e = Engine::create(target, cfg);
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  if (!e.is_ok()) return out;
+  for (size_t i = 0; i < js.size(); ++i) {
+    auto id = (*e)->add_request(js[i].prompt, js[i].p, {}, false, 1, 0, spec ? js[i].mode : SpecMode::kOff);
+    EXPECT_TRUE(id.is_ok()) << id.status().message();
+    job_of[*id] = i;
+  }
+  for (int steps = 0; (*e)->has_work() && steps < 20000; ++steps) {
+    auto ev = (*e)->step();
+    EXPECT_TRUE(ev.is_ok()) << ev.status().message();
+    if (!ev.is_ok()) break;
+    for (const auto& x : *ev)
+      if (x.token) out.ids[job_of.at(x.id)].push_back(*x.token);
+    for (auto [id, i] : job_of) {
+      const int nc = (*e)->num_computed(id);
+      std::vector<uint8_t> st = (*e)->state_contents(id);
+      if (nc > static_cast<int>(js[i].prompt.size()) && !st.empty()) out.states[i][nc] = std::move(st);
+    }
+    EXPECT_EQ((*e)->check(), "");
+  }
+  out.counters = (*e)->counters();
+  EXPECT_EQ(out.counters.blocks_used, out.counters.blocks_cached) << "no block leaked";
+  EXPECT_EQ(out.counters.state_slots_used, out.counters.state_checkpoints) << "no state slot leaked";
+  return out;
+}
+
+void expect_same(const Served& s, const Served& base, const std::vector<Job>& js, const char* what) {
+  int compared = 0;
+  for (size_t i = 0; i < js.size(); ++i) {
+    EXPECT_EQ(s.ids[i], base.ids[i]) << what << ": request " << i;
+    EXPECT_TRUE(s.logits[i] == base.logits[i]) << what << ": request " << i << " logits";
+    for (const auto& [nc, st] : s.states[i]) {
+      auto it = base.states[i].find(nc);
+      if (it == base.states[i].end()) continue;
+      EXPECT_TRUE(st == it->second) << what << ": request " << i << " state after " << nc << " tokens";
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, static_cast<int>(js.size())) << what << ": states compared";
+}
+
+TEST(HybridSpeculation, GreedyIdsLogitsAndStatesEqualNoSpeculationBitwise) {
+  auto target = hybrid(42, "hybrid_spec_target.gguf");
+  auto same = hybrid(42, "hybrid_spec_target.gguf");   // a draft that always agrees
+  auto other = hybrid(7, "hybrid_spec_other.gguf");    // one that mostly does not
+  const int V = static_cast<int>(target->config().n_vocab);
+  for (bool cache : {false, true}) {
+    // 16 at once in a pool of 12 blocks of 16 tokens: preemptions; then one at a time.
+    for (int n_blocks : {12, 64}) {
+      std::vector<Job> lookup = jobs(16, V, 5, SpecMode::kLookup);
+      const Served base = serve(*target, nullptr, lookup, false, n_blocks, cache);
+      const Served s = serve(*target, nullptr, lookup, true, n_blocks, cache);
+      expect_same(s, base, lookup, "lookup");
+      EXPECT_GT(s.counters.spec_accepted_tokens, 0);
+      EXPECT_LT(s.counters.spec_accepted_tokens, s.counters.spec_draft_tokens) << "no rollback was exercised";
+      if (n_blocks == 12) EXPECT_GT(s.counters.preemptions, 0);
+      std::vector<Job> drafted = jobs(16, V, 9, SpecMode::kDraft);
+      const Served base_d = serve(*target, nullptr, drafted, false, n_blocks, cache);
+      for (Model* d : {same.get(), other.get()}) {
+        const Served sd = serve(*target, d, drafted, true, n_blocks, cache);
+        expect_same(sd, base_d, drafted, d == same.get() ? "draft (same)" : "draft (other)");
+        EXPECT_GT(sd.counters.spec_accepted_tokens, 0);
+        if (d == other.get()) EXPECT_LT(sd.counters.spec_accepted_tokens, sd.counters.spec_draft_tokens);
+        if (d == same.get()) EXPECT_EQ(sd.counters.spec_accepted_tokens, sd.counters.spec_draft_tokens);
+      }
+    }
+  }
+}
+
+// Sampled requests: the same seed gives the same tokens, and the slots all come back.
+TEST(HybridSpeculation, SampledRequestsAreReproducibleAndLeakNothing) {
+  auto target = hybrid(42, "hybrid_spec_target.gguf");
+  auto other = hybrid(7, "hybrid_spec_other.gguf");
+  const int V = static_cast<int>(target->config().n_vocab);
+  std::vector<Job> js = jobs(12, V, 21, SpecMode::kDraft);
+  for (size_t i = 0; i < js.size(); ++i) {
+    js[i].p.temperature = 0.8f;
+    js[i].p.seed = 100 + i;
+    if (i % 2) js[i].mode = SpecMode::kLookup;
+  }
+  const Served a = serve(*target, other.get(), js, true, 16, true);
+  const Served b = serve(*target, other.get(), js, true, 16, true);
+  for (size_t i = 0; i < js.size(); ++i) EXPECT_EQ(a.ids[i], b.ids[i]) << "request " << i;
+  EXPECT_GT(a.counters.spec_draft_tokens, 0);
+}
+
+// A hybrid draft model keeps its own state slots; it cannot read the target's cache.
+TEST(HybridSpeculation, HybridDraftNeedsItsOwnPoolAndStates) {
+  auto target = hybrid(42, "hybrid_spec_target.gguf");
+  DraftModelConfig dc;
+  dc.share_target_kv = true;
+  dc.n_state_slots = 8;
+  EXPECT_FALSE(DraftModelProposer::create(*target, *target, dc).is_ok());
+  dc.share_target_kv = false;
+  dc.n_blocks = 16;
+  dc.n_state_slots = 1;
+  EXPECT_FALSE(DraftModelProposer::create(*target, *target, dc).is_ok());
+  dc.n_state_slots = 8;
+  EXPECT_TRUE(DraftModelProposer::create(*target, *target, dc).is_ok());
+}
+
+// A hybrid draft model after a verification that accepted some of its tokens drafts exactly what a fresh draft
+// of the same tokens drafts (its state rolled back to the last accepted token, not left after its own guesses):
+// rounds of random acceptance, each compared with a proposer that never drafted before.
+TEST(HybridSpeculation, HybridDraftRollsBackItsStateExactly) {
+  auto target = hybrid(42, "hybrid_spec_target.gguf");
+  auto draft = hybrid(7, "hybrid_spec_other.gguf");
+  const int V = static_cast<int>(target->config().n_vocab);
+  DraftModelConfig dc;
+  dc.n_blocks = 32;
+  dc.n_state_slots = 8;
+  dc.p_min = 0.0f;
+  auto p = DraftModelProposer::create(*draft, *target, dc);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  std::mt19937 rng(3);
+  std::vector<int32_t> tokens(30);
+  for (auto& x : tokens) x = static_cast<int32_t>(rng() % V);
+  SamplingParams sp;
+  auto propose = [&](DraftModelProposer& prop, int64_t id) {
+    DraftJob j;
+    j.id = id;
+    j.tokens = &tokens;
+    j.n_prompt = 30;
+    j.params = &sp;
+    j.k = 4;
+    std::vector<DraftJob> js{j};
+    EXPECT_TRUE(prop.propose(js).is_ok());
+    return js[0].draft;
+  };
+  int rolled_back = 0;
+  for (int round = 0; round < 12; ++round) {
+    const std::vector<int32_t> d = propose(**p, 1);
+    ASSERT_EQ(d.size(), 4u);
+    auto fresh = DraftModelProposer::create(*draft, *target, dc);
+    ASSERT_TRUE(fresh.is_ok());
+    EXPECT_EQ(d, propose(**fresh, 2)) << "round " << round;
+    // The target accepts a of the draft, then a token of its own.
+    const int a = static_cast<int>(rng() % 5);
+    const int len = static_cast<int>(tokens.size());
+    tokens.insert(tokens.end(), d.begin(), d.begin() + a);
+    tokens.push_back(static_cast<int32_t>(rng() % V));
+    (*p)->truncate(1, len + a);
+    rolled_back += a < 3;  // the draft had fed positions past the last accepted one
+  }
+  EXPECT_GT(rolled_back, 3);
+}
+
+}  // namespace
+}  // namespace cachet
