@@ -7,7 +7,7 @@ prompt cache and context checkpoints on as by default). Reports TTFT p50/p99 per
 cached tokens, completion tokens/s and wall time per engine.
 
     .venv/bin/python bench/agent_turns.py -m FILE [--users 8] [--turns 10] [--system-words 1500]
-        [--engines on,off,llama] [-t 2] [--max-tokens 32]
+        [--turn-words 150,300] [--engines on,off,llama] [-t 2] [--max-tokens 32]
 """
 import argparse
 import json
@@ -25,10 +25,11 @@ from prefix_workloads import WORDS, chat_stream, free_port, pct, wait_ready  # n
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def conversation_parts(users, turns, system_words, seed=56):
+def conversation_parts(users, turns, system_words, turn_words, seed=56):
     rng = random.Random(seed)
     system = "System: you are an agent with tools. " + " ".join(rng.choice(WORDS) for _ in range(system_words))
-    msgs = [[" ".join(rng.choice(WORDS) for _ in range(rng.randint(120, 260))) for _ in range(turns)]
+    lo, hi = turn_words
+    msgs = [[" ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi))) for _ in range(turns)]
             for _ in range(users)]
     return system, msgs
 
@@ -91,7 +92,10 @@ def main():
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument("--turns", type=int, default=10)
-    ap.add_argument("--system-words", type=int, default=1500)
+    ap.add_argument("--system-words", type=int, default=1500,
+                    help="words of the shared system prompt (a real tokenizer: ~1.3 tokens a word; the synthetic "
+                         "files' byte-level one: ~7)")
+    ap.add_argument("--turn-words", default="150,300", help="words of a user message: min,max")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--engines", default="on,off,llama")
     ap.add_argument("--ctx", type=int, default=8192)
@@ -100,7 +104,7 @@ def main():
     ap.add_argument("--llama-server", default=str(pathlib.Path.home() / ".cache/cachet/llama.cpp/native/bin/llama-server"))
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()
-    system, msgs = conversation_parts(a.users, a.turns, a.system_words)
+    system, msgs = conversation_parts(a.users, a.turns, a.system_words, tuple(map(int, a.turn_words.split(","))))
     names = {"on": "cachet (prefix cache)", "off": "cachet --no-prefix-cache", "llama": "llama-server"}
     results = {}
     for e in a.engines.split(","):

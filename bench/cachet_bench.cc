@@ -237,7 +237,9 @@ int main(int argc, char** argv) {
                       {"n_gen", n_gen},
                       {"weight_bytes", weight_bytes},
                       {"weight_bytes_read_per_token", read_per_token},
-                      {"kv_bytes_per_token", c.n_layer * static_cast<int64_t>(o.kv_type.row_bytes(c.kv_dim()))},
+                      {"kv_bytes_per_token", c.n_kv_layers() * static_cast<int64_t>(o.kv_type.row_bytes(c.kv_dim()))},
+                      // A hybrid's recurrent state, read and written by every decoded token.
+                      {"state_bytes_per_token", 2 * c.state_bytes_per_seq()},
                       {"kv_type", kv_type_name(o.kv_type.k)},
                       {"prefill_flops_per_token", 2.0 * prefill_macs},
                       {"pp_tok_s", median(pp)},

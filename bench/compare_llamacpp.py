@@ -86,9 +86,10 @@ def main():
                 ours["tg"].append(j["tg_tok_s"])
                 flops = j.get("prefill_flops_per_token", 0.0)
                 # Decode roofline: every weight byte read once per token (the embedding lookup reads one row;
-                # a tied head reads the whole matrix) plus the KV cache, over the measured read bandwidth.
+                # a tied head reads the whole matrix) plus the KV cache and a hybrid's recurrent state (read and
+                # written), over the measured read bandwidth.
                 per_tok = (j.get("weight_bytes_read_per_token", j["weight_bytes"]) +
-                           j["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2))
+                           j["kv_bytes_per_token"] * (a.n_prompt + a.n_gen // 2) + j.get("state_bytes_per_token", 0))
                 roofs.append(j["tg_tok_s"] / (bw_now * 1e9 / per_tok))
                 theirs["pp"].append(k["pp_tok_s"])
                 theirs["tg"].append(k["tg_tok_s"])
