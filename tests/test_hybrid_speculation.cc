@@ -6,6 +6,7 @@
 // to preempt; after every step the state of each request equals the state a run without speculation has at the
 // same position; no slot or block leaks.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <random>
@@ -72,7 +73,9 @@ struct Served {
   EngineCounters counters;
 };
 
-Served serve(Model& target, Model* draft, const std::vector<Job>& js, bool spec, int n_blocks, bool cache) {
+// Jobs from index `second` on are added once the first ones have finished (a conversation's next turns).
+Served serve(Model& target, Model* draft, const std::vector<Job>& js, bool spec, int n_blocks, bool cache,
+             size_t second = SIZE_MAX) {
   Served out;
   out.ids.resize(js.size());
   out.logits.resize(js.size());
@@ -93,12 +96,19 @@ Served serve(Model& target, Model* draft, const std::vector<Job>& js, bool spec,
   auto e = Engine::create(target, cfg);
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   if (!e.is_ok()) return out;
-  for (size_t i = 0; i < js.size(); ++i) {
-    auto id = (*e)->add_request(js[i].prompt, js[i].p, {}, false, 1, 0, spec ? js[i].mode : SpecMode::kOff);
-    EXPECT_TRUE(id.is_ok()) << id.status().message();
-    job_of[*id] = i;
-  }
-  for (int steps = 0; (*e)->has_work() && steps < 20000; ++steps) {
+  size_t added = 0;
+  auto add = [&](size_t end) {
+    for (; added < std::min(end, js.size()); ++added) {
+      const Job& j = js[added];
+      auto id = (*e)->add_request(j.prompt, j.p, {}, false, 1, 0, spec ? j.mode : SpecMode::kOff);
+      EXPECT_TRUE(id.is_ok()) << id.status().message();
+      job_of[*id] = added;
+    }
+  };
+  add(second);
+  for (int steps = 0; steps < 20000; ++steps) {
+    if (!(*e)->has_work()) add(js.size());
+    if (!(*e)->has_work()) break;
     auto ev = (*e)->step();
     EXPECT_TRUE(ev.is_ok()) << ev.status().message();
     if (!ev.is_ok()) break;
@@ -141,9 +151,26 @@ TEST(HybridSpeculation, GreedyIdsLogitsAndStatesEqualNoSpeculationBitwise) {
     // 16 at once in a pool of 12 blocks of 16 tokens: preemptions; then one at a time.
     for (int n_blocks : {12, 64}) {
       std::vector<Job> lookup = jobs(16, V, 5, SpecMode::kLookup);
-      const Served base = serve(*target, nullptr, lookup, false, n_blocks, cache);
-      const Served s = serve(*target, nullptr, lookup, true, n_blocks, cache);
+      size_t second = SIZE_MAX;
+      if (cache) {
+        // Next turns: each prompt with its answer and a few tokens more, once the first turns are done, so
+        // they resume from checkpoints written while the first turns speculated.
+        const Served first = serve(*target, nullptr, lookup, false, n_blocks, cache);
+        second = lookup.size();
+        for (size_t i = 0; i < second; ++i) {
+          Job j = lookup[i];
+          j.prompt.insert(j.prompt.end(), first.ids[i].begin(), first.ids[i].end());
+          for (int k = 0; k < 5; ++k) j.prompt.push_back(static_cast<int32_t>((i * 31 + k * 7) % V));
+          lookup.push_back(j);
+        }
+      }
+      const Served base = serve(*target, nullptr, lookup, false, n_blocks, cache, second);
+      const Served s = serve(*target, nullptr, lookup, true, n_blocks, cache, second);
       expect_same(s, base, lookup, "lookup");
+      if (cache && n_blocks == 64) {  // the next turns resumed, from checkpoints written while speculating too
+        EXPECT_GT(base.counters.prefix_hit_tokens, 16 * 20);
+        EXPECT_EQ(s.counters.prefix_hit_tokens, base.counters.prefix_hit_tokens);
+      }
       EXPECT_GT(s.counters.spec_accepted_tokens, 0);
       EXPECT_LT(s.counters.spec_accepted_tokens, s.counters.spec_draft_tokens) << "no rollback was exercised";
       if (n_blocks == 12) EXPECT_GT(s.counters.preemptions, 0);

@@ -197,16 +197,39 @@ std::optional<StateSlot> Engine::take_spare_slot() {
 
 void Engine::settle_snapshots(Request* r, int last_accepted) {
   const int accepted = r->num_computed - last_accepted - 1;  // the rollback left the accepted drafts computed
+  // The prefix cache's latest-boundary checkpoint: a boundary the accepted drafts crossed is one of the
+  // snapshots (kept instead of freed) or the slot itself (copied).
+  const int bs = cfg_.block_size, latest = r->num_computed / bs * bs;
+  int newest = 0;
+  for (const auto& c : r->ckpts)
+    if (c.kind == kLatest) newest = c.pos;
+  const int at = scheduler_->prefix_cache() && latest > newest && latest > r->n_prompt / bs * bs
+                     ? latest - 1 - last_accepted  // the snapshot holding the state after token latest - 1
+                     : -1;
+  StateSlot keep = -1;
   for (int i = 0; i < static_cast<int>(r->spec_snapshots.size()); ++i) {
     const StateSlot s = r->spec_snapshots[static_cast<size_t>(i)];
     if (i == accepted) {
       state_->free(*r->state_slot);
       r->state_slot = s;
+    } else if (i == at) {
+      keep = s;
     } else {
       state_->free(s);
     }
   }
   r->spec_snapshots.clear();
+  if (at >= 0 && at == accepted)
+    if (auto slot = take_checkpoint_slot()) {
+      state_->copy(*r->state_slot, *slot);
+      keep = *slot;
+    }
+  if (keep < 0) return;
+  std::erase_if(r->ckpts, [this](const Request::PendingCheckpoint& c) {
+    if (c.kind == kLatest) state_->free(c.slot);
+    return c.kind == kLatest;
+  });
+  r->ckpts.push_back({kLatest, latest, keep});
 }
 
 void Engine::reclaim_checkpoints() {
@@ -274,6 +297,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   b.copies = scheduler_->take_kv_copies();
   b.state = state_.get();
   std::vector<PlannedCheckpoint> planned;  // hybrid models: state checkpoints this pass writes
+  std::vector<std::pair<StateSlot, StateSlot>> snapshot_copies;  // (checkpoint, speculation snapshot) after the pass
   if (state_) reclaim_checkpoints();  // admissions may have evicted checkpointed nodes
   std::vector<std::pair<Request*, int>> row_counts;
   std::vector<std::pair<Request*, int>> hidden_rows;  // embedding requests: rows of hidden states, in order
@@ -290,8 +314,8 @@ Result<std::vector<RequestEvent>> Engine::step() {
         b.state_copies.emplace_back(r->resume_state, *r->state_slot);
         r->resume_state = -1;
       }
-      // Checkpoints only where every token before is accepted (a draft token's state may be rolled back).
-      const int n_sure = r->n_draft > 0 ? std::min(w.n, last_accepted - r->num_computed) : w.n;
+      // Checkpoints only up to the last accepted token (a draft token's state may be rolled back).
+      const int n_sure = r->n_draft > 0 ? std::min(w.n, last_accepted + 1 - r->num_computed) : w.n;
       if (scheduler_->prefix_cache() && !r->whole) plan_checkpoints(r, n_sure, b.n_tokens(), &b, &planned);
       // Draft tokens: the state after the last accepted token and each computed draft token but the last (which
       // the slot holds), for the rollback; where no slot is left the draft is cut (verified as far as computed).
@@ -301,7 +325,13 @@ Result<std::vector<RequestEvent>> Engine::step() {
         std::optional<StateSlot> s = take_spare_slot();
         if (!s) break;
         r->spec_snapshots.push_back(*s);
-        b.state_snapshots.emplace_back(b.n_tokens() + last_accepted + kept - r->num_computed, *s);
+        // A checkpoint after the last accepted token (a block boundary) is the same state: copied after the pass
+        // (a token has one snapshot slot).
+        auto ck = std::find_if(planned.begin(), planned.end(), [&](const PlannedCheckpoint& p) {
+          return p.r == r && p.c.pos == last_accepted + 1;
+        });
+        if (kept == 0 && ck != planned.end()) snapshot_copies.emplace_back(ck->c.slot, *s);
+        else b.state_snapshots.emplace_back(b.n_tokens() + last_accepted + kept - r->num_computed, *s);
       }
       n_add = std::min(w.n, last_accepted + 1 + kept - r->num_computed);
     }
@@ -366,6 +396,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   Status fwd = model_.forward(b, logits_.data(), hidden_.data());
   if (masks.valid()) masks.get();
   CACHET_RETURN_IF_ERROR(fwd);
+  for (auto [src, dst] : snapshot_copies) state_->copy(src, dst);
   for (const PlannedCheckpoint& p : planned) {  // a request's newest latest-boundary checkpoint replaces its older one
     auto& mine = p.r->ckpts;
     if (p.c.kind == kLatest)
