@@ -15,6 +15,7 @@
 #include "kv/state_store.h"
 #include "model/model.h"
 #include "model/synthetic.h"
+#include "tests/hybrid_fixture.h"
 #include "tests/test_util.h"
 
 namespace cachet {
@@ -51,23 +52,7 @@ TEST(StateStore, RandomAllocateAndFreeKeepsEveryInvariant) {
     for (int i = 0; i < 5; ++i) EXPECT_EQ(st.ssm(held[1], r)[i], 0.0f);
 }
 
-std::unique_ptr<Model> hybrid_model() {
-  SyntheticSpec s;
-  s.arch = "qwen35";
-  s.type = DType::kQ8_0;
-  s.embd_type = DType::kQ8_0;
-  s.n_embd = 128;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.head_dim = 32;
-  s.n_layer = 4;  // three gated delta nets, then attention
-  s.ssm_head_dim = 32;
-  const std::string path = testing::temp_path("hybrid_engine.gguf");
-  EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
-  auto m = load_model(path, {2});
-  EXPECT_TRUE(m.is_ok()) << m.status().message();
-  return std::move(m).value();
-}
+std::unique_ptr<Model> hybrid_model() { return testing::hybrid_test_model(42, "hybrid_engine.gguf"); }
 
 std::unique_ptr<Engine> make_engine(Model& m, EngineConfig cfg) {
   auto e = Engine::create(m, std::move(cfg));

@@ -1,0 +1,35 @@
+// A small Qwen3.5-shaped synthetic file (three gated delta nets, then attention; Q8_0) for the hybrid engine
+// tests, written once per name and loaded with two threads.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "model/synthetic.h"
+#include "tests/test_util.h"
+
+namespace cachet::testing {
+
+inline std::unique_ptr<Model> hybrid_test_model(uint64_t seed, const std::string& name) {
+  SyntheticSpec s;
+  s.arch = "qwen35";
+  s.type = DType::kQ8_0;
+  s.embd_type = DType::kQ8_0;
+  s.n_embd = 128;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 32;
+  s.n_layer = 4;  // three gated delta nets, then attention
+  s.ssm_head_dim = 32;
+  s.seed = seed;
+  const std::string path = temp_path(name);
+  EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
+  auto m = load_model(path, {2});
+  EXPECT_TRUE(m.is_ok()) << m.status().message();
+  return std::move(m).value();
+}
+
+}  // namespace cachet::testing
