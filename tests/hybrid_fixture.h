@@ -1,5 +1,6 @@
 // A small Qwen3.5-shaped synthetic file (three gated delta nets, then attention; Q8_0) for the hybrid engine
-// tests, written once per name and loaded with two threads.
+// tests, written once per name and loaded with two threads. `mtp`: the file also carries a multi-token-prediction
+// block (SyntheticSpec::mtp_echo with `echo`), and the model loaded is that head (LoadOptions::mtp_head).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,7 +14,8 @@
 
 namespace cachet::testing {
 
-inline std::unique_ptr<Model> hybrid_test_model(uint64_t seed, const std::string& name) {
+inline std::unique_ptr<Model> hybrid_test_model(uint64_t seed, const std::string& name, bool mtp = false,
+                                                bool echo = false) {
   SyntheticSpec s;
   s.arch = "qwen35";
   s.type = DType::kQ8_0;
@@ -25,9 +27,13 @@ inline std::unique_ptr<Model> hybrid_test_model(uint64_t seed, const std::string
   s.n_layer = 4;  // three gated delta nets, then attention
   s.ssm_head_dim = 32;
   s.seed = seed;
+  s.n_mtp = mtp ? 1 : 0;
+  s.mtp_echo = echo;
   const std::string path = temp_path(name);
   EXPECT_TRUE(write_synthetic_model(s, path).is_ok());
-  auto m = load_model(path, {2});
+  LoadOptions lo{2};
+  lo.mtp_head = mtp;
+  auto m = load_model(path, lo);
   EXPECT_TRUE(m.is_ok()) << m.status().message();
   return std::move(m).value();
 }

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "speculative/draft_model.h"
+#include "speculative/mtp.h"
 #include "tests/hybrid_fixture.h"
 #include "tests/test_util.h"
 
@@ -70,7 +71,8 @@ Served serve(Model& target, Model* draft, const std::vector<Job>& js, bool spec,
   EngineConfig cfg;
   cfg.n_blocks = n_blocks;
   cfg.prefix_cache = cache;
-  cfg.draft_model = draft;
+  // A multi-token-prediction head proposes as the model's own; any other model is a draft model.
+  (draft && draft->config().mtp_head ? cfg.mtp_model : cfg.draft_model) = draft;
   cfg.spec = spec ? js[0].mode : SpecMode::kOff;  // the engine's default: spare state slots for the snapshots
   cfg.draft_max = 5;
   cfg.spec_adaptive = false;
@@ -171,6 +173,83 @@ TEST(HybridSpeculation, GreedyIdsLogitsAndStatesEqualNoSpeculationBitwise) {
       }
     }
   }
+}
+
+// The model's own multi-token-prediction head: one that echoes the token it is given (it agrees wherever the
+// target repeats a token) and a random one (it agrees nowhere). Greedy ids, logits and states as without
+// speculation, bitwise, with the cache on and off and with preemptions.
+TEST(HybridSpeculation, MtpHeadGreedyIdsLogitsAndStatesEqualNoSpeculationBitwise) {
+  auto echo = testing::hybrid_test_model(42, "hybrid_spec_mtp_echo.gguf", /*mtp=*/true, /*echo=*/true);
+  auto random = testing::hybrid_test_model(42, "hybrid_spec_mtp_random.gguf", /*mtp=*/true);
+  ASSERT_TRUE(echo->config().mtp_head);
+  EXPECT_EQ(echo->config().n_layer, 1);
+  auto trunk = load_model(testing::temp_path("hybrid_spec_mtp_echo.gguf"), {2});  // the same file's trunk
+  ASSERT_TRUE(trunk.is_ok()) << trunk.status().message();
+  Model& target = **trunk;
+  EXPECT_EQ(target.config().n_mtp_layers, 1);
+  EXPECT_FALSE(target.config().mtp_head);
+  const int V = static_cast<int>(target.config().n_vocab);
+  for (bool cache : {false, true}) {
+    for (int n_blocks : {12, 64}) {
+      const std::vector<Job> js = jobs(16, V, 13, SpecMode::kMtp);
+      const Served base = serve(target, nullptr, js, false, n_blocks, cache);
+      for (Model* head : {echo.get(), random.get()}) {
+        const Served s = serve(target, head, js, true, n_blocks, cache);
+        const bool agrees = head == echo.get();
+        expect_same(s, base, js, agrees ? "mtp (echo)" : "mtp (random)");
+        EXPECT_GT(s.counters.spec_draft_tokens, 0);
+        EXPECT_LT(s.counters.spec_accepted_tokens, s.counters.spec_draft_tokens) << "no rollback was exercised";
+        if (agrees) EXPECT_GT(s.counters.spec_accepted_tokens, 0);
+        if (n_blocks == 12) EXPECT_GT(s.counters.preemptions, 0);
+      }
+    }
+  }
+}
+
+// The head follows a long prompt chunk by chunk holding only the trunk rows it still needs (not the prompt's),
+// drafts from the last token, and after a rejection keeps only positions fed with the trunk's states.
+TEST(HybridSpeculation, MtpProposerHoldsOnlyTheRowsItNeeds) {
+  auto head = testing::hybrid_test_model(42, "hybrid_spec_mtp_echo.gguf", /*mtp=*/true, /*echo=*/true);
+  auto trunk = load_model(testing::temp_path("hybrid_spec_mtp_echo.gguf"), {2});
+  ASSERT_TRUE(trunk.is_ok());
+  MtpConfig mc;
+  mc.n_blocks = 64;
+  auto p = MtpProposer::create(*head, **trunk, mc);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_FALSE(MtpProposer::create(**trunk, **trunk, mc).is_ok()) << "the trunk is not a head";
+  const int64_t d = head->config().n_embd;
+  std::vector<int32_t> tokens(600);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(3 + i % 97);
+  std::vector<float> rows(256 * d);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = std::sin(0.01f * static_cast<float>(i));
+  for (int pos0 = 0; pos0 < 600; pos0 += 256) {  // the trunk's prefill chunks
+    const int n = std::min(256, 600 - pos0);
+    (*p)->observe(7, tokens, 600, pos0, rows.data(), n);
+    ASSERT_TRUE((*p)->catch_up().is_ok());
+    EXPECT_EQ((*p)->fed(7), pos0 + n + 1 <= 600 ? pos0 + n + 1 : 600);
+    EXPECT_LE((*p)->held_rows(7), 1);
+  }
+  tokens.push_back(5);  // the first sampled token
+  SamplingParams sp;
+  DraftJob j;
+  j.id = 7;
+  j.tokens = &tokens;
+  j.n_prompt = 600;
+  j.params = &sp;
+  j.k = 4;
+  std::vector<DraftJob> jobs{j};
+  ASSERT_TRUE((*p)->propose(jobs).is_ok());
+  EXPECT_EQ(jobs[0].draft.size(), 4u);
+  EXPECT_EQ((*p)->fed(7), 601) << "drafted positions leave the head's cache";
+  // The target verifies the last token and the draft (5 rows) and rejects all but the first draft token.
+  tokens.insert(tokens.end(), jobs[0].draft.begin(), jobs[0].draft.end());
+  (*p)->observe(7, tokens, 601, 600, rows.data(), 5);
+  ASSERT_TRUE((*p)->catch_up().is_ok());
+  (*p)->truncate(7, 602);
+  EXPECT_EQ((*p)->fed(7), 601);
+  EXPECT_EQ((*p)->held_rows(7), 2) << "the rows of positions 600 and 601";
+  (*p)->release(7);
+  EXPECT_EQ((*p)->held_rows(7), 0);
 }
 
 // Sampled requests: the same seed gives the same tokens, and the slots all come back.

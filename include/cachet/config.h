@@ -27,18 +27,19 @@ struct RopeOverrides {
 // A draft model stops drafting (greedy) when its top probability falls below this.
 inline constexpr float kDefaultDraftPMin = 0.2f;
 
-// Speculative decoding (docs/speculative.md): a draft model with the target's vocabulary, or prompt lookup.
-// Outputs are exactly the target's either way.
+// Speculative decoding (docs/speculative.md): a draft model with the target's vocabulary, the model's own
+// multi-token-prediction head, or prompt lookup. Outputs are exactly the target's whichever proposes.
 struct CACHET_API SpecOptions {
   std::string draft_model;  // a GGUF with the target's vocabulary (e.g. a low-bit quantization of it)
-  bool lookup = false;      // prompt lookup instead (the two exclude each other)
+  bool lookup = false;      // prompt lookup instead (the three exclude each other)
+  bool mtp = false;         // the model file's own multi-token-prediction head (Qwen3.5 / 3.6: nextn layers)
   int draft_max = 8;        // most draft tokens per request and step
   bool fixed = false;       // always draft_max tokens, cost model off (measuring, testing)
   int64_t draft_vocab = 0;  // the draft proposes only token ids below this (0: all)
   float draft_p_min = kDefaultDraftPMin;
   bool draft_own_kv = false;  // a draft of the target's shape keeps its own cache instead of reading the target's
-  bool any() const { return lookup || !draft_model.empty(); }
-  // Errors: both proposers asked for; draft_p_min outside [0, 1].
+  bool any() const { return lookup || mtp || !draft_model.empty(); }
+  // Errors: more than one proposer asked for; draft_p_min outside [0, 1].
   Status validate() const;
 };
 

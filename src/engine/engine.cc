@@ -18,6 +18,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineConfig cfg) {
   if (cfg.draft_model) CACHET_RETURN_IF_ERROR(kv_types_fit(cfg.draft_model->config(), cfg.kv_type));
   if (cfg.spec == SpecMode::kDraft && !cfg.draft_model)
     return invalid_argument("speculation with a draft model needs a draft model");
+  if (cfg.spec == SpecMode::kMtp && !cfg.mtp_model)
+    return invalid_argument("speculation with the model's MTP head needs the head loaded (LoadOptions::mtp_head)");
+  if (cfg.mtp_model) CACHET_RETURN_IF_ERROR(kv_types_fit(cfg.mtp_model->config(), cfg.kv_type));
   if (cfg.draft_max < 1 || cfg.draft_max > 64)
     return invalid_argument("draft_max must be in 1..64, got " + std::to_string(cfg.draft_max));
   if (cfg.block_size <= 0 || cfg.block_size % 16 != 0)
@@ -52,7 +55,7 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
     const int64_t checkpoints = cfg_.prefix_cache ? std::clamp<int64_t>(cfg_.kv_memory_bytes / 4 / per_slot, 2, 4096) : 0;
     // Speculation: the state after each computed draft position, so that a rejection rolls back exactly (a
     // request can also ask for it when the engine's default is off: it then drafts into what is free).
-    spec_slots_ = cfg_.spec != SpecMode::kOff || cfg_.draft_model ? cfg_.draft_max : 0;
+    spec_slots_ = cfg_.spec != SpecMode::kOff || cfg_.draft_model || cfg_.mtp_model ? cfg_.draft_max : 0;
     state_ = std::make_unique<StateStore>(c, static_cast<int>(slots + checkpoints + spec_slots_));
     cfg_.max_running = static_cast<int>(slots);
   }
@@ -78,6 +81,8 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
   const SpecMode mode = spec.value_or(cfg_.spec);
   if (mode == SpecMode::kDraft && !spec_->has_draft_model())
     return invalid_argument("speculation with a draft model was asked for, but the engine has no draft model");
+  if (mode == SpecMode::kMtp && !spec_->has_mtp())
+    return invalid_argument("speculation with the model's MTP head was asked for, but the engine has no MTP head");
   const ModelConfig& c = model_.config();
   if (!c.causal)
     return invalid_argument("this model attends both ways (an encoder or embedding model): it embeds and ranks, it "
@@ -300,7 +305,16 @@ Result<std::vector<RequestEvent>> Engine::step() {
   std::vector<std::pair<StateSlot, StateSlot>> snapshot_copies;  // (checkpoint, speculation snapshot) after the pass
   if (state_) reclaim_checkpoints();  // admissions may have evicted checkpointed nodes
   std::vector<std::pair<Request*, int>> row_counts;
-  std::vector<std::pair<Request*, int>> hidden_rows;  // embedding requests: rows of hidden states, in order
+  struct PooledRows {
+    Request* r;
+    int n, row;  // rows of hidden states, the first's index in hidden_
+  };
+  std::vector<PooledRows> hidden_rows;  // embedding requests
+  struct MtpRows {
+    Request* r;
+    int pos0, n, row;  // positions [pos0, pos0 + n), their first row of hidden_
+  };
+  std::vector<MtpRows> mtp_rows;  // MTP-speculating requests: every computed token's final hidden state
   bool decode_only = true;  // every scheduled request was caught up (no prompt chunk in the pass)
   for (const ScheduledWork& w : work) {
     Request* r = static_cast<Request*>(w.r);
@@ -342,6 +356,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
       const int last = static_cast<int>(r->tokens.size()) - 1;
       const Pooling p = rows_pooled(*r->pooling);
       int rows = 0;
+      const int first_row = b.n_hidden();
       for (int k = 0; k < w.n; ++k) {
         const int pos = r->num_computed + k;
         b.add_token(r->tokens[pos], pos, seq, false);
@@ -351,14 +366,17 @@ Result<std::vector<RequestEvent>> Engine::step() {
           ++rows;
         }
       }
-      if (rows > 0) hidden_rows.emplace_back(r, rows);
+      if (rows > 0) hidden_rows.push_back({r, rows, first_row});
       decode_only = false;
       continue;
     }
     int rows = 0;
+    const bool mtp = r->spec == SpecMode::kMtp && spec_->has_mtp();
+    if (mtp && n_add > 0) mtp_rows.push_back({r, r->num_computed, n_add, b.n_hidden()});
     for (int k = 0; k < n_add; ++k) {
       const int pos = r->num_computed + k;
       b.add_token(r->tokens[pos], pos, seq, pos >= last_accepted);
+      if (mtp) b.want_hidden_of_last();
       rows += pos >= last_accepted;
     }
     if (rows > 0) row_counts.emplace_back(r, rows);
@@ -413,11 +431,14 @@ Result<std::vector<RequestEvent>> Engine::step() {
 
   // Embedding requests: their rows of hidden states summed (in position order, so the sum does not depend on
   // the chunking); a request whose every token is computed finishes with its pooled vector.
-  const float* hrow = hidden_.data();
-  for (auto [r, n] : hidden_rows) {
+  // MTP-speculating requests: the head follows the trunk (one batched pass of its own over every such request).
+  for (const MtpRows& m : mtp_rows)
+    spec_->observe_hidden(*m.r, m.pos0, hidden_.data() + static_cast<size_t>(m.row) * D, m.n);
+  if (!mtp_rows.empty()) CACHET_RETURN_IF_ERROR(spec_->catch_up_hidden());
+  for (auto [r, n, row] : hidden_rows) {
+    const float* hrow = hidden_.data() + static_cast<size_t>(row) * D;
     if (*r->pooling == Pooling::kNone) {  // every row kept, in position order
       r->pooled.insert(r->pooled.end(), hrow, hrow + n * D);
-      hrow += n * D;
       continue;
     }
     for (int i = 0; i < n; ++i, hrow += D)

@@ -38,6 +38,8 @@ struct EngineConfig {
   // nothing); without, always draft_max (tests).
   SpecMode spec = SpecMode::kOff;
   Model* draft_model = nullptr;
+  // The target's multi-token-prediction head (LoadOptions::mtp_head; not owned; required for SpecMode::kMtp).
+  Model* mtp_model = nullptr;
   int draft_max = 8;
   float draft_p_min = kDefaultDraftPMin;
   bool spec_adaptive = true;

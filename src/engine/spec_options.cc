@@ -1,9 +1,12 @@
 #include "engine/spec_options.h"
 
+#include "io/gguf.h"
+
 namespace cachet {
 
 Status SpecOptions::validate() const {
-  if (!draft_model.empty() && lookup) return invalid_argument("give --draft-model or --lookup, not both");
+  if (int(!draft_model.empty()) + int(lookup) + int(mtp) > 1)
+    return invalid_argument("give one of --draft-model, --mtp and --lookup");
   if (!(draft_p_min >= 0.0f && draft_p_min <= 1.0f)) return invalid_argument("--draft-p-min is a probability, 0..1");
   return Status::ok();
 }
@@ -16,6 +19,18 @@ Status load_speculation(const SpecOptions& o, const RopeOverrides& rope, Model& 
   cfg->draft_own_kv = o.draft_own_kv;
   cfg->spec_adaptive = !o.fixed;
   if (o.lookup) cfg->spec = SpecMode::kLookup;
+  if (o.mtp) {
+    // The head comes from the target's own file, on the target's threads.
+    if (!target.gguf()) return invalid_argument("--mtp needs a GGUF model (its multi-token-prediction layers)");
+    LoadOptions lo;
+    lo.pool = target.shared_pool();
+    lo.rope = rope;
+    lo.mtp_head = true;
+    CACHET_ASSIGN_OR_RETURN(*draft, load_model(target.gguf()->path(), lo));
+    cfg->mtp_model = draft->get();
+    cfg->spec = SpecMode::kMtp;
+    return Status::ok();
+  }
   if (o.draft_model.empty()) return Status::ok();
   LoadOptions lo;
   lo.pool = target.shared_pool();  // one set of threads for both models

@@ -15,9 +15,10 @@
 
 namespace cachet {
 
-// Checks o, loads its draft model on the target's threads (with the target's RoPE overrides) into *draft and
-// sets cfg's speculation fields. Errors: both proposers asked for; a draft that does not load. (Engine::create
-// then refuses a draft whose vocabulary is not the target's.)
+// Checks o, loads its draft model (or the target file's MTP head) on the target's threads (with the target's
+// RoPE overrides) into *draft and sets cfg's speculation fields. Errors: more than one proposer asked for; a
+// draft that does not load; a file without an MTP head. (Engine::create then refuses a draft whose vocabulary
+// is not the target's.)
 Status load_speculation(const SpecOptions& o, const RopeOverrides& rope, Model& target, EngineConfig* cfg,
                         std::unique_ptr<Model>* draft);
 

@@ -25,14 +25,39 @@ Result<std::unique_ptr<Speculator>> Speculator::create(Model& target, KvBlockSto
     dc.p_min = cfg.draft_p_min;
     CACHET_ASSIGN_OR_RETURN(s->draft_, DraftModelProposer::create(*cfg.draft_model, target, dc));
   }
-  if (cfg.spec_adaptive && (cfg.spec != SpecMode::kOff || s->draft_)) s->calibrate();
+  if (cfg.mtp_model) {
+    // One cost curve serves the model-based proposer: a draft model or the MTP head, not both.
+    if (cfg.draft_model) return invalid_argument("speculation takes a draft model or the MTP head, not both");
+    MtpConfig mc;
+    mc.n_blocks = cfg.n_blocks;
+    mc.block_size = cfg.block_size;
+    mc.kv_type = cfg.kv_type;
+    mc.p_min = cfg.draft_p_min;
+    CACHET_ASSIGN_OR_RETURN(s->mtp_, MtpProposer::create(*cfg.mtp_model, target, mc));
+  }
+  if (cfg.spec_adaptive && (cfg.spec != SpecMode::kOff || s->draft_ || s->mtp_)) s->calibrate();
   return s;
 }
 
 Proposer* Speculator::proposer(SpecMode m) {
   if (m == SpecMode::kLookup) return &lookup_;
   if (m == SpecMode::kDraft) return draft_.get();
+  if (m == SpecMode::kMtp) return mtp_.get();
   return nullptr;
+}
+
+void Speculator::observe_hidden(const EngineRequest& r, int pos0, const float* rows, int n) {
+  if (mtp_) mtp_->observe(r.id, r.tokens, static_cast<int>(r.tokens.size()) - r.n_draft, pos0, rows, n);
+}
+
+Status Speculator::catch_up_hidden() {
+  if (!mtp_) return Status::ok();
+  CACHET_RETURN_IF_ERROR(mtp_->catch_up());
+  for (auto [tokens, secs] : mtp_->last_passes()) {
+    policy_.observe_draft(tokens, secs);
+    catch_up_secs_ += secs;  // what following the target costs, drafting or not (left out of the guard's rates)
+  }
+  return Status::ok();
 }
 
 void Speculator::finished(const EngineRequest& r) {
@@ -40,6 +65,7 @@ void Speculator::finished(const EngineRequest& r) {
   const double generated = static_cast<double>(r.tokens.size()) - r.n_draft - r.n_prompt;
   output_len_ = output_len_ <= 0 ? generated : 0.9 * output_len_ + 0.1 * generated;
   if (draft_) draft_->release(r.id);
+  if (mtp_) mtp_->release(r.id);
 }
 
 void Speculator::calibrate() {
@@ -59,6 +85,8 @@ void Speculator::calibrate() {
   }
   if (draft_)
     for (auto [tokens, secs] : draft_->calibrate()) policy_.observe_draft(tokens, secs);
+  if (mtp_)
+    for (auto [tokens, secs] : mtp_->calibrate()) policy_.observe_draft(tokens, secs);
 }
 
 Status Speculator::propose(Scheduler& sched) {
@@ -87,15 +115,16 @@ Status Speculator::propose(Scheduler& sched) {
     std::vector<bool> uses_draft;
     std::vector<int> catch_up, remaining;
     for (EngineRequest* r : cands) {
-      const double weight =
-          r->spec == SpecMode::kDraft ? Acceptance::kDraftPriorWeight : Acceptance::kLookupPriorWeight;
+      const bool model_based = r->spec == SpecMode::kDraft || r->spec == SpecMode::kMtp;
+      const double weight = model_based ? Acceptance::kDraftPriorWeight : Acceptance::kLookupPriorWeight;
       rates.push_back(
           r->acceptance.rates(mode_acceptance_[static_cast<int>(r->spec)].rates(unmeasured_prior()), weight));
-      uses_draft.push_back(r->spec == SpecMode::kDraft);
+      uses_draft.push_back(model_based);
       const int len = static_cast<int>(r->tokens.size());
       // A draft reading the target's cache is never behind: it feeds the last token only.
       int behind = 0;
       if (r->spec == SpecMode::kDraft) behind = draft_->shares_target_kv() ? 1 : len - draft_->computed(r->id);
+      if (r->spec == SpecMode::kMtp) behind = len - mtp_->fed(r->id);
       catch_up.push_back(behind);
       // Tokens still to come: at most max_tokens, and about what outputs here have run to (at least 16 more).
       const int left = r->params.max_tokens - (len - r->n_prompt);
@@ -127,7 +156,7 @@ Status Speculator::propose(Scheduler& sched) {
     // candidates, that candidate drafts two tokens, catch-up included: at most 2% of the time where the draft
     // model really does not pay.
     const double step_secs = policy_.target_cost().predict(batch);
-    for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft}) {
+    for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft, SpecMode::kMtp}) {
       const int m = static_cast<int>(mode);
       int cheapest = -1;
       bool drafting = false;
@@ -157,7 +186,7 @@ Status Speculator::propose(Scheduler& sched) {
     }
   }
   // One job list per proposer kind; every job of a kind is proposed at once (a draft model batches them).
-  for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft}) {
+  for (SpecMode mode : {SpecMode::kLookup, SpecMode::kDraft, SpecMode::kMtp}) {
     std::vector<DraftJob> jobs;
     std::vector<EngineRequest*> owners;
     std::vector<std::pair<EngineRequest*, int>> reserved;  // slots made for a draft in the target's cache: tokens before
@@ -206,8 +235,8 @@ Status Speculator::propose(Scheduler& sched) {
     const Status proposed = proposer(mode)->propose(jobs);
     for (auto [r, before] : reserved) sched.rollback(r, before);  // schedule() makes room for the verify
     CACHET_RETURN_IF_ERROR(proposed);
-    if (mode == SpecMode::kDraft)
-      for (auto [tokens, secs] : draft_->last_passes()) {
+    if (mode == SpecMode::kDraft || mode == SpecMode::kMtp)
+      for (auto [tokens, secs] : mode == SpecMode::kDraft ? draft_->last_passes() : mtp_->last_passes()) {
         policy_.observe_draft(tokens, secs);
         // A pass carrying more than a few tokens per request is mostly catch-up prefill.
         if (tokens > 4 * static_cast<int>(jobs.size())) catch_up_secs_ += secs;

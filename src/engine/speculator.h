@@ -4,7 +4,7 @@
 // the step's one forward pass, next to other requests' prefill and decode tokens. After the pass, drafts the
 // pass did not compute are dropped, and the accept/resample rule (speculative/verify.h) walks each computed
 // draft against the target's rows; the K/V of rejected positions leave the block table. It owns the proposers
-// (prompt lookup; a draft model), the cost model and policy that choose each request's draft length, and the
+// (prompt lookup; a draft model; the model's MTP head), the cost model and policy that choose each request's draft length, and the
 // acceptance records those choices learn from.
 #pragma once
 
@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "speculative/draft_model.h"
 #include "speculative/lookup.h"
+#include "speculative/mtp.h"
 #include "speculative/policy.h"
 
 namespace cachet {
@@ -33,7 +34,14 @@ class Speculator {
   static Result<std::unique_ptr<Speculator>> create(Model& target, KvBlockStorage& target_kv, const EngineConfig& cfg);
 
   bool has_draft_model() const { return draft_ != nullptr; }
+  bool has_mtp() const { return mtp_ != nullptr; }
   const DraftModelProposer* draft_proposer() const { return draft_.get(); }
+  const MtpProposer* mtp_proposer() const { return mtp_.get(); }
+
+  // After the pass, before verification: an MTP-speculating request's trunk hidden states of positions
+  // [pos0, pos0 + n) (MtpProposer::observe); then one catch-up pass of the head over all of them.
+  void observe_hidden(const EngineRequest& r, int pos0, const float* rows, int n);
+  Status catch_up_hidden();
 
   // Before scheduling: drafts for the caught-up speculating requests among the scheduler's running ones.
   Status propose(Scheduler& sched);
@@ -69,13 +77,15 @@ class Speculator {
   EngineConfig cfg_;
   LookupProposer lookup_;
   std::unique_ptr<DraftModelProposer> draft_;
+  std::unique_ptr<MtpProposer> mtp_;
   SpecPolicy policy_;
   std::vector<std::pair<EngineRequest*, int>> drafted_;  // this step's drafting requests and their accepted length
   // Per SpecMode, over every request: a new request's prior (a longer memory than a request's own counts).
-  Acceptance mode_acceptance_[3] = {{.decay = Acceptance::kEngineDecay},
+  Acceptance mode_acceptance_[4] = {{.decay = Acceptance::kEngineDecay},
+                                    {.decay = Acceptance::kEngineDecay},
                                     {.decay = Acceptance::kEngineDecay},
                                     {.decay = Acceptance::kEngineDecay}};
-  double mode_idle_secs_[3] = {};  // per SpecMode: time of steps with candidates of that kind and none drafting
+  double mode_idle_secs_[4] = {};  // per SpecMode: time of steps with candidates of that kind and none drafting
   double catch_up_secs_ = 0;       // this step's draft catch-up prefill
   double output_len_ = 0;          // finished requests' generated tokens, a moving average (0: none yet)
   int64_t draft_tokens_ = 0, accepted_tokens_ = 0;

@@ -35,8 +35,11 @@ class ArchReader {
   // A tensor by its full name (marked as read); an empty view (data == nullptr) when the file has none.
   TensorView tensor(const std::string& name);
   TensorView layer_tensor(int64_t layer, const std::string& name) {
-    return tensor("blk." + std::to_string(layer) + "." + name);
+    return tensor("blk." + std::to_string(layer + layer_offset_) + "." + name);
   }
+  // Layer l's tensors are the file's blk.(l + offset).* (a multi-token-prediction head loaded on its own: its
+  // block follows the trunk's).
+  void set_layer_offset(int64_t offset) { layer_offset_ = offset; }
 
   // The hyper-parameters every decoder shares (widths, heads, RoPE base and dims, norm epsilon, vocabulary,
   // tied head); an architecture file adds its own after this.
@@ -59,6 +62,7 @@ class ArchReader {
   std::string arch_;
   std::set<std::string> keys_read_;
   std::set<std::string> tensors_read_;
+  int64_t layer_offset_ = 0;
 };
 
 // The GGUF tensor as a view of the mapping (empty when ti is null).

@@ -63,7 +63,9 @@ namespace cachet {
   X(int64_t, ssm_k_heads, 0, "gated delta net: query / key heads")                                         \
   X(int64_t, ssm_v_heads, 0, "gated delta net: value heads (a multiple of the key heads)")                 \
   X(bool, ssm_grouped_heads, false, "gated delta net: value head h reads key head h / (v/k), not h % k")    \
-  X(int64_t, n_ff_shared, 0, "MoE: the shared expert's width (0: none)")
+  X(int64_t, n_ff_shared, 0, "MoE: the shared expert's width (0: none)")                                  \
+  X(int64_t, n_mtp_layers, 0, "multi-token-prediction blocks the file carries after the trunk (not run by it)") \
+  X(bool, mtp_head, false, "a multi-token-prediction head: input eh_proj(enorm(embedding) | hnorm(trunk's hidden))")
 
 struct ModelConfig {
 #define CACHET_DECLARE_FIELD(type, name, def, desc) type name = def;

@@ -101,6 +101,7 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> sh_gate_, sh_up_;  // [n_tokens, n_ff_shared] shared expert
   AlignedBuffer<float> sh_out_;           // [n_tokens, n_embd]
   AlignedBuffer<float> sh_w_;             // [n_tokens] its gate logit
+  AlignedBuffer<float> eh_in_;            // [n_tokens, 2 n_embd] an MTP head's input: enorm(embedding) | hnorm(h)
   std::vector<StateSlot> snapshot_of_;    // [n_tokens] the checkpoint slot taking the state after it, or -1
   std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
   std::vector<int32_t> ends_;         // [n_tokens] bidirectional: the last position of each token's sequence
@@ -145,6 +146,8 @@ Status check_forward_batch(const ModelConfig& cfg_, const ForwardBatch& b) {
       if (t < 0 || t >= b.n_tokens() || slot < 0 || slot >= st->n_slots())
         return invalid_argument("forward batch: a state snapshot outside the batch or the store");
   }
+  if (cfg_.mtp_head && b.input_hidden.size() != n * static_cast<size_t>(cfg_.n_embd))
+    return invalid_argument("forward batch: a multi-token-prediction head needs the trunk's hidden state per token");
   for (const KvBlockCopy& c : b.copies)
     if (c.src < 0 || c.src >= kv->n_blocks() || c.dst < 0 || c.dst >= kv->n_blocks() || c.n_tokens < 0 ||
         c.n_tokens > kv->block_size())
@@ -192,6 +195,7 @@ void DecoderModel::ensure_scratch(int n) {
     ssm_alpha_.resize(n * cfg_.ssm_v_heads);
     ssm_o_.resize(n * cfg_.ssm_value_dim());
   }
+  if (cfg_.mtp_head) eh_in_.resize(n * 2 * cfg_.n_embd);
   if (cfg_.n_ff_shared > 0) {
     sh_gate_.resize(n * cfg_.n_ff_shared);
     sh_up_.resize(n * cfg_.n_ff_shared);
@@ -270,6 +274,18 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       const float s = static_cast<float>(c.embd_scale);
       for (int64_t i = 0; i < d; ++i) xt[i] *= s;
     }
+  }
+  if (c.mtp_head) {  // x = eh_proj(enorm(embedding) | hnorm(the trunk's hidden state before the token))
+    const float* en = reinterpret_cast<const float*>(w_.enorm.data);
+    const float* hn = reinterpret_cast<const float*>(w_.hnorm.data);
+    for (int t = 0; t < T; ++t) {
+      float* row = eh_in_.data() + t * 2 * d;
+      rms_norm(x_.data() + t * d, en, row, 1, d, eps);
+      rms_norm(batch.input_hidden.data() + t * d, hn, row + d, 1, d, eps);
+    }
+    matmul(pool, w_.eh_proj, eh_in_.data(), T, x_.data());
+    trace(0, {"matmul", w_.eh_proj.name, dtype_name(w_.eh_proj.type), wshape(w_.eh_proj), {T, 2 * d}, {T, d},
+              "multi-token prediction: enorm(embedding) | hnorm(trunk hidden) -> the layer's input"});
   }
   if (!c.causal) {  // every token attends to its whole sequence (the scheduler runs it in one pass)
     std::vector<int32_t> seq_end(batch.n_seqs(), 0);
@@ -554,7 +570,7 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
                                                   std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
   if (opts.rope.any()) CACHET_RETURN_IF_ERROR(apply_rope_overrides(opts.rope, &cfg));
   if (opts.logit_rows < 0) return invalid_argument("logit rows must be >= 0");
-  if (opts.tp.size > 1 && (cfg.n_recurrent_layers() > 0 || cfg.attn_output_gate || cfg.n_ff_shared > 0))
+  if (opts.tp.size > 1 && (cfg.n_recurrent_layers() > 0 || cfg.attn_output_gate || cfg.n_ff_shared > 0 || cfg.mtp_head))
     return unimplemented("tensor parallelism is not implemented for " + cfg.arch + " models yet");
   if (opts.logit_rows > 0 && opts.tp.size > 1)
     return invalid_argument("a vocabulary subset of the head (--draft-vocab) is not for tensor-parallel models");
@@ -589,6 +605,7 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
     }
   }
   pack(&weights.output);
+  if (weights.eh_proj.data) pack(&weights.eh_proj);
   // A cut that was packed is read from its packed copy from now on; only unpacked cuts stay.
   auto unpacked_user = [&](const uint8_t* p) {
     for (const auto& L : weights.layers) {

@@ -64,6 +64,12 @@ struct DecoderWeights {
   TensorView dense_2;      // [n_embd, n_dense]: sentence-transformers' projections (EmbeddingGemma) ...
   TensorView dense_3;      // [n_dense, n_embd]: ... and back
   std::vector<AlignedBuffer<uint8_t>> regrouped;  // rows of fused tensors copied into the order a view needs
+  // A multi-token-prediction head (cfg.mtp_head): its input x = eh_proj(enorm(embedding) | hnorm(trunk hidden)).
+  // Its own embedding, output norm and head (nextn.embed_tokens, shared_head_norm, shared_head_head) replace
+  // tok_embd, output_norm and output where the file has them.
+  TensorView eh_proj;  // [2 n_embd, n_embd]
+  TensorView enorm;    // [n_embd] f32
+  TensorView hnorm;    // [n_embd] f32
 };
 
 // Which of the optional tensors an architecture's files carry (the rest of its file is an error).
@@ -78,6 +84,7 @@ struct DecoderTensors {
   bool dense_out = false;      // dense_2.weight, dense_3.weight (projections of the pooled embedding)
   bool fused_ba = false;       // ssm_ba.weight: beta then alpha rows per key head (Qwen3-Next)
   bool legacy_ssm_in = false;  // ssm_in.weight: q, k, v, z rows per key head (Qwen3-Next's first files)
+  bool nextn = false;          // layer 0's nextn.* tensors (a multi-token-prediction head)
   const char* ffn_norm = "ffn_norm.weight";  // the FFN's input norm (Qwen3.5: post_attention_norm.weight)
   bool need_qk_norm = false;   // the architecture cannot run without them
   bool need_post_norms = false;

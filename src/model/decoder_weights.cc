@@ -180,6 +180,15 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     w.dense_3 = r.tensor("dense_3.weight");
   }
   cfg->rope_freq_factors = w.rope_freqs.data != nullptr;
+  if (allowed.nextn) {
+    w.eh_proj = r.layer_tensor(0, "nextn.eh_proj.weight");
+    w.enorm = r.layer_tensor(0, "nextn.enorm.weight");
+    w.hnorm = r.layer_tensor(0, "nextn.hnorm.weight");
+    // (A tied head stays the trunk's embedding, as in llama.cpp's graph.)
+    if (TensorView e = r.layer_tensor(0, "nextn.embed_tokens.weight"); e.data) w.tok_embd = e;
+    if (TensorView n = r.layer_tensor(0, "nextn.shared_head_norm.weight"); n.data) w.output_norm = n;
+    if (TensorView h = r.layer_tensor(0, "nextn.shared_head_head.weight"); h.data) w.output = h;
+  }
   const int64_t q = cfg->q_dim(), kv = cfg->kv_dim();
   for (int64_t l = 0; l < cfg->n_layer; ++l) {
     DecoderLayerWeights L;
@@ -278,6 +287,11 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
   CACHET_RETURN_IF_ERROR(check_tensor(w->tok_embd, "token_embd.weight", c.n_embd, c.n_vocab, -1));
   CACHET_RETURN_IF_ERROR(check_tensor(w->output, "output.weight", c.n_embd, c.n_vocab, -1));
   CACHET_RETURN_IF_ERROR(vector_to_f32(&w->output_norm, c.n_embd, owned, -1, "output_norm.weight"));
+  if (c.mtp_head) {
+    CACHET_RETURN_IF_ERROR(check_tensor(w->eh_proj, "nextn.eh_proj.weight", 2 * c.n_embd, c.n_embd, 0));
+    CACHET_RETURN_IF_ERROR(vector_to_f32(&w->enorm, c.n_embd, owned, 0, "nextn.enorm.weight"));
+    CACHET_RETURN_IF_ERROR(vector_to_f32(&w->hnorm, c.n_embd, owned, 0, "nextn.hnorm.weight"));
+  }
   if (c.rope_freq_factors) CACHET_RETURN_IF_ERROR(vector_to_f32(&w->rope_freqs, c.rope_dim / 2, owned, -1, "rope_freqs"));
   if (static_cast<int64_t>(w->layers.size()) != c.n_layer)
     return invalid_argument("expected " + std::to_string(c.n_layer) + " layers of weights");

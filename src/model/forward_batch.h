@@ -35,6 +35,9 @@ struct ForwardBatch {
   std::vector<StateSlot> state_slots;                        // [n_seqs]
   std::vector<std::pair<StateSlot, StateSlot>> state_copies;
   std::vector<std::pair<int, StateSlot>> state_snapshots;
+  // A multi-token-prediction head (ModelConfig::mtp_head): per token, the trunk's final hidden state (after its
+  // output norm) at the position before; [n_tokens, n_embd].
+  std::vector<float> input_hidden;
 
   int n_tokens() const { return static_cast<int>(token_ids.size()); }
   int n_seqs() const { return static_cast<int>(block_tables.size()); }

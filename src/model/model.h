@@ -79,6 +79,10 @@ struct LoadOptions {
   // For a speculative draft (--draft-vocab): it proposes from the frequent start of a BPE vocabulary and skips
   // most of its head's bytes; the target's verification keeps the output exact whatever the draft proposes.
   int64_t logit_rows = 0;
+  // Load the file's multi-token-prediction head (a qwen35 / qwen35moe file's `nextn` block, or a file holding only
+  // that block) instead of its trunk: a one-layer model whose input per token is its embedding and the trunk's
+  // final hidden state before it (ForwardBatch::input_hidden); a speculative proposer (speculative/mtp.h).
+  bool mtp_head = false;
 };
 
 // Opens a GGUF file or a llama2.c checkpoint (by its contents), validates everything, and builds the model.

@@ -6,7 +6,8 @@
 // Q/K RMSNorm, partial NeoX RoPE under interleaved M-RoPE sections (rope.dimension_sections; text positions
 // turn every covered pair). post_attention_norm is the FFN's input norm. The MoE variant adds a shared expert
 // gated by sigmoid(x . ffn_gate_inp_shexp). Multi-token-prediction layers (nextn_predict_layers, after the
-// trunk) are read past, not run. Each sequence's recurrent state lives in the engine's StateStore.
+// trunk) are read past by the trunk; LoadOptions::mtp_head loads the first as a model of its own (a speculative
+// proposer, speculative/mtp.h). Each sequence's recurrent state lives in the engine's StateStore.
 // Qwen3-Next differs in layout only: beta and alpha fused per key head (ssm_ba), in its first files q, k, v and z
 // fused per key head too (ssm_in), both regrouped at load; plain partial NeoX RoPE; always a MoE whose shared
 // expert is feed_forward_length wide unless expert_shared_feed_forward_length says otherwise.
@@ -20,7 +21,7 @@ namespace cachet {
 
 namespace {
 
-Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, bool next = false) {
+Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, bool next, bool mtp_head) {
   c->rope_neox = true;
   allowed->fused_ba = allowed->legacy_ssm_in = next;
   c->ssm_grouped_heads = next;
@@ -30,14 +31,30 @@ Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, 
   const GgufFile& f = r.file();
   const std::string a = r.arch() + ".";
 
-  // Multi-token prediction blocks come after the trunk's: read past (their tensors marked), not run.
+  // Multi-token prediction blocks come after the trunk's. Loading the trunk, they are read past (their tensors
+  // marked), not run; loading the head (mtp_head), the trunk's layers are read past and the head's first block
+  // is the model's one layer, an attention layer.
   CACHET_ASSIGN_OR_RETURN(int64_t nextn, r.dim("nextn_predict_layers", int64_t{0}));
   if (nextn < 0 || nextn >= c->n_layer) return invalid_argument(a + "nextn_predict_layers is out of range");
   const int64_t n_all = c->n_layer;
   c->n_layer -= nextn;
+  c->n_mtp_layers = nextn;
+  const int64_t n_trunk = c->n_layer;
+  if (mtp_head && nextn == 0)
+    return invalid_argument("this file has no multi-token-prediction head (" + a + "nextn_predict_layers is 0)");
+  const int64_t skip0 = mtp_head ? 0 : n_trunk, skip1 = mtp_head ? n_trunk : n_all;
   for (const auto& ti : f.tensors())
-    for (int64_t l = c->n_layer; l < n_all; ++l)
+    for (int64_t l = skip0; l < skip1; ++l)
       if (ti.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) r.tensor(ti.name);
+  if (mtp_head) {
+    // llama.cpp runs one block (its graph_mtp); later blocks, where a file has them, are read past.
+    for (const auto& ti : f.tensors())
+      for (int64_t l = n_trunk + 1; l < n_all; ++l)
+        if (ti.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) r.tensor(ti.name);
+    r.set_layer_offset(n_trunk);
+    allowed->nextn = true;
+    c->mtp_head = true;
+  }
 
   CACHET_ASSIGN_OR_RETURN(c->ssm_conv_kernel, r.dim("ssm.conv_kernel"));
   CACHET_ASSIGN_OR_RETURN(c->ssm_head_dim, r.dim("ssm.state_size"));
@@ -47,19 +64,20 @@ Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, 
   if (c->ssm_v_heads <= 0 || inner != c->ssm_v_heads * c->ssm_head_dim)
     return invalid_argument(a + "ssm.inner_size " + std::to_string(inner) + " is not time_step_rank x state_size");
 
-  // Which layers are recurrent.
+  // Which layers are recurrent (none in the head).
   c->layer_kinds.assign(static_cast<size_t>(c->n_layer), 'A');
   const std::string rk = a + "attention.recurrent_layers";
   r.consume("attention.recurrent_layers");
   if (const GgufValue* v = f.find(rk); v && v->type == GgufType::kArray) {
     if (static_cast<int64_t>(v->count) < c->n_layer || v->elem_type != GgufType::kBool)
       return invalid_argument(rk + " must hold one bool per layer");
-    for (int64_t l = 0; l < c->n_layer; ++l) c->layer_kinds[l] = v->int_at(l) ? 'R' : 'A';
+    for (int64_t l = 0; l < c->n_layer && !mtp_head; ++l) c->layer_kinds[l] = v->int_at(l) ? 'R' : 'A';
   } else {
     CACHET_ASSIGN_OR_RETURN(int64_t interval, r.dim("full_attention_interval", int64_t{4}));
     if (interval <= 0) return invalid_argument(a + "full_attention_interval must be positive");
-    for (int64_t l = 0; l < c->n_layer; ++l) c->layer_kinds[l] = (l + 1) % interval != 0 ? 'R' : 'A';
+    for (int64_t l = 0; l < c->n_layer && !mtp_head; ++l) c->layer_kinds[l] = (l + 1) % interval != 0 ? 'R' : 'A';
   }
+  if (mtp_head) c->n_layer = 1, c->layer_kinds = "A";
 
   // M-RoPE sections (t, h, w, e), interleaved (Qwen3-Next: plain partial NeoX RoPE).
   const std::string sk = a + "rope.dimension_sections";
@@ -91,16 +109,20 @@ Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, 
 void register_qwen35_arch() {
   register_arch("qwen35", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
     return load_decoder_from_gguf(std::move(f), std::move(pool), opts,
-                                  [](ArchReader& r, ModelConfig* c, DecoderTensors* a) { return qwen35(r, c, a, false); });
+                                  [&opts](ArchReader& r, ModelConfig* c, DecoderTensors* a) {
+                                    return qwen35(r, c, a, false, false, opts.mtp_head);
+                                  });
   });
   register_arch("qwen3next", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
-    return load_decoder_from_gguf(std::move(f), std::move(pool), opts, [](ArchReader& r, ModelConfig* c, DecoderTensors* a) {
-      return qwen35(r, c, a, true, true);
+    return load_decoder_from_gguf(std::move(f), std::move(pool), opts, [&opts](ArchReader& r, ModelConfig* c, DecoderTensors* a) {
+      return qwen35(r, c, a, true, true, opts.mtp_head);
     });
   });
   register_arch("qwen35moe", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
     return load_decoder_from_gguf(std::move(f), std::move(pool), opts,
-                                  [](ArchReader& r, ModelConfig* c, DecoderTensors* a) { return qwen35(r, c, a, true); });
+                                  [&opts](ArchReader& r, ModelConfig* c, DecoderTensors* a) {
+                                    return qwen35(r, c, a, true, false, opts.mtp_head);
+                                  });
   });
 }
 

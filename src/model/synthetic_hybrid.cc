@@ -25,8 +25,12 @@ Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
   const int64_t n_rot = hd / 4 * 2 > 0 ? hd / 4 * 2 : 2;  // a quarter of the head rotates (Qwen3.5: 64 of 256)
   const int64_t sd = s.ssm_head_dim, kd = s.ssm_k_heads * sd, vd = s.ssm_v_heads * sd, cd = 2 * kd + vd;
   const std::string a = s.arch + ".";
+  if (s.n_mtp < 0 || (s.n_mtp > 0 && next)) return invalid_argument("synthetic model: MTP blocks are qwen35 / qwen35moe's");
   GgufWriter w;
-  add_common_keys(&w, s);
+  SyntheticSpec all = s;  // block_count counts the MTP blocks too
+  all.n_layer += s.n_mtp;
+  add_common_keys(&w, all);
+  if (s.n_mtp > 0) w.set_u32(a + "nextn_predict_layers", static_cast<uint32_t>(s.n_mtp));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
   w.set_u32(a + "attention.key_length", static_cast<uint32_t>(hd));
@@ -56,10 +60,25 @@ Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
   CACHET_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, s.n_embd, s.n_vocab, 1.0f, 0.0f));
   CACHET_RETURN_IF_ERROR(add("output_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
   if (!s.tied_output) CACHET_RETURN_IF_ERROR(add("output.weight", s.type, s.n_embd, s.n_vocab, lim(s.n_embd), 0.0f));
-  for (int64_t l = 0; l < s.n_layer; ++l) {
+  for (int64_t l = 0; l < s.n_layer + s.n_mtp; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    const bool mtp = l >= s.n_layer;  // a multi-token-prediction block: gated attention, the trunk's FFN kind
+    // With mtp_echo, the block's output projections write zeros and its norms are ones.
+    const float out_lim = mtp && s.mtp_echo ? 0.0f : 1.0f, norm_lim = mtp && s.mtp_echo ? 0.0f : 0.1f;
+    if (mtp) {
+      if (s.mtp_echo) {  // [0 | I]: the layer's input is hnorm(h)
+        std::vector<float> eh(static_cast<size_t>(2 * s.n_embd * s.n_embd), 0.0f);
+        for (int64_t i = 0; i < s.n_embd; ++i) eh[static_cast<size_t>(i * 2 * s.n_embd + s.n_embd + i)] = 1.0f;
+        CACHET_RETURN_IF_ERROR(w.add_tensor_f32(p + "nextn.eh_proj.weight", s.type, {2 * s.n_embd, s.n_embd}, eh.data()));
+      } else {
+        CACHET_RETURN_IF_ERROR(add(p + "nextn.eh_proj.weight", s.type, 2 * s.n_embd, s.n_embd, lim(2 * s.n_embd), 0.0f));
+      }
+      CACHET_RETURN_IF_ERROR(add(p + "nextn.enorm.weight", DType::kF32, s.n_embd, 1, norm_lim, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "nextn.hnorm.weight", DType::kF32, s.n_embd, 1, norm_lim, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "nextn.shared_head_norm.weight", DType::kF32, s.n_embd, 1, norm_lim, 1.0f));
+    }
     CACHET_RETURN_IF_ERROR(add(p + "attn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
-    if ((l + 1) % s.full_attn_interval != 0) {  // gated delta net
+    if (!mtp && (l + 1) % s.full_attn_interval != 0) {  // gated delta net
       if (s.legacy_ssm_in) {
         CACHET_RETURN_IF_ERROR(add(p + "ssm_in.weight", s.type, s.n_embd, cd + vd, lim(s.n_embd), 0.0f));
       } else {
@@ -84,24 +103,24 @@ Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path) {
       CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "attn_q_norm.weight", DType::kF32, hd, 1, 0.1f, 1.0f));
       CACHET_RETURN_IF_ERROR(add(p + "attn_k_norm.weight", DType::kF32, hd, 1, 0.1f, 1.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, qd, s.n_embd, lim(qd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, qd, s.n_embd, out_lim * lim(qd), 0.0f));
     }
     CACHET_RETURN_IF_ERROR(add(p + "post_attention_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
     if (moe) {
       CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, s.n_expert, 4 * lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, out_lim * lim(s.n_ff), 0.0f));
       if (s.n_ff_shared > 0) {
         CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp_shexp.weight", DType::kF32, s.n_embd, 1, lim(s.n_embd), 0.0f));
         CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_shexp.weight", s.type, s.n_embd, s.n_ff_shared, lim(s.n_embd), 0.0f));
         CACHET_RETURN_IF_ERROR(add(p + "ffn_up_shexp.weight", s.type, s.n_embd, s.n_ff_shared, lim(s.n_embd), 0.0f));
-        CACHET_RETURN_IF_ERROR(add(p + "ffn_down_shexp.weight", s.type, s.n_ff_shared, s.n_embd, lim(s.n_ff_shared), 0.0f));
+        CACHET_RETURN_IF_ERROR(add(p + "ffn_down_shexp.weight", s.type, s.n_ff_shared, s.n_embd, out_lim * lim(s.n_ff_shared), 0.0f));
       }
     } else {
       CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, s.n_embd, lim(s.n_ff), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, s.n_embd, out_lim * lim(s.n_ff), 0.0f));
     }
   }
   return w.write(path);

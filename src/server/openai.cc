@@ -265,7 +265,8 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
     if (s == "off") r.speculative = SpecMode::kOff;
     else if (s == "lookup") r.speculative = SpecMode::kLookup;
     else if (s == "draft") r.speculative = SpecMode::kDraft;
-    else return bad("speculative", "'speculative' must be \"off\", \"lookup\" or \"draft\"");
+    else if (s == "mtp") r.speculative = SpecMode::kMtp;
+    else return bad("speculative", "'speculative' must be \"off\", \"lookup\", \"draft\" or \"mtp\"");
   }
 
   if (chat) {

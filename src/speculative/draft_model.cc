@@ -5,6 +5,8 @@
 #include <cmath>
 #include <utility>
 
+#include "speculative/draft_token.h"
+
 namespace cachet {
 
 Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(Model& draft, const Model& target,
@@ -162,25 +164,9 @@ Status DraftModelProposer::propose(std::span<DraftJob> jobs) {
       l.s->computed = static_cast<int>(l.history.size());
       const float* row = logits_.data() + i * V;
       DraftJob& j = *l.job;
-      const SamplingParams& sp = *j.params;
       int32_t x;
-      if (sp.temperature <= 0.0f) {
-        // Greedy: the draft's best token after the chain (penalties and bias change it; plain argmax otherwise).
-        const bool plain = sp.logit_bias.empty() && sp.repetition_penalty == 1.0f && sp.frequency_penalty == 0.0f &&
-                           sp.presence_penalty == 0.0f;
-        if (plain) {
-          x = argmax(row, V);
-        } else {
-          CACHET_ASSIGN_OR_RETURN(const TokenDist* q, l.s->sampler->distribution(row, V, l.history, j.n_prompt));
-          x = q->live()[0];
-        }
-        // The draft's confidence under its raw logits: below p_min the next tokens are likely wasted.
-        if (!j.draft.empty() && top_probability(row, V) < cfg_.p_min) continue;
-      } else {
-        CACHET_ASSIGN_OR_RETURN(const TokenDist* q, l.s->sampler->distribution(row, V, l.history, j.n_prompt));
-        x = q->draw(l.s->sampler->next_uniform());
-        j.q.push_back(*q);
-      }
+      CACHET_ASSIGN_OR_RETURN(const bool go_on, next_draft_token(row, V, *l.s->sampler, l.history, cfg_.p_min, j, &x));
+      if (!go_on) continue;
       j.draft.push_back(x);
       if (static_cast<int>(j.draft.size()) < j.k) {
         l.history.push_back(x);

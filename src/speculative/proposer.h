@@ -1,7 +1,7 @@
 // Proposer: where a speculating request's draft comes from. Each engine step hands every proposer its
 // requests (one job each) at once, so a draft model runs one batched pass per drafted position for all of
-// them. Kinds: prompt lookup (spec/lookup.h, no model) and a draft model (spec/draft_model.h). A request
-// picks its kind; kinds mix freely in one batch.
+// them. Kinds: prompt lookup (spec/lookup.h, no model), a draft model (spec/draft_model.h) and the model's
+// own multi-token-prediction head (spec/mtp.h). A request picks its kind; kinds mix freely in one batch.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 namespace cachet {
 
 
-enum class SpecMode { kOff, kLookup, kDraft };
+enum class SpecMode { kOff, kLookup, kDraft, kMtp };
 
 struct DraftJob {
   int64_t id = 0;                             // request id

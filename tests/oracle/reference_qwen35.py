@@ -8,7 +8,10 @@ import numpy as np
 
 
 def setup_hybrid(m, arch, get, n_layer):
-    """Layer kinds, delta-net shape and RoPE sections from the file; Qwen3-Next's fused tensors split."""
+    """Layer kinds, delta-net shape and RoPE sections from the file; Qwen3-Next's fused tensors split. The
+    multi-token-prediction blocks (nextn_predict_layers) follow the trunk's and are not part of it."""
+    m.n_mtp = int(get("nextn_predict_layers", 0))
+    m.cfg.n_layer = n_layer - m.n_mtp
     interval = int(get("full_attention_interval", 4))
     m.recurrent = [(l + 1) % interval != 0 for l in range(n_layer)]
     d, kh, vh = int(get("ssm.state_size")), int(get("ssm.group_count")), int(get("ssm.time_step_rank"))
@@ -110,7 +113,7 @@ def _gated_attention(m, h, p):
     return m._mm(out.reshape(T, -1) * _sigmoid(gate), p + "attn_output.weight")
 
 
-def qwen35_logits(m, ids):
+def _trunk(m, ids):
     c, w = m.cfg, m.w
     x = w["token_embd.weight"][np.asarray(ids)]
     m.router_margin = np.full(len(ids), np.inf)
@@ -119,4 +122,27 @@ def qwen35_logits(m, ids):
         h = m._rms(x, w[p + "attn_norm.weight"])
         x = x + (_delta_net(m, h, p) if m.recurrent[l] else _gated_attention(m, h, p))
         x = x + m._ffn(m._rms(x, w[p + "post_attention_norm.weight"]), p)
-    return m._mm(m._rms(x, w["output_norm.weight"]), "output.weight")
+    return m._rms(x, w["output_norm.weight"])
+
+
+def qwen35_logits(m, ids):
+    return m._mm(_trunk(m, ids), "output.weight")
+
+
+def qwen35_mtp_logits(m, ids):
+    """The first multi-token-prediction block over the prompt (DeepSeek-V3's MTP module as Qwen3.5 ships it):
+    position p combines the embedding of token p with the trunk's final (normed) hidden state at p - 1, zeros at
+    p = 0, through eh_proj; then a gated-attention block over those positions and the head. Row p predicts token
+    p + 2."""
+    w = m.w
+    h = _trunk(m, ids)
+    p = f"blk.{m.cfg.n_layer}."
+    embd = w.get(p + "nextn.embed_tokens.weight", w["token_embd.weight"])[np.asarray(ids)]
+    prev = np.vstack([np.zeros((1, h.shape[1])), h[:-1]])
+    x = m._mm(np.concatenate([m._rms(embd, w[p + "nextn.enorm.weight"]), m._rms(prev, w[p + "nextn.hnorm.weight"])],
+                             axis=1), p + "nextn.eh_proj.weight")
+    x = x + _gated_attention(m, m._rms(x, w[p + "attn_norm.weight"]), p)
+    x = x + m._ffn(m._rms(x, w[p + "post_attention_norm.weight"]), p)
+    x = m._rms(x, w.get(p + "nextn.shared_head_norm.weight", w["output_norm.weight"]))
+    head = p + "nextn.shared_head_head.weight"
+    return m._mm(x, head if head in w else "output.weight")

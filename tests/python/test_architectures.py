@@ -211,3 +211,31 @@ def test_info_names_the_architecture_and_its_features(cachet_bin, tmp_path):
                          capture_output=True, text=True).stdout
     for want in ('arch = qwen3moe', 'n_expert = 8', 'n_expert_used = 3', 'qk_norm = true'):
         assert want in out, want
+
+
+@pytest.mark.parametrize("wtype", ["F32", "Q8_0"])
+@pytest.mark.parametrize("name", ["qwen35", "qwen35moe"])
+def test_mtp_head_matches_numpy_and_its_file_is_llama_cpps(cachet_bin, tmp_path, name, wtype):
+    """A file with a multi-token-prediction block after the trunk, as llama.cpp's converter writes Qwen3.5's
+    (blk.N.nextn.*): llama.cpp loads it and the trunk's logits are its; the head's logits (`cachet logits --mtp
+    --precise`: position p reads token p and the trunk's state at p - 1) equal the numpy reference's within 1e-3
+    of the largest, at every position of a prompt past the conv window."""
+    from reference_qwen35 import qwen35_mtp_logits
+
+    path = synth(cachet_bin, tmp_path, name, wtype, ["--mtp", "1"])
+    ids = np.random.default_rng(11).integers(3, N_VOCAB, size=40).tolist()
+    trunk = our_logits(cachet_bin, path, ids, tmp_path)
+    if wtype == "F32":
+        ref = llama_cpp_logits(path, ids)
+        assert np.abs(trunk - ref).max() <= 2e-3 * np.abs(ref).max()
+    m = Model.load(str(path))
+    m.quantize_activations = False
+    exact = qwen35_mtp_logits(m, ids)
+    out = tmp_path / "mtp.f32"
+    subprocess.run([cachet_bin, "logits", "-m", str(path), "--prompt-ids", " ".join(map(str, ids)), "-o", str(out),
+                    "--precise", "--mtp"], check=True)
+    ours = np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+    scale = np.abs(exact).max()
+    diff = np.abs(ours - exact).max()
+    assert diff <= 1e-3 * scale, f"{name} {wtype} MTP head: max |diff| {diff:.3g} > 1e-3 x {scale:.3g}"
+    assert np.abs(ours - trunk).max() > 0.1 * scale  # the head is not the trunk's output again

@@ -83,7 +83,7 @@ int run_batch(const BatchOptions& o) {
     if (c.finish == FinishReason::kStop && !ids.empty() &&
         std::find(llm.impl().end_ids.begin(), llm.impl().end_ids.end(), ids.back()) != llm.impl().end_ids.end())
       ids.pop_back();
-    if (o.json) std::printf("%s\n", nlohmann::json({{"index", i}, {"text", c.text}, {"token_ids", ids}}).dump().c_str());
+    if (o.json) std::printf("%s\n", nlohmann::json({{"index", i}, {"text", c.text}, {"token_ids", ids}}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     else std::printf("[%zu] %s\n", i, c.text.c_str());
   }
   const ServiceSnapshot snap = llm.impl().service->snapshot();

@@ -1,13 +1,38 @@
 // cachet logits: one prefill of the given ids; writes the next-token logits at every position as raw
-// little-endian float32 [n_tokens, n_vocab]. The interface the Python oracles compare against.
+// little-endian float32 [n_tokens, n_vocab]. The interface the Python oracles compare against. With --mtp, the
+// file's multi-token-prediction head's logits instead: position p reads token p and the trunk's final hidden
+// state at p - 1 (zeros at 0), so its row predicts token p + 2.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <vector>
 
+#include "io/gguf.h"
 #include "kv/kv_cache.h"
 #include "tools/cachet/common.h"
 
 namespace cachet::cli {
+
+namespace {
+
+// The head of the trunk's file over the prompt, given the trunk's hidden state at every position.
+Status mtp_logits(const Model& trunk, const std::vector<int32_t>& ids, const std::vector<float>& hidden, bool precise,
+                  const KvTypes& kv, float* logits) {
+  LoadOptions lo;
+  lo.precise = precise;
+  lo.mtp_head = true;
+  lo.pool = trunk.shared_pool();
+  if (!trunk.gguf()) return invalid_argument("--mtp needs a GGUF file");
+  CACHET_ASSIGN_OR_RETURN(std::unique_ptr<Model> head, load_model(trunk.gguf()->path(), lo));
+  const int64_t d = head->config().n_embd;
+  const int n = static_cast<int>(ids.size());
+  ContiguousKvCache cache(head->config(), n, kv);
+  ForwardBatch b = ForwardBatch::single(cache, ids, 0, true);
+  b.input_hidden.assign(static_cast<size_t>(n) * d, 0.0f);
+  std::copy(hidden.begin(), hidden.end() - d, b.input_hidden.begin() + d);  // position p reads the state at p - 1
+  return head->forward(b, logits);
+}
+
+}  // namespace
 
 void add_logits_command(CLI::App& app, int* exit_code) {
   struct Args {
@@ -16,6 +41,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     int threads = 0;
     bool one_by_one = false;
     bool precise = false;
+    bool mtp = false;
     RopeOverrides rope;
   };
   auto a = std::make_shared<Args>();
@@ -28,6 +54,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");
   add_rope_flags(c, &a->rope);
   c->add_flag("--one-by-one", a->one_by_one, "feed the prompt one token per forward pass instead of one prefill");
+  c->add_flag("--mtp", a->mtp, "the multi-token-prediction head's logits (a qwen35 file's nextn block)");
   c->callback([a, exit_code] {
     auto ids = parse_ids(a->ids);
     if (!ids.is_ok() || ids->empty()) {
@@ -59,7 +86,13 @@ void add_logits_command(CLI::App& app, int* exit_code) {
       }
     } else {
       ForwardBatch b = ForwardBatch::single(cache, *ids, 0, true);
-      Status s = model.forward(b, logits.data());
+      std::vector<float> hidden;
+      if (a->mtp) {
+        b.want_hidden.assign(static_cast<size_t>(n), 1);
+        hidden.resize(static_cast<size_t>(n) * model.config().n_embd);
+      }
+      Status s = model.forward(b, logits.data(), a->mtp ? hidden.data() : nullptr);
+      if (s.is_ok() && a->mtp) s = mtp_logits(model, *ids, hidden, a->precise, a->kv.types(), logits.data());
       if (!s.is_ok()) {
         *exit_code = fail(s);
         return;

@@ -78,7 +78,7 @@ int run_naive(const RunArgs& a, const SamplingParams& sampling) {
     std::printf("%s\n", nlohmann::json({{"token_ids", r->token_ids}, {"text", r->text}, {"prompt_tokens", r->n_prompt},
                                         {"generated_tokens", r->token_ids.size()},
                                         {"finish_reason", finish_reason_name(r->finish)}, {"kv_cache", false}})
-                            .dump()
+                            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                             .c_str());
   } else {
     if (tok) std::fwrite(r->text.data(), 1, r->text.size(), stdout);
@@ -162,7 +162,7 @@ int run(const RunArgs& a) {
     if (a.format == "json") {
       nlohmann::json j = {{"token_ids", r->token_ids}, {"text", r->text}, {"logprob", r->logprob},
                           {"score", r->score}, {"beam_width", a.beam_width}};
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       if (has_text) std::printf("%s", r->text.c_str());
       else print_ids(r->token_ids);
@@ -201,6 +201,7 @@ int run(const RunArgs& a) {
     if (a.spec.any())
       std::fprintf(stderr, "speculative (%s): %lld draft tokens verified, %lld accepted (%.1f%%)\n",
                    a.spec.lookup ? "lookup"
+                   : a.spec.mtp  ? "the model's MTP head"
                    : shares_kv   ? "draft model, reading the target's KV cache"
                                  : "draft model, its own KV cache",
                    static_cast<long long>(r.spec_draft_tokens), static_cast<long long>(r.spec_accepted_tokens),
@@ -214,11 +215,11 @@ int run(const RunArgs& a) {
     j["finish_reason"] = finish_reason_name(r.finish);
     j["kv_cache"] = true;
     if (a.spec.any())
-      j["speculative"] = {{"mode", a.spec.lookup ? "lookup" : "draft"},
+      j["speculative"] = {{"mode", a.spec.lookup ? "lookup" : a.spec.mtp ? "mtp" : "draft"},
                           {"draft_max", a.spec.draft_max},
                           {"proposed", r.spec_draft_tokens},
                           {"accepted", r.spec_accepted_tokens}};
-    if (a.spec.any() && !a.spec.lookup) j["speculative"]["draft_kv"] = shares_kv ? "target" : "own";
+    if (a.spec.any() && !a.spec.lookup && !a.spec.mtp) j["speculative"]["draft_kv"] = shares_kv ? "target" : "own";
     if (sampling.logprobs >= 0) {
       nlohmann::json lp = nlohmann::json::array();
       for (const auto& sm : r.tokens) {
@@ -234,7 +235,7 @@ int run(const RunArgs& a) {
                     {"tbt_mean_ms", tbt_mean_ms(r)},
                     {"tbt_p50_ms", tbt_percentile_ms(r, 50)},
                     {"tbt_p99_ms", tbt_percentile_ms(r, 99)}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   return 0;
 }

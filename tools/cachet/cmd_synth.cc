@@ -32,6 +32,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--full-attn-interval", a->spec.full_attn_interval, "qwen35: every n-th layer attends");
   c->add_flag("--legacy-ssm-in", a->spec.legacy_ssm_in, "qwen3next: q, k, v, z fused per key head (ssm_in)");
   c->add_option("--shared-ff", a->spec.n_ff_shared, "qwen35moe: the shared expert's width");
+  c->add_option("--mtp", a->spec.n_mtp, "qwen35 / qwen35moe: multi-token-prediction blocks after the trunk (nextn)");
   c->add_flag("--rope-freqs", a->spec.rope_freqs, "llama: write Llama 3-style rope_freqs factors");
   c->add_option("--sliding-window", a->spec.sliding_window, "gemma2/3: sliding window of the local layers");
   c->add_option("--attn-softcap", a->spec.attn_softcap, "gemma2: attention logit soft-cap");

@@ -98,7 +98,7 @@ int fail(const Status& s);
 // "512MiB", "2GiB", "1000000" (bytes), or "0.25" (a fraction of physical memory).
 Result<int64_t> parse_memory(const std::string& s);
 
-// Speculative decoding flags (run, chat, serve, batch): --draft-model FILE, --lookup, --draft-max K, --draft-vocab N,
+// Speculative decoding flags (run, chat, serve, batch): --draft-model FILE, --lookup, --mtp, --draft-max K, --draft-vocab N,
 // --draft-p-min P, --draft-own-kv, --draft-fixed; engine/spec_options.h load_speculation applies them.
 void add_spec_flags(CLI::App* c, SpecOptions* o);
 

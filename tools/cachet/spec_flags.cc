@@ -9,6 +9,8 @@ void add_spec_flags(CLI::App* c, SpecOptions* f) {
   c->add_option("--draft-model", f->draft_model,
                 "speculative decoding with this draft model (same vocabulary, e.g. a low-bit quantization of -m)");
   c->add_flag("--lookup", f->lookup, "speculative decoding by prompt lookup: drafts copied from the text so far");
+  c->add_flag("--mtp", f->mtp,
+              "speculative decoding with the model's own multi-token-prediction head (Qwen3.5 / 3.6 files carry one)");
   c->add_option("--draft-max", f->draft_max, "most draft tokens per step (the engine picks fewer when they do not pay)")
       ->check(CLI::Range(1, 64));
   c->add_option("--draft-vocab", f->draft_vocab,
