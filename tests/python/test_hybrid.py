@@ -85,3 +85,55 @@ def test_a_conversation_resumes_from_a_state_checkpoint(cachet_bin, hybrid):
     assert [t for t, _ in answers[True]] == [t for t, _ in answers[False]]
     assert [c for _, c in answers[False]] == [0, 0]
     assert [c for _, c in answers[True]] == [0, 64]
+
+
+def test_the_files_own_mtp_head_speculates_through_cli_and_server(cachet_bin, hybrid, tmp_path):
+    """A file with a multi-token-prediction block (blk.N.nextn.*): `cachet run --mtp` and a server started with
+    --mtp (requests choosing "speculative": "mtp") give the greedy ids they give without speculation, drafts are
+    verified and counted; a file without the block, and a server without --mtp, refuse it clearly."""
+    path = tmp_path / "qwen35-mtp.gguf"
+    subprocess.run([cachet_bin, "synth", "-o", str(path), "--arch", "qwen35", "--type", "Q8_0", "--n-vocab", "320",
+                    "--n-embd", "128", "--n-layer", "4", "--n-head", "4", "--n-head-kv", "2", "--head-dim", "32",
+                    "--n-ff", "256", "--ssm-head-dim", "32", "--seed", "5", "--mtp", "1"], check=True)
+    info = subprocess.run([cachet_bin, "info", "-m", str(path)], check=True, capture_output=True, text=True).stdout
+    assert "n_mtp_layers = 1" in info and "n_layer = 4" in info
+
+    def run(model, *flags):
+        r = subprocess.run([cachet_bin, "run", "-m", str(model), "--prompt-ids", "5 6 7 8 9 10 5 6 7", "-n", "40",
+                            "--temp", "0", "--ignore-eos", "--format", "json", *flags], capture_output=True, text=True)
+        return r.returncode, (json.loads(r.stdout) if r.returncode == 0 else r.stderr)
+
+    rc, base = run(path)
+    assert rc == 0, base
+    rc, got = run(path, "--mtp", "--draft-fixed")
+    assert rc == 0, got
+    assert got["token_ids"] == base["token_ids"]
+    assert got["speculative"]["mode"] == "mtp" and got["speculative"]["proposed"] > 0
+    rc, err = run(hybrid, "--mtp")
+    assert rc != 0 and "multi-token-prediction" in err
+
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(3, 320, size=int(rng.integers(5, 60))).tolist() for _ in range(8)]
+    s = Server(cachet_bin, path, "--parallel", "4", "--mtp", "--draft-fixed")
+    try:
+        def ask(p, mode):
+            status, body, _ = s.request("POST", "/v1/completions", {
+                "prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": True, "speculative": mode})
+            assert status == 200, body
+            return json.loads(body)["choices"][0]["text"]
+
+        alone = [ask(p, "off") for p in prompts]
+        before = s.metrics("vllm:")
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            together = list(ex.map(lambda p: ask(p, "mtp"), prompts))
+        assert together == alone
+        after = s.metrics("vllm:")
+        assert after["vllm:spec_decode_num_draft_tokens"] > before["vllm:spec_decode_num_draft_tokens"]
+    finally:
+        s.stop()
+    s = Server(cachet_bin, path, "--parallel", "2")
+    try:
+        status, body, _ = s.request("POST", "/v1/completions", {"prompt": [5, 6], "max_tokens": 2, "speculative": "mtp"})
+        assert status == 400 and b"MTP head" in body
+    finally:
+        s.stop()

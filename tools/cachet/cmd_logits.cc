@@ -66,6 +66,10 @@ void add_logits_command(CLI::App& app, int* exit_code) {
       *exit_code = fail(m.status());
       return;
     }
+    if (a->mtp && a->one_by_one) {
+      *exit_code = fail(invalid_argument("--mtp runs the head over one prefill; not with --one-by-one"));
+      return;
+    }
     Model& model = **m;
     const int64_t V = model.config().n_vocab;
     const int n = static_cast<int>(ids->size());
