@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Issue #17's speculative decoding benchmark: cachet's server (no speculation, prompt lookup, draft model)
-against llama.cpp's llama-server (no speculation, --spec-type ngram-simple, -md DRAFT) on the same files, same
+against llama.cpp's llama-server (no speculation, --spec-type ngram-simple, -md DRAFT) on the same files, and the
+file's own multi-token-prediction head (cachet --mtp, llama-server --spec-type draft-mtp), same
 thread count and `--parallel` equal to the number of concurrent clients, greedy, /v1/chat/completions.
 
 Workloads (the default model is an instruct model: chat-templated requests):
@@ -12,6 +13,7 @@ Each (workload, concurrency) runs every engine once per round, engines alternati
 reported: median completion tokens/s of the rounds, and acceptance where the server reports it.
 
     .venv/bin/python bench/spec_decode.py --target T.gguf --draft D.gguf [--batches 1,4,16] [--rounds 2]
+    .venv/bin/python bench/spec_decode.py --target QWEN35_WITH_MTP.gguf --engines cachet-off,cachet-mtp,llama-off,llama-mtp
 """
 import argparse
 import http.client
@@ -87,7 +89,7 @@ def run(port, sessions, clients, max_tokens):
                         return
                     i = queue.pop(0)
                 t0 = time.time()
-                ttft, n, _ = chat_stream(port, sessions[i][0][0], sessions[i][0][1])
+                ttft, n, _ = chat_stream(port, sessions[i][0][0], min(max_tokens, sessions[i][0][1]))
                 with lock:
                     out.append((ttft, time.time() - t0, n))
         except Exception as e:  # noqa: BLE001 - reported below
@@ -116,6 +118,8 @@ def start(engine, a, clients):
                "--parallel", str(clients), "--kv-memory", "1GiB", "-c", "4096", "--draft-max", str(a.draft_max)]
         if engine == "cachet-lookup":
             cmd.append("--lookup")
+        elif engine == "cachet-mtp":
+            cmd.append("--mtp")
         elif engine in ("cachet-draft", "cachet-draft-ownkv"):
             cmd += ["--draft-model", a.draft, "--draft-vocab", str(a.draft_vocab)]
             if engine == "cachet-draft-ownkv":  # a same-shape draft with a cache of its own (--draft-own-kv)
@@ -125,6 +129,8 @@ def start(engine, a, clients):
                "-c", str(4096 * clients), "--log-disable"]
         if engine == "llama-ngram":
             cmd += ["--spec-type", "ngram-simple", "--spec-draft-n-max", str(a.draft_max)]
+        elif engine == "llama-mtp":
+            cmd += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(a.draft_max)]
         elif engine == "llama-draft":
             cmd += ["-md", a.draft, "--spec-draft-n-max", str(a.draft_max), "-td", str(a.threads)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -151,11 +157,15 @@ def spec_counts(port):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
+    ap.add_argument("--draft", default="", help="the draft model of the -draft engines")
     ap.add_argument("--workloads", default="grounded,open")
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--engines", default="cachet-off,cachet-lookup,cachet-draft,llama-off,llama-ngram,llama-draft")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--sessions", type=int, default=0, help="requests per run (0: max(8, 2 x batch))")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--completions", action="store_true",
+                    help="plain /v1/completions of each message's text (a model without a chat template)")
     ap.add_argument("--draft-max", type=int, default=8)
     ap.add_argument("--draft-vocab", type=int, default=0, help="cachet's --draft-vocab (0: the whole vocabulary)")
     ap.add_argument("--llama-server", default=str(pathlib.Path.home() / ".cache/cachet/llama.cpp/native/bin/llama-server"))
@@ -165,7 +175,9 @@ def main():
     rows = []
     for w in a.workloads.split(","):
         for b in [int(x) for x in a.batches.split(",")]:
-            sessions = workload(w, max(8, 2 * b))
+            sessions = workload(w, a.sessions or max(8, 2 * b))
+            if a.completions:
+                sessions = [[(msgs[-1]["content"], n)] for [(msgs, n)] in sessions]
             res = {e: [] for e in a.engines.split(",")}
             dec = {e: [] for e in a.engines.split(",")}
             acc = {}
@@ -173,7 +185,7 @@ def main():
                 for e in a.engines.split(","):
                     port, proc = start(e, a, b)
                     try:
-                        r = run(port, sessions, b, 256)
+                        r = run(port, sessions, b, a.max_tokens)
                         sc = spec_counts(port) if e.startswith("cachet") else None
                     finally:
                         proc.terminate()

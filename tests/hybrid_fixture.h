@@ -1,5 +1,6 @@
 // A small Qwen3.5-shaped synthetic file (three gated delta nets, then attention; Q8_0) for the hybrid engine
-// tests, written once per name and loaded with two threads. `mtp`: the file also carries a multi-token-prediction
+// tests, written once per name and loaded with two threads; with arch "lfm2", an LFM2-shaped one (three short
+// convs of kernel 3, then attention). `mtp`: the file also carries a multi-token-prediction
 // block (SyntheticSpec::mtp_echo with `echo`), and the model loaded is that head (LoadOptions::mtp_head).
 #pragma once
 
@@ -15,9 +16,10 @@
 namespace cachet::testing {
 
 inline std::unique_ptr<Model> hybrid_test_model(uint64_t seed, const std::string& name, bool mtp = false,
-                                                bool echo = false) {
+                                                bool echo = false, const std::string& arch = "qwen35") {
   SyntheticSpec s;
-  s.arch = "qwen35";
+  s.arch = arch;
+  if (arch == "lfm2") s.ssm_conv_kernel = 3;
   s.type = DType::kQ8_0;
   s.embd_type = DType::kQ8_0;
   s.n_embd = 128;

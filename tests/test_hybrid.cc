@@ -52,7 +52,13 @@ TEST(StateStore, RandomAllocateAndFreeKeepsEveryInvariant) {
     for (int i = 0; i < 5; ++i) EXPECT_EQ(st.ssm(held[1], r)[i], 0.0f);
 }
 
-std::unique_ptr<Model> hybrid_model() { return testing::hybrid_test_model(42, "hybrid_engine.gguf"); }
+// Every engine test runs on both hybrid families: Qwen3.5's gated delta nets and LFM2's short convs.
+std::unique_ptr<Model> hybrid_model(const std::string& arch) {
+  return testing::hybrid_test_model(42, "hybrid_engine_" + arch + ".gguf", false, false, arch);
+}
+
+class HybridEngine : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Archs, HybridEngine, ::testing::Values("qwen35", "lfm2"));
 
 std::unique_ptr<Engine> make_engine(Model& m, EngineConfig cfg) {
   auto e = Engine::create(m, std::move(cfg));
@@ -134,15 +140,15 @@ void expect_same_as_alone(Model& m, EngineConfig cfg, int64_t min_preemptions) {
   EXPECT_GE(together.preemptions, min_preemptions);
 }
 
-TEST(HybridEngine, ConcurrentRequestsEqualRunningAloneBitwise) {
-  auto m = hybrid_model();
+TEST_P(HybridEngine, ConcurrentRequestsEqualRunningAloneBitwise) {
+  auto m = hybrid_model(GetParam());
   EngineConfig cfg;
   cfg.n_blocks = 256;
   expect_same_as_alone(*m, cfg, 0);
 }
 
-TEST(HybridEngine, PreemptionChunksAndFewStateSlotsStillMatch) {
-  auto m = hybrid_model();
+TEST_P(HybridEngine, PreemptionChunksAndFewStateSlotsStillMatch) {
+  auto m = hybrid_model(GetParam());
   EngineConfig cfg;
   cfg.n_blocks = 8;  // 128 token slots for 24 requests of up to 100 tokens: preemption
   cfg.prefill_chunk = 16;
@@ -151,8 +157,8 @@ TEST(HybridEngine, PreemptionChunksAndFewStateSlotsStillMatch) {
   expect_same_as_alone(*m, cfg, 1);
 }
 
-TEST(HybridEngine, ForkedSamplesContinueFromThePromptsState) {
-  auto m = hybrid_model();
+TEST_P(HybridEngine, ForkedSamplesContinueFromThePromptsState) {
+  auto m = hybrid_model(GetParam());
   std::vector<int32_t> prompt;
   for (int i = 0; i < 40; ++i) prompt.push_back((i * 13 + 5) % static_cast<int32_t>(m->config().n_vocab));
   SamplingParams p;
@@ -194,8 +200,8 @@ TEST(HybridEngine, ForkedSamplesContinueFromThePromptsState) {
 // share beginnings that end at random positions, served with the cache off and then on (another order, fewer
 // running sequences, shorter chunks, a small pool: evictions and preemptions), give the same ids and logits bit
 // for bit; every slot not held by a sequence is a checkpoint in the tree at the end (none leaked).
-TEST(HybridEngine, PrefixCacheWithStateCheckpointsNeverChangesTokensOrLogits) {
-  auto m = hybrid_model();
+TEST_P(HybridEngine, PrefixCacheWithStateCheckpointsNeverChangesTokensOrLogits) {
+  auto m = hybrid_model(GetParam());
   const int V = static_cast<int>(m->config().n_vocab);
   std::mt19937 rng(404);
   std::vector<std::vector<int32_t>> shared;
@@ -289,8 +295,8 @@ TEST(HybridEngine, PrefixCacheWithStateCheckpointsNeverChangesTokensOrLogits) {
 // Users who share only a long system prompt: the first request's checkpoints (prompt end, latest) do not lie on
 // the others' paths; the second request branches off the cached path there and leaves a checkpoint at the branch
 // point, so from the third on every request resumes after the system prompt.
-TEST(HybridEngine, BranchPointCheckpointServesPromptsSharingOnlyASystemPrompt) {
-  auto m = hybrid_model();
+TEST_P(HybridEngine, BranchPointCheckpointServesPromptsSharingOnlyASystemPrompt) {
+  auto m = hybrid_model(GetParam());
   const int V = static_cast<int>(m->config().n_vocab);
   std::mt19937 rng(77);
   std::vector<int32_t> system(150);

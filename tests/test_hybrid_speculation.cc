@@ -24,8 +24,8 @@
 namespace cachet {
 namespace {
 
-std::unique_ptr<Model> hybrid(uint64_t seed, const std::string& name) {
-  return testing::hybrid_test_model(seed, name);
+std::unique_ptr<Model> hybrid(uint64_t seed, const std::string& name, const std::string& arch = "qwen35") {
+  return testing::hybrid_test_model(seed, arch == "qwen35" ? name : arch + "_" + name, false, false, arch);
 }
 
 struct Job {
@@ -130,10 +130,14 @@ void expect_same(const Served& s, const Served& base, const std::vector<Job>& js
   EXPECT_GT(compared, static_cast<int>(js.size())) << what << ": states compared";
 }
 
-TEST(HybridSpeculation, GreedyIdsLogitsAndStatesEqualNoSpeculationBitwise) {
-  auto target = hybrid(42, "hybrid_spec_target.gguf");
-  auto same = hybrid(42, "hybrid_spec_target.gguf");   // a draft that always agrees
-  auto other = hybrid(7, "hybrid_spec_other.gguf");    // one that mostly does not
+// Both hybrid families: Qwen3.5's gated delta nets, LFM2's short convs (their conv windows roll back alike).
+class HybridSpeculationGreedy : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Archs, HybridSpeculationGreedy, ::testing::Values("qwen35", "lfm2"));
+
+TEST_P(HybridSpeculationGreedy, IdsLogitsAndStatesEqualNoSpeculationBitwise) {
+  auto target = hybrid(42, "hybrid_spec_target.gguf", GetParam());
+  auto same = hybrid(42, "hybrid_spec_target.gguf", GetParam());   // a draft that always agrees
+  auto other = hybrid(7, "hybrid_spec_other.gguf", GetParam());    // one that mostly does not
   const int V = static_cast<int>(target->config().n_vocab);
   for (bool cache : {false, true}) {
     // 16 at once in a pool of 12 blocks of 16 tokens: preemptions; then one at a time.

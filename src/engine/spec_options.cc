@@ -26,6 +26,7 @@ Status load_speculation(const SpecOptions& o, const RopeOverrides& rope, Model& 
     lo.pool = target.shared_pool();
     lo.rope = rope;
     lo.mtp_head = true;
+    lo.logit_rows = o.draft_vocab;  // --draft-vocab: the head proposes from the start of the vocabulary too
     CACHET_ASSIGN_OR_RETURN(*draft, load_model(target.gguf()->path(), lo));
     cfg->mtp_model = draft->get();
     cfg->spec = SpecMode::kMtp;

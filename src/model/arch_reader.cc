@@ -1,5 +1,6 @@
 #include "model/arch_reader.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "io/gguf.h"
@@ -87,7 +88,23 @@ Result<ModelConfig> ArchReader::base_config() {
   CACHET_ASSIGN_OR_RETURN(c.n_layer, positive("block_count", std::nullopt));
   CACHET_ASSIGN_OR_RETURN(c.n_ff, positive("feed_forward_length", std::nullopt));
   CACHET_ASSIGN_OR_RETURN(c.n_head, positive("attention.head_count", std::nullopt));
-  CACHET_ASSIGN_OR_RETURN(c.n_head_kv, positive("attention.head_count_kv", c.n_head));
+  if (const GgufValue* v = f_.find(arch_ + ".attention.head_count_kv"); v && v->type == GgufType::kArray) {
+    // One count per layer (LFM2: 0 where a layer does not attend). The attending layers must agree; an
+    // architecture that has layers without attention reads them (kv_heads_per_layer), else finish() refuses.
+    keys_read_.insert(arch_ + ".attention.head_count_kv");
+    if (!gguf_type_is_integer(v->elem_type) || static_cast<int64_t>(v->count) != c.n_layer)
+      return invalid_argument(arch_ + ".attention.head_count_kv must hold one integer per layer");
+    for (size_t i = 0; i < v->count; ++i) {
+      const int64_t n = v->int_at(i);
+      if (n < 0 || n > c.n_head || (n > 0 && c.n_head_kv > 0 && n != c.n_head_kv))
+        return unimplemented(arch_ + ".attention.head_count_kv differs between layers");
+      if (n > 0) c.n_head_kv = n;
+      kv_heads_per_layer_.push_back(n);
+    }
+    if (c.n_head_kv <= 0) return invalid_argument(arch_ + ".attention.head_count_kv has no attending layer");
+  } else {
+    CACHET_ASSIGN_OR_RETURN(c.n_head_kv, positive("attention.head_count_kv", c.n_head));
+  }
   if (c.n_embd % c.n_head != 0 && !has("attention.key_length"))
     return invalid_argument("n_head " + std::to_string(c.n_head) + " does not divide n_embd " +
                             std::to_string(c.n_embd) + " and attention.key_length is not given");
@@ -192,6 +209,9 @@ Result<std::string> ArchReader::swa_layers(int64_t n_layer, int64_t default_peri
 
 Status ArchReader::finish() const {
   const std::string prefix = arch_ + ".";
+  if (!kv_layers_taken_ && std::find(kv_heads_per_layer_.begin(), kv_heads_per_layer_.end(), 0) != kv_heads_per_layer_.end())
+    return unimplemented(arch_ + ".attention.head_count_kv gives layers without attention, which cachet's " + arch_ +
+                         " architecture does not have; the file is refused");
   for (const std::string& k : f_.keys()) {
     if (k.compare(0, prefix.size(), prefix) != 0 || keys_read_.count(k)) continue;
     if (harmless_keys().count(k.substr(prefix.size()))) continue;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cachet/status.h"
 #include "model/config.h"
@@ -54,6 +55,13 @@ class ArchReader {
   // without it, `default_period`. dense_first: a period's first layer is the global one (l % n == 0).
   Result<std::string> swa_layers(int64_t n_layer, int64_t default_period, bool dense_first = false);
 
+  // `attention.head_count_kv` given per layer (read by base_config): each layer's count, 0 where a layer does not
+  // attend; empty for a single count. An architecture with such layers takes them here.
+  const std::vector<int64_t>& kv_heads_per_layer() {
+    kv_layers_taken_ = true;
+    return kv_heads_per_layer_;
+  }
+
   // Errors naming the first `{arch}.*` key or tensor nobody read.
   Status finish() const;
 
@@ -63,6 +71,8 @@ class ArchReader {
   std::set<std::string> keys_read_;
   std::set<std::string> tensors_read_;
   int64_t layer_offset_ = 0;
+  std::vector<int64_t> kv_heads_per_layer_;
+  bool kv_layers_taken_ = false;
 };
 
 // The GGUF tensor as a view of the mapping (empty when ti is null).

@@ -73,10 +73,14 @@ Status ModelConfig::validate() const {
     if (static_cast<int64_t>(layer_kinds.size()) != n_layer)
       return invalid_argument("layer_kinds names " + std::to_string(layer_kinds.size()) + " layers, the model has " +
                               std::to_string(n_layer));
-    if (layer_kinds.find_first_not_of("AR") != std::string::npos)
-      return invalid_argument("layer_kinds holds a letter other than A and R");
+    if (layer_kinds.find_first_not_of("ARC") != std::string::npos)
+      return invalid_argument("layer_kinds holds a letter other than A, R and C");
+    if (layer_kinds.find('R') != std::string::npos && has_short_conv())
+      return invalid_argument("layer_kinds mixes gated delta nets and short convs (one state shape per model)");
   }
-  if (n_recurrent_layers() > 0) {
+  if (has_short_conv()) {
+    CACHET_RETURN_IF_ERROR(positive(ssm_conv_kernel, "ssm_conv_kernel"));
+  } else if (n_recurrent_layers() > 0) {
     CACHET_RETURN_IF_ERROR(positive(ssm_conv_kernel, "ssm_conv_kernel"));
     CACHET_RETURN_IF_ERROR(positive(ssm_head_dim, "ssm_head_dim"));
     CACHET_RETURN_IF_ERROR(positive(ssm_k_heads, "ssm_k_heads"));

@@ -55,7 +55,7 @@ namespace cachet {
   X(int64_t, n_expert_used, 0, "experts each token is routed to")                                          \
   X(bool, expert_norm, true, "top-k router weights renormalized to sum 1")                                 \
   X(double, expert_weights_scale, 1.0, "routed expert weights multiplied by this")                        \
-  X(std::string, layer_kinds, "", "per layer: A = attention, R = gated delta net (empty: all attention)")   \
+  X(std::string, layer_kinds, "", "per layer: A = attention, R = gated delta net, C = short conv (LFM2)")   \
   X(bool, attn_output_gate, false, "Q carries a per-head gate: attention output times sigmoid(gate)")     \
   X(std::string, rope_sections, "", "M-RoPE sections t,h,w,e (Qwen3.5, interleaved; text: t = h = w)")     \
   X(int64_t, ssm_conv_kernel, 0, "gated delta net: causal conv width")                                     \
@@ -77,10 +77,14 @@ struct ModelConfig {
   // Bytes of K and V for one token across all layers, for a cache element size.
   int64_t kv_bytes_per_token(int64_t elem_bytes) const { return 2 * n_kv_layers() * kv_dim() * elem_bytes; }
 
-  // Hybrid models: which layers are gated delta nets (a recurrent state per sequence, no KV), which attend.
+  // Hybrid models: which layers carry a recurrent state per sequence and no KV (gated delta nets, LFM2's
+  // short convs), which attend.
   bool is_recurrent(int64_t l) const {
-    return l < static_cast<int64_t>(layer_kinds.size()) && layer_kinds[l] == 'R';
+    return l < static_cast<int64_t>(layer_kinds.size()) && (layer_kinds[l] == 'R' || layer_kinds[l] == 'C');
   }
+  bool is_short_conv(int64_t l) const { return l < static_cast<int64_t>(layer_kinds.size()) && layer_kinds[l] == 'C'; }
+  // LFM2's short conv layers: a gated depthwise conv over the width (no delta rule, no matrix state).
+  bool has_short_conv() const { return layer_kinds.find('C') != std::string::npos; }
   int64_t n_recurrent_layers() const;
   // Layers with a KV cache, and layer l's index among them (its KV storage layer).
   int64_t n_kv_layers() const { return n_layer - n_recurrent_layers(); }
@@ -91,8 +95,9 @@ struct ModelConfig {
   int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
   // f32 values of one sequence's recurrent state in one gated delta net layer: the conv's last
   // (kernel - 1) inputs, then the d x d matrix of every value head.
-  int64_t conv_state_floats() const { return (ssm_conv_kernel - 1) * ssm_conv_dim(); }
-  int64_t ssm_state_floats() const { return ssm_v_heads * ssm_head_dim * ssm_head_dim; }
+  // (Short conv layers: the conv's last (kernel - 1) inputs over the width, no matrix.)
+  int64_t conv_state_floats() const { return (ssm_conv_kernel - 1) * (has_short_conv() ? n_embd : ssm_conv_dim()); }
+  int64_t ssm_state_floats() const { return has_short_conv() ? 0 : ssm_v_heads * ssm_head_dim * ssm_head_dim; }
   int64_t state_bytes_per_seq() const {
     return n_recurrent_layers() * (conv_state_floats() + ssm_state_floats()) * static_cast<int64_t>(sizeof(float));
   }

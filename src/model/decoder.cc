@@ -10,6 +10,7 @@
 #include "io/gguf.h"
 #include "kernels/kernels.h"
 #include "model/gated_delta_net.h"
+#include "model/short_conv.h"
 #include "model/moe.h"
 #include "model/ops.h"
 
@@ -60,6 +61,8 @@ class DecoderModel final : public Model {
   void ensure_scratch(int n_tokens);
   // A gated delta net layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
   void recurrent_block(const ForwardBatch& batch, int64_t l, int r, int T);
+  // LFM2's short conv layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
+  void short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T);
   // The shared expert of a MoE layer on xn_, added to proj_.
   void shared_expert(const DecoderLayerWeights& L, int T);
 
@@ -102,6 +105,8 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> sh_out_;           // [n_tokens, n_embd]
   AlignedBuffer<float> sh_w_;             // [n_tokens] its gate logit
   AlignedBuffer<float> eh_in_;            // [n_tokens, 2 n_embd] an MTP head's input: enorm(embedding) | hnorm(h)
+  AlignedBuffer<float> sc_bcx_;           // [n_tokens, 3 n_embd] LFM2 short conv: B | C | x
+  AlignedBuffer<float> sc_y_;             // [n_tokens, n_embd] its output before the projection
   std::vector<StateSlot> snapshot_of_;    // [n_tokens] the checkpoint slot taking the state after it, or -1
   std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
   std::vector<int32_t> ends_;         // [n_tokens] bidirectional: the last position of each token's sequence
@@ -196,6 +201,10 @@ void DecoderModel::ensure_scratch(int n) {
     ssm_o_.resize(n * cfg_.ssm_value_dim());
   }
   if (cfg_.mtp_head) eh_in_.resize(n * 2 * cfg_.n_embd);
+  if (cfg_.has_short_conv()) {
+    sc_bcx_.resize(n * 3 * cfg_.n_embd);
+    sc_y_.resize(n * cfg_.n_embd);
+  }
   if (cfg_.n_ff_shared > 0) {
     sh_gate_.resize(n * cfg_.n_ff_shared);
     sh_up_.resize(n * cfg_.n_ff_shared);
@@ -309,7 +318,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     // Attention block (or a gated delta net in a hybrid model's recurrent layers).
     norm_rows(x_.data(), L.attn_norm, xn_.data(), T, d);
     trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
-    if (c.is_recurrent(l)) {
+    if (c.is_short_conv(l)) {
+      short_conv_block(batch, l, recurrent++, T);
+    } else if (c.is_recurrent(l)) {
       recurrent_block(batch, l, recurrent++, T);
     } else {
     const int kl = c.kv_layer(l);
@@ -525,6 +536,39 @@ void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, 
   }
 }
 
+void DecoderModel::short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T) {
+  const DecoderLayerWeights& L = w_.layers[l];
+  matmul(*pool_, L.sc_in, xn_.data(), T, sc_bcx_.data());
+  ShortConvArgs a;
+  a.n_tokens = T;
+  a.positions = batch.positions.data();
+  a.seq_index = batch.seq_index.data();
+  a.slots = batch.state_slots.data();
+  a.n_seqs = batch.n_seqs();
+  a.store = batch.state;
+  a.layer = r;
+  a.width = cfg_.n_embd;
+  a.kernel = cfg_.ssm_conv_kernel;
+  a.taps = reinterpret_cast<const float*>(L.sc_conv.data);
+  a.bcx = sc_bcx_.data();
+  a.out = sc_y_.data();
+  if (!batch.state_snapshots.empty()) {
+    snapshot_of_.assign(static_cast<size_t>(T), -1);
+    for (auto [t, slot] : batch.state_snapshots) snapshot_of_[static_cast<size_t>(t)] = slot;
+    a.snapshot = snapshot_of_.data();
+  }
+  short_conv(*pool_, a);
+  matmul(*pool_, L.sc_out, sc_y_.data(), T, proj_.data());
+  if (tracer_ && r == 0) {
+    tracer_->op({"short_conv", L.sc_in.name, dtype_name(L.sc_in.type), wshape(L.sc_in), {T, cfg_.n_embd},
+                 {T, cfg_.n_embd},
+                 "B | C | x projection; causal depthwise conv " + std::to_string(cfg_.ssm_conv_kernel) +
+                     " over B * x; times C"});
+    tracer_->op({"matmul", L.sc_out.name, dtype_name(L.sc_out.type), wshape(L.sc_out), {T, cfg_.n_embd},
+                 {T, cfg_.n_embd}, "short conv output projection"});
+  }
+}
+
 void DecoderModel::shared_expert(const DecoderLayerWeights& L, int T) {
   const int64_t d = cfg_.n_embd, f = cfg_.n_ff_shared;
   matmul_multi(*pool_, {{&L.shexp_w_gate, sh_gate_.data()}, {&L.shexp_w_up, sh_up_.data()}}, xn_.data(), T);
@@ -595,7 +639,7 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
   };
   for (auto& L : weights.layers) {
     for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
-                          &L.ssm_out, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down})
+                          &L.ssm_out, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down, &L.sc_in, &L.sc_out})
       if (t->data) pack(t);
     if (cfg.n_expert > 0) {
       for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})

@@ -50,6 +50,10 @@ struct DecoderLayerWeights {
   TensorView ssm_alpha;   // [n_embd, v_heads]
   TensorView ssm_norm;    // [ssm_head_dim] f32
   TensorView ssm_out;     // [value_dim, n_embd]
+  // LFM2's short conv (cfg.is_short_conv(l)) in place of attention (model/short_conv.h).
+  TensorView sc_in;       // [n_embd, 3 n_embd] B | C | x (shortconv.in_proj)
+  TensorView sc_conv;     // [conv_kernel, n_embd] f32 taps, oldest first (shortconv.conv)
+  TensorView sc_out;      // [n_embd, n_embd] (shortconv.out_proj)
 };
 
 struct DecoderWeights {
@@ -86,6 +90,7 @@ struct DecoderTensors {
   bool legacy_ssm_in = false;  // ssm_in.weight: q, k, v, z rows per key head (Qwen3-Next's first files)
   bool nextn = false;          // layer 0's nextn.* tensors (a multi-token-prediction head)
   const char* ffn_norm = "ffn_norm.weight";  // the FFN's input norm (Qwen3.5: post_attention_norm.weight)
+  const char* output_norm = "output_norm.weight";  // the final norm (LFM2's files: token_embd_norm.weight)
   bool need_qk_norm = false;   // the architecture cannot run without them
   bool need_post_norms = false;
 };

@@ -141,6 +141,20 @@ static Status regroup_qwen3next(ArchReader& r, const ModelConfig& c, int64_t l, 
   return Status::ok();
 }
 
+// A causal conv's taps, [kernel, channels], checked and read as one f32 vector of kernel * channels values.
+static Status conv_taps_to_f32(const ModelConfig& c, TensorView* t, int64_t channels,
+                               std::vector<AlignedBuffer<float>>* owned, int64_t l, const char* what) {
+  CACHET_RETURN_IF_ERROR(check_tensor(*t, what, c.ssm_conv_kernel, channels, l));
+  TensorView flat = *t;
+  flat.ne = {c.ssm_conv_kernel * channels, 1, 1, 1};
+  flat.row_bytes = flat.ne[0] * traits(flat.type).block_bytes;
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&flat, flat.ne[0], owned, l, what));
+  t->data = flat.data;
+  t->type = DType::kF32;
+  t->row_bytes = c.ssm_conv_kernel * sizeof(float);
+  return Status::ok();
+}
+
 // A gated delta net layer's tensors against the config; its small vectors and conv taps as f32.
 static Status validate_gated_delta_net(const ModelConfig& c, DecoderLayerWeights* L,
                                        std::vector<AlignedBuffer<float>>* owned, int64_t l) {
@@ -152,22 +166,13 @@ static Status validate_gated_delta_net(const ModelConfig& c, DecoderLayerWeights
   CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_dt, c.ssm_v_heads, owned, l, "ssm_dt.bias"));
   CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_a, c.ssm_v_heads, owned, l, "ssm_a"));
   CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_norm, c.ssm_head_dim, owned, l, "ssm_norm"));
-  // The conv taps: [kernel, channels] read as one vector of kernel * channels values.
-  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_conv, "ssm_conv1d", c.ssm_conv_kernel, c.ssm_conv_dim(), l));
-  TensorView flat = L->ssm_conv;
-  flat.ne = {c.ssm_conv_kernel * c.ssm_conv_dim(), 1, 1, 1};
-  flat.row_bytes = flat.ne[0] * traits(flat.type).block_bytes;
-  CACHET_RETURN_IF_ERROR(vector_to_f32(&flat, flat.ne[0], owned, l, "ssm_conv1d"));
-  L->ssm_conv.data = flat.data;
-  L->ssm_conv.type = DType::kF32;
-  L->ssm_conv.row_bytes = c.ssm_conv_kernel * sizeof(float);
-  return Status::ok();
+  return conv_taps_to_f32(c, &L->ssm_conv, c.ssm_conv_dim(), owned, l, "ssm_conv1d");
 }
 
 Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed) {
   DecoderWeights w;
   w.tok_embd = r.tensor("token_embd.weight");
-  w.output_norm = r.tensor("output_norm.weight");
+  w.output_norm = r.tensor(allowed.output_norm);
   w.output = cfg->tied_output ? w.tok_embd : r.tensor("output.weight");
   if (allowed.rope_freqs) w.rope_freqs = r.tensor("rope_freqs.weight");
   if (allowed.classifier) {
@@ -194,7 +199,11 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     DecoderLayerWeights L;
     auto get = [&](const std::string& name) { return r.layer_tensor(l, name); };
     L.attn_norm = get("attn_norm.weight");
-    if (cfg->is_recurrent(l)) {
+    if (cfg->is_short_conv(l)) {
+      L.sc_in = get("shortconv.in_proj.weight");
+      L.sc_conv = get("shortconv.conv.weight");
+      L.sc_out = get("shortconv.out_proj.weight");
+    } else if (cfg->is_recurrent(l)) {
       L.ssm_qkv = get("attn_qkv.weight");
       L.ssm_z = get("attn_gate.weight");
       L.ssm_conv = get("ssm_conv1d.weight");
@@ -311,7 +320,11 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
     DecoderLayerWeights& L = w->layers[l];
     CACHET_RETURN_IF_ERROR(vector_to_f32(&L.attn_norm, c.n_embd, owned, l, "attn_norm"));
     CACHET_RETURN_IF_ERROR(vector_to_f32(&L.ffn_norm, c.n_embd, owned, l, "ffn_norm"));
-    if (c.is_recurrent(l)) {
+    if (c.is_short_conv(l)) {
+      CACHET_RETURN_IF_ERROR(check_tensor(L.sc_in, "shortconv.in_proj", c.n_embd, 3 * c.n_embd, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.sc_out, "shortconv.out_proj", c.n_embd, c.n_embd, l));
+      CACHET_RETURN_IF_ERROR(conv_taps_to_f32(c, &L.sc_conv, c.n_embd, owned, l, "shortconv.conv"));
+    } else if (c.is_recurrent(l)) {
       CACHET_RETURN_IF_ERROR(validate_gated_delta_net(c, &L, owned, l));
     } else {
       CACHET_RETURN_IF_ERROR(check_tensor(L.wq, "attn_q", c.n_embd, c.q_dim() * (c.attn_output_gate ? 2 : 1), l));

@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "kernels/kernels.h"
+#include "model/causal_conv.h"
 
 namespace cachet {
 
@@ -31,29 +32,20 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
       std::fill_n(st.ssm(a.slots[s], a.layer), st.ssm_floats(), 0.0f);
     }
 
-  // The causal conv, channel by channel (each channel's window walks its sequence's tokens in order), then SiLU.
-  // window[c * (K - 1) + j]: the channel's j-th oldest of its last K - 1 inputs.
-  pool.parallel_for(cd, [&](int, int64_t c0, int64_t c1) {
-    for (int s = 0; s < a.n_seqs; ++s) {
-      if (toks[s].empty()) continue;
-      float* win = st.conv(a.slots[s], a.layer);
-      for (int t : toks[s]) {
-        float* x = a.qkv + static_cast<int64_t>(t) * cd;
-        for (int64_t c = c0; c < c1; ++c) {
-          float* w = win + c * (K - 1);
-          const float* tap = a.conv_w + c * K;
-          float y = 0.0f;
-          for (int64_t j = 0; j < K - 1; ++j) y += w[j] * tap[j];
-          y += x[c] * tap[K - 1];
-          for (int64_t j = 0; j + 1 < K - 1; ++j) w[j] = w[j + 1];
-          if (K > 1) w[K - 2] = x[c];
-          x[c] = silu(y);
-        }
-        if (a.snapshot && a.snapshot[t] >= 0)  // this range of channels' window after token t
-          std::copy(win + c0 * (K - 1), win + c1 * (K - 1), st.conv(a.snapshot[t], a.layer) + c0 * (K - 1));
-      }
-    }
-  }, 16);
+  // The causal conv over q | k | v, then SiLU (model/causal_conv.h).
+  CausalConvArgs conv;
+  conv.toks = &toks;
+  conv.slots = a.slots;
+  conv.store = &st;
+  conv.layer = a.layer;
+  conv.channels = cd;
+  conv.kernel = K;
+  conv.taps = a.conv_w;
+  conv.x = a.qkv;
+  conv.stride = cd;
+  conv.silu = true;
+  conv.snapshot = a.snapshot;
+  causal_conv(pool, conv);
 
   // q and k of every token and key head to unit length (eps inside the root, as llama.cpp's l2 norm of Qwen3.5).
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));

@@ -15,6 +15,7 @@ void register_llama_arch();
 void register_qwen2_arch();
 void register_qwen3_arch();
 void register_qwen35_arch();
+void register_lfm2_arch();
 void register_gemma2_arch();
 void register_gemma3_arch();
 void register_gemma_embedding_arch();
@@ -35,6 +36,7 @@ void register_builtin_archs() {
     register_qwen2_arch();
     register_qwen3_arch();
     register_qwen35_arch();
+    register_lfm2_arch();
     register_gemma2_arch();
     register_gemma3_arch();
     register_gemma_embedding_arch();

@@ -42,7 +42,8 @@ struct SyntheticSpec {
   int64_t n_cls_out = 0;           // a reranker's classifier outputs: qwen3 cls.output (labels "yes", "no", ...);
                                    // encoders cls + cls.output (bert: tanh head; modern-bert: GELU head + norm)
   int64_t n_dense = 0;             // gemma-embedding: dense_2 (n_embd -> n_dense) and dense_3 (back)
-  // qwen35 / qwen35moe: the gated delta net layers' shape, every `full_attn_interval`-th layer attending.
+  // qwen35 / qwen35moe: the gated delta net layers' shape, every `full_attn_interval`-th layer attending (lfm2
+  // too, its other layers short convs of kernel ssm_conv_kernel).
   int64_t ssm_head_dim = 32;
   int64_t ssm_k_heads = 2;
   int64_t ssm_v_heads = 4;

@@ -55,5 +55,7 @@ void add_spm_vocab(GgufWriter* w, int64_t n_vocab);
 
 // qwen35 / qwen35moe (model/synthetic_hybrid.cc).
 Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path);
+// lfm2 (model/synthetic_lfm2.cc).
+Status write_synthetic_lfm2(const SyntheticSpec& s, const std::string& path);
 
 }  // namespace cachet

@@ -129,7 +129,8 @@ class Model:
             n_embd=n_embd,
             n_layer=int(get("block_count")),
             n_head=n_head,
-            n_head_kv=int(get("attention.head_count_kv", n_head)),
+            n_head_kv=int(max(kv_heads) if isinstance(kv_heads := get("attention.head_count_kv", n_head), list)
+                          else kv_heads),
             head_dim=head_dim,
             n_ff=int(get("feed_forward_length")),
             rope_dim=int(get("rope.dimension_count", head_dim)),
@@ -159,6 +160,13 @@ class Model:
         if arch in ("qwen35", "qwen35moe", "qwen3next"):  # hybrid: reference_qwen35.py
             from reference_qwen35 import setup_hybrid
             setup_hybrid(m, arch, get, n_layer)
+        if arch == "lfm2":  # short conv layers: reference_lfm2.py
+            m.conv_layers = [k == 0 for k in get("attention.head_count_kv")]
+            w["output_norm.weight"] = w.pop("token_embd_norm.weight")
+            if int(get("attention.sliding_window", 0)) > 0:  # on the attention layers, with the global RoPE base
+                cfg.window = int(get("attention.sliding_window"))
+                cfg.swa = tuple(not conv for conv in m.conv_layers)
+                cfg.rope_theta_swa = cfg.rope_theta
         return m
 
     @staticmethod
@@ -278,6 +286,7 @@ class Model:
         if getattr(self, "arch", "") in ("qwen35", "qwen35moe", "qwen3next"):
             from reference_qwen35 import qwen35_logits
             return qwen35_logits(self, ids)
+        conv_layers = getattr(self, "conv_layers", None)
         c, w = self.cfg, self.w
         T = len(ids)
         x = w["token_embd.weight"][np.asarray(ids)] * c.embd_scale
@@ -291,6 +300,11 @@ class Model:
             swa = bool(c.swa) and c.swa[l]
             mask = np.where(dist >= c.window, -np.inf, causal) if swa else causal
             h = self._rms(x, w[p + "attn_norm.weight"])
+            if conv_layers and conv_layers[l]:  # LFM2's short conv in place of attention
+                from reference_lfm2 import short_conv
+                x = x + short_conv(self, h, p)
+                x = x + self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
+                continue
             q, k, v = (self._mm(h, p + f"attn_{n}.weight") for n in "qkv")
             if p + "attn_q.bias" in w:
                 q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]

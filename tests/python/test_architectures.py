@@ -40,8 +40,12 @@ ARCHS = {
                   "--ssm-head-dim", "64", "--ssm-k-heads", "2", "--ssm-v-heads", "4", "--shared-ff", "256"],
     "qwen3next-ssm-in": ["--arch", "qwen3next", "--experts", "4", "--experts-used", "2", "--head-dim", "64",
                          "--n-layer", "4", "--ssm-head-dim", "64", "--shared-ff", "256", "--legacy-ssm-in"],
+    # LFM2: short convs (kernel 3) with every third layer attending; and with a window on the attention layers.
+    "lfm2": ["--arch", "lfm2", "--n-layer", "6", "--ssm-conv", "3", "--full-attn-interval", "3"],
+    "lfm2-swa": ["--arch", "lfm2", "--n-layer", "6", "--ssm-conv", "3", "--full-attn-interval", "3",
+                 "--sliding-window", "12"],
 }
-HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in"]
+HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa"]
 N_VOCAB = 320
 
 
@@ -193,7 +197,7 @@ def test_rope_freqs_and_windows_change_the_logits(cachet_bin, tmp_path):
                     "--n-ff", "512", "--seed", "7", "--untied", "--arch", "llama"], check=True)
     wo = our_logits(cachet_bin, without, ids, tmp_path)
     assert np.abs(with_f - wo).max() > 2e-2 * np.abs(wo).max()
-    for name in ("gemma2", "gemma3"):
+    for name in ("gemma2", "gemma3", "lfm2-swa"):
         narrow = our_logits(cachet_bin, synth(cachet_bin, tmp_path, name, "F32"), ids, tmp_path)
         wide = our_logits(cachet_bin, synth(cachet_bin, tmp_path, name, "F32", ["--sliding-window", "64"]), ids,
                           tmp_path)

@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small",
                              "qwen3.5-2b", "qwen3.5-9b", "qwen3.6-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "gemma2", "gemma3", "phi3", "gemma-embedding",
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "gemma2", "gemma3", "phi3", "gemma-embedding",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
@@ -33,6 +33,8 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_flag("--legacy-ssm-in", a->spec.legacy_ssm_in, "qwen3next: q, k, v, z fused per key head (ssm_in)");
   c->add_option("--shared-ff", a->spec.n_ff_shared, "qwen35moe: the shared expert's width");
   c->add_option("--mtp", a->spec.n_mtp, "qwen35 / qwen35moe: multi-token-prediction blocks after the trunk (nextn)");
+  c->add_flag("--mtp-echo", a->spec.mtp_echo,
+              "tests, benches: the MTP block proposes the token it is given again (agrees where the target repeats)");
   c->add_flag("--rope-freqs", a->spec.rope_freqs, "llama: write Llama 3-style rope_freqs factors");
   c->add_option("--sliding-window", a->spec.sliding_window, "gemma2/3: sliding window of the local layers");
   c->add_option("--attn-softcap", a->spec.attn_softcap, "gemma2: attention logit soft-cap");

@@ -1,0 +1,35 @@
+#include "model/causal_conv.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cachet {
+
+void causal_conv(ThreadPool& pool, const CausalConvArgs& a) {
+  const int64_t K = a.kernel;
+  StateStore& st = *a.store;
+  pool.parallel_for(a.channels, [&](int, int64_t c0, int64_t c1) {
+    for (size_t s = 0; s < a.toks->size(); ++s) {
+      const std::vector<int>& ts = (*a.toks)[s];
+      if (ts.empty()) continue;
+      float* win = st.conv(a.slots[s], a.layer);
+      for (int t : ts) {
+        float* x = a.x + static_cast<int64_t>(t) * a.stride;
+        for (int64_t c = c0; c < c1; ++c) {
+          float* w = win + c * (K - 1);
+          const float* tap = a.taps + c * K;
+          float y = 0.0f;
+          for (int64_t j = 0; j < K - 1; ++j) y += w[j] * tap[j];
+          y += x[c] * tap[K - 1];
+          for (int64_t j = 0; j + 1 < K - 1; ++j) w[j] = w[j + 1];
+          if (K > 1) w[K - 2] = x[c];
+          x[c] = a.silu ? y / (1.0f + std::exp(-y)) : y;
+        }
+        if (a.snapshot && a.snapshot[t] >= 0)  // this range of channels' window after token t
+          std::copy(win + c0 * (K - 1), win + c1 * (K - 1), st.conv(a.snapshot[t], a.layer) + c0 * (K - 1));
+      }
+    }
+  }, 16);
+}
+
+}  // namespace cachet

@@ -1,0 +1,32 @@
+// The short causal depthwise conv both hybrid families run before their mixers (Qwen3.5's gated delta nets over
+// q | k | v with SiLU after it; LFM2's short convs over B * x, without): channel c of a token becomes
+//   y = sum_{j < K-1} window[c][j] * taps[c][j] + x[c] * taps[c][K-1]
+// where window[c] holds the channel's last K - 1 inputs of its sequence (oldest first), the sequence's state in
+// its StateStore slot. Each sequence's tokens walk the window in position order, so a prompt at once, in chunks
+// or token by token gives the same bits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kv/state_store.h"
+
+namespace cachet {
+
+struct CausalConvArgs {
+  const std::vector<std::vector<int>>* toks = nullptr;  // per sequence: its batch rows in position order
+  const StateSlot* slots = nullptr;                      // per sequence: its state slot
+  StateStore* store = nullptr;
+  int layer = 0;                                         // among the recurrent layers
+  int64_t channels = 0, kernel = 0;
+  const float* taps = nullptr;                           // [channels, kernel], oldest first
+  float* x = nullptr;                                    // row t at x + t * stride: in, replaced by the conv
+  int64_t stride = 0;
+  bool silu = false;                                     // SiLU of each output
+  const StateSlot* snapshot = nullptr;                   // [n_tokens] or null: a slot taking the window after it
+};
+
+void causal_conv(ThreadPool& pool, const CausalConvArgs& a);
+
+}  // namespace cachet
