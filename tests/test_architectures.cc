@@ -215,6 +215,23 @@ TEST(Moe, RoutingMatchesBruteForce) {
   }
 }
 
+// A sigmoid router with a selection bias (LFM2-MoE): the bias decides which experts, the probabilities alone
+// weigh them; without a bias the order is the probabilities'.
+TEST(Moe, SigmoidRouterChoosesByBiasedScoreAndWeighsByProbability) {
+  const std::vector<float> z = {2.0f, 1.0f, 0.0f, -1.0f};  // sigmoid: 0.881, 0.731, 0.5, 0.269
+  auto sig = [](float x) { return 1.0f / (1.0f + std::exp(-x)); };
+  const MoeRouting plain = route_experts(z.data(), 1, 4, 2, true, 1.0f, true, nullptr);
+  EXPECT_EQ(plain.expert, (std::vector<int32_t>{0, 1}));
+  EXPECT_NEAR(plain.weight[0], sig(2.0f) / (sig(2.0f) + sig(1.0f)), 1e-6);
+  const std::vector<float> bias = {0.0f, 0.0f, 0.5f, 0.7f};  // scores 0.881, 0.731, 1.0, 0.969
+  const MoeRouting biased = route_experts(z.data(), 1, 4, 2, true, 2.0f, true, bias.data());
+  EXPECT_EQ(biased.expert, (std::vector<int32_t>{2, 3}));
+  EXPECT_NEAR(biased.weight[0], 2.0f * sig(0.0f) / (sig(0.0f) + sig(-1.0f)), 1e-6);
+  EXPECT_NEAR(biased.weight[1], 2.0f * sig(-1.0f) / (sig(0.0f) + sig(-1.0f)), 1e-6);
+  const MoeRouting unnormalized = route_experts(z.data(), 1, 4, 2, false, 1.0f, true, bias.data());
+  EXPECT_NEAR(unnormalized.weight[0], sig(0.0f), 1e-6);
+}
+
 TEST(Moe, ResultsDoNotDependOnTheThreadCount) {
   // (The batch test above already mixes tokens that pick different experts: 40 random tokens over 4-6 experts.)
   for (const Arch& a : archs()) {

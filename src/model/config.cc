@@ -90,6 +90,10 @@ Status ModelConfig::validate() const {
                               std::to_string(ssm_v_heads) + " value heads");
   }
   if (n_ff_shared < 0) return invalid_argument("n_ff_shared must be >= 0");
+  if (expert_gating != "softmax" && expert_gating != "sigmoid")
+    return invalid_argument("expert_gating must be softmax or sigmoid, is " + expert_gating);
+  if (n_dense_lead < 0 || n_dense_lead > n_layer || n_ff_dense < 0)
+    return invalid_argument("n_dense_lead must be in 0..n_layer and n_ff_dense >= 0");
   return Status::ok();
 }
 

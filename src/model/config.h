@@ -64,6 +64,9 @@ namespace cachet {
   X(int64_t, ssm_v_heads, 0, "gated delta net: value heads (a multiple of the key heads)")                 \
   X(bool, ssm_grouped_heads, false, "gated delta net: value head h reads key head h / (v/k), not h % k")    \
   X(int64_t, n_ff_shared, 0, "MoE: the shared expert's width (0: none)")                                  \
+  X(std::string, expert_gating, "softmax", "MoE router: softmax, or sigmoid (each expert's own probability)") \
+  X(int64_t, n_dense_lead, 0, "MoE: leading layers with a dense FFN instead of experts")                     \
+  X(int64_t, n_ff_dense, 0, "MoE: the leading dense layers' FFN width (0: n_ff)")                           \
   X(int64_t, n_mtp_layers, 0, "multi-token-prediction blocks the file carries after the trunk (not run by it)") \
   X(bool, mtp_head, false, "a multi-token-prediction head: input eh_proj(enorm(embedding) | hnorm(trunk's hidden))")
 
@@ -101,6 +104,10 @@ struct ModelConfig {
   int64_t state_bytes_per_seq() const {
     return n_recurrent_layers() * (conv_state_floats() + ssm_state_floats()) * static_cast<int64_t>(sizeof(float));
   }
+
+  // Whether layer l's FFN is a mixture of experts (else dense, ffn_width(l) wide).
+  bool is_moe(int64_t l) const { return n_expert > 0 && l >= n_dense_lead; }
+  int64_t ffn_width(int64_t l) const { return is_moe(l) || n_ff_dense == 0 ? n_ff : n_ff_dense; }
 
   // Whether layer l uses the sliding window.
   bool is_swa(int64_t l) const {

@@ -187,8 +187,8 @@ void DecoderModel::ensure_scratch(int n) {
   v_.resize(n * cfg_.kv_dim());
   attn_.resize(n * cfg_.q_dim());
   proj_.resize(n * cfg_.n_embd);
-  gate_.resize(n * cfg_.n_ff);
-  up_.resize(n * cfg_.n_ff);
+  gate_.resize(n * std::max(cfg_.n_ff, cfg_.n_ff_dense));
+  up_.resize(n * std::max(cfg_.n_ff, cfg_.n_ff_dense));
   cos_sin_.resize(n * cfg_.rope_dim);
   cos_sin_swa_.resize(n * cfg_.rope_dim);
   router_.resize(n * std::max<int64_t>(cfg_.n_expert, 1));
@@ -396,19 +396,22 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     // Feed-forward block: gated (SiLU or GELU), dense or a mixture of experts.
     norm_rows(x_.data(), L.ffn_norm, xn_.data(), T, d);
     trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
-    if (c.n_expert > 0) {
+    if (c.is_moe(l)) {
       matmul(pool, L.router, xn_.data(), T, router_.data());
       const MoeRouting r = route_experts(router_.data(), T, static_cast<int>(c.n_expert),
                                          static_cast<int>(c.n_expert_used), c.expert_norm,
-                                         static_cast<float>(c.expert_weights_scale));
+                                         static_cast<float>(c.expert_weights_scale), c.expert_gating == "sigmoid",
+                                         reinterpret_cast<const float*>(L.router_bias.data));
       moe_ffn(pool, {&L.gate_exps, &L.up_exps, &L.down_exps, gelu}, r, xn_.data(), d, ff, proj_.data());
       if (reducer_) reducer_->sum(proj_.data(), T * d);  // this rank's FFN columns of every expert
       if (c.n_ff_shared > 0) shared_expert(L, T);
       trace_mm(l, L.router, d, c.n_expert, "router logits");
       trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), wshape(L.gate_exps[0]), {T, d}, {T, d},
-                "softmax router, top " + std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
+                c.expert_gating + " router" + (L.router_bias.data ? " (selection bias)" : "") + ", top " +
+                    std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
                     " experts per token; tokens grouped per expert; weighted sum"});
     } else {
+      const int64_t ff = c.ffn_width(l);  // a MoE model's leading dense layers have their own width
       matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xn_.data(), T);
       trace_mm(l, L.w_gate, d, ff, "gate");
       trace_mm(l, L.w_up, d, ff, "up");
@@ -614,7 +617,8 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
                                                   std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
   if (opts.rope.any()) CACHET_RETURN_IF_ERROR(apply_rope_overrides(opts.rope, &cfg));
   if (opts.logit_rows < 0) return invalid_argument("logit rows must be >= 0");
-  if (opts.tp.size > 1 && (cfg.n_recurrent_layers() > 0 || cfg.attn_output_gate || cfg.n_ff_shared > 0 || cfg.mtp_head))
+  if (opts.tp.size > 1 && (cfg.n_recurrent_layers() > 0 || cfg.attn_output_gate || cfg.n_ff_shared > 0 || cfg.mtp_head ||
+                           cfg.n_dense_lead > 0 || cfg.expert_gating != "softmax"))
     return unimplemented("tensor parallelism is not implemented for " + cfg.arch + " models yet");
   if (opts.logit_rows > 0 && opts.tp.size > 1)
     return invalid_argument("a vocabulary subset of the head (--draft-vocab) is not for tensor-parallel models");
@@ -641,7 +645,7 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
     for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
                           &L.ssm_out, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down, &L.sc_in, &L.sc_out})
       if (t->data) pack(t);
-    if (cfg.n_expert > 0) {
+    if (!L.gate_exps.empty() || !L.up_exps.empty()) {
       for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})
         for (TensorView& t : *v) pack(&t);
     } else {

@@ -31,8 +31,9 @@ struct DecoderLayerWeights {
   TensorView w_up;            // [n_embd, n_ff]
   TensorView w_down;          // [n_ff, n_embd]
   TensorView post_ffn_norm;   // optional [n_embd] f32
-  // Mixture of experts (cfg.n_expert > 0) instead of w_gate / w_up / w_down.
+  // Mixture of experts (cfg.is_moe(l)) instead of w_gate / w_up / w_down.
   TensorView router;                    // [n_embd, n_expert]
+  TensorView router_bias;               // [n_expert] f32, optional: a selection bias (exp_probs_b.bias)
   std::vector<TensorView> gate_exps;    // n_expert views of [n_embd, n_ff]
   std::vector<TensorView> up_exps;      // n_expert views of [n_embd, n_ff]
   std::vector<TensorView> down_exps;    // n_expert views of [n_ff, n_embd]
@@ -89,6 +90,7 @@ struct DecoderTensors {
   bool fused_ba = false;       // ssm_ba.weight: beta then alpha rows per key head (Qwen3-Next)
   bool legacy_ssm_in = false;  // ssm_in.weight: q, k, v, z rows per key head (Qwen3-Next's first files)
   bool nextn = false;          // layer 0's nextn.* tensors (a multi-token-prediction head)
+  bool router_bias = false;    // exp_probs_b.bias: the MoE router's selection bias
   const char* ffn_norm = "ffn_norm.weight";  // the FFN's input norm (Qwen3.5: post_attention_norm.weight)
   const char* output_norm = "output_norm.weight";  // the final norm (LFM2's files: token_embd_norm.weight)
   bool need_qk_norm = false;   // the architecture cannot run without them

@@ -250,8 +250,10 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     if (attends) L.wo = get("attn_output.weight");
     if (allowed.post_norms) L.post_attn_norm = get("post_attention_norm.weight");
     L.ffn_norm = get(allowed.ffn_norm);
-    if (cfg->n_expert > 0) {
+    const int64_t ffw = cfg->ffn_width(l);
+    if (cfg->is_moe(l)) {
       L.router = get("ffn_gate_inp.weight");
+      if (allowed.router_bias) L.router_bias = get("exp_probs_b.bias");
       const int64_t E = cfg->n_expert, d = cfg->n_embd, ff = cfg->n_ff;
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_gate_exps.weight"), "ffn_gate_exps", d, ff, E, l, &L.gate_exps));
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_up_exps.weight"), "ffn_up_exps", d, ff, E, l, &L.up_exps));
@@ -264,12 +266,12 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
       }
     } else if (allowed.fused_gate_up) {
       const TensorView up = get("ffn_up.weight");
-      if (up.data && up.ne[1] != 2 * cfg->n_ff)
+      if (up.data && up.ne[1] != 2 * ffw)
         return invalid_argument("tensor '" + up.name + "' has " + std::to_string(up.ne[1]) + " rows, expected " +
-                                std::to_string(2 * cfg->n_ff) + " (gate then up)");
+                                std::to_string(2 * ffw) + " (gate then up)");
       if (up.data) {
-        L.w_gate = row_slice(up, 0, cfg->n_ff, "gate");
-        L.w_up = row_slice(up, cfg->n_ff, cfg->n_ff, "up");
+        L.w_gate = row_slice(up, 0, ffw, "gate");
+        L.w_up = row_slice(up, ffw, ffw, "up");
       }
       L.w_down = get("ffn_down.weight");
     } else {
@@ -346,8 +348,9 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
     CACHET_RETURN_IF_ERROR(all_or_none(&L.k_norm, c.qk_norm && attends, c.head_dim, "attn_k_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_attn_norm, c.post_norms, c.n_embd, "post_attention_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_ffn_norm, c.post_norms, c.n_embd, "post_ffw_norm"));
-    if (c.n_expert > 0) {
+    if (c.is_moe(l)) {
       CACHET_RETURN_IF_ERROR(check_tensor(L.router, "ffn_gate_inp", c.n_embd, c.n_expert, l));
+      if (L.router_bias.data) CACHET_RETURN_IF_ERROR(vector_to_f32(&L.router_bias, c.n_expert, owned, l, "ffn_exp_probs_b"));
       for (int64_t e = 0; e < c.n_expert; ++e) {
         CACHET_RETURN_IF_ERROR(check_tensor(L.gate_exps[e], "ffn_gate_exps", c.n_embd, c.n_ff, l));
         CACHET_RETURN_IF_ERROR(check_tensor(L.up_exps[e], "ffn_up_exps", c.n_embd, c.n_ff, l));
@@ -360,9 +363,10 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
         CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_w_down, "ffn_down_shexp", c.n_ff_shared, c.n_embd, l));
       }
     } else {
-      CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", c.n_embd, c.n_ff, l));
-      CACHET_RETURN_IF_ERROR(check_tensor(L.w_up, "ffn_up", c.n_embd, c.n_ff, l));
-      CACHET_RETURN_IF_ERROR(check_tensor(L.w_down, "ffn_down", c.n_ff, c.n_embd, l));
+      const int64_t ffw = c.ffn_width(l);
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", c.n_embd, ffw, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_up, "ffn_up", c.n_embd, ffw, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_down, "ffn_down", ffw, c.n_embd, l));
     }
   }
   return Status::ok();

@@ -9,7 +9,8 @@
 
 namespace cachet {
 
-MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale) {
+MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale,
+                         bool sigmoid, const float* select_bias) {
   CACHET_CHECK(k >= 1 && k <= n_expert);
   MoeRouting r;
   r.n_tokens = n_tokens;
@@ -18,17 +19,29 @@ MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k,
   r.weight.resize(static_cast<size_t>(n_tokens) * k);
   std::vector<float> p(n_expert);
   std::vector<int32_t> order(n_expert);
+  std::vector<float> sel;
   for (int t = 0; t < n_tokens; ++t) {
     const float* z = logits + static_cast<int64_t>(t) * n_expert;
-    const float mx = *std::max_element(z, z + n_expert);
-    float sum = 0.0f;
-    for (int e = 0; e < n_expert; ++e) sum += p[e] = std::exp(z[e] - mx);
-    for (int e = 0; e < n_expert; ++e) p[e] /= sum;
+    if (sigmoid) {
+      for (int e = 0; e < n_expert; ++e) p[e] = 1.0f / (1.0f + std::exp(-z[e]));
+    } else {
+      const float mx = *std::max_element(z, z + n_expert);
+      float sum = 0.0f;
+      for (int e = 0; e < n_expert; ++e) sum += p[e] = std::exp(z[e] - mx);
+      for (int e = 0; e < n_expert; ++e) p[e] /= sum;
+    }
     std::iota(order.begin(), order.end(), 0);
-    // Stable: equal probabilities keep the lower expert first.
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    // Stable: equal scores keep the lower expert first.
+    if (select_bias) {
+      sel.resize(static_cast<size_t>(n_expert));
+      for (int e = 0; e < n_expert; ++e) sel[e] = p[e] + select_bias[e];
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return sel[a] > sel[b]; });
+    } else {
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    }
     float chosen = 0.0f;
     for (int j = 0; j < k; ++j) chosen += p[order[j]];
+    chosen = std::max(chosen, 6.103515625e-5f);
     for (int j = 0; j < k; ++j) {
       float w = p[order[j]];
       if (renormalize) w /= chosen;

@@ -19,10 +19,13 @@ struct MoeRouting {
   std::vector<float> weight;    // [n_tokens, k]: their weights
 };
 
-// logits: [n_tokens, n_expert] router outputs. Per token: p = softmax(logits) (f32, max subtracted), the k
-// largest p (ties: the lower expert index first), their p renormalized to sum 1 when `renormalize`, then
-// times `scale`. Depends on nothing but the token's own logits.
-MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale);
+// logits: [n_tokens, n_expert] router outputs. Per token: p = softmax(logits) (f32, max subtracted), or with
+// `sigmoid` each expert's sigmoid(logit) (LFM2-MoE, DeepSeek-V3); the k largest p + select_bias (a per-expert
+// selection bias that does not weigh: [n_expert] or null; ties: the lower expert index first), their p
+// renormalized to sum 1 when `renormalize` (the sum clamped below at 2^-14, as llama.cpp), then times `scale`.
+// Depends on nothing but the token's own logits.
+MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale,
+                         bool sigmoid = false, const float* select_bias = nullptr);
 
 struct MoeWeights {
   const std::vector<TensorView>* gate;  // n_expert of [n_embd, n_ff]; nullptr: ungated experts (nomic-bert-moe)

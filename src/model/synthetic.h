@@ -51,6 +51,8 @@ struct SyntheticSpec {
   int64_t full_attn_interval = 4;
   int64_t n_ff_shared = 0;         // qwen35moe / qwen3next: the shared expert's width (0: none)
   bool legacy_ssm_in = false;      // qwen3next: q, k, v, z fused per key head in ssm_in (its first files)
+  int64_t n_dense_lead = 0;        // lfm2moe: leading layers with a dense FFN ...
+  int64_t n_ff_dense = 0;          // ... this wide (the file's feed_forward_length; n_ff is the experts')
   int64_t n_mtp = 0;               // qwen35 / qwen35moe: multi-token-prediction blocks after the trunk (nextn)
   // Tests: an MTP block that proposes the token it is given again (eh_proj passes hnorm(h) through, the attention
   // and FFN outputs are zero, the norms ones; the head then reads a positive multiple of the trunk's state that

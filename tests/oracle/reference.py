@@ -160,7 +160,10 @@ class Model:
         if arch in ("qwen35", "qwen35moe", "qwen3next"):  # hybrid: reference_qwen35.py
             from reference_qwen35 import setup_hybrid
             setup_hybrid(m, arch, get, n_layer)
-        if arch == "lfm2":  # short conv layers: reference_lfm2.py
+        if arch == "lfm2moe":  # experts n_ff wide after leading dense layers; sigmoid router with a selection bias
+            cfg.n_ff = int(get("expert_feed_forward_length"))
+            m.sigmoid_router = int(get("expert_gating_func", 2)) == 2
+        if arch in ("lfm2", "lfm2moe"):  # short conv layers: reference_lfm2.py
             m.conv_layers = [k == 0 for k in get("attention.head_count_kv")]
             w["output_norm.weight"] = w.pop("token_embd_norm.weight")
             if int(get("attention.sliding_window", 0)) > 0:  # on the attention layers, with the global RoPE base
@@ -251,21 +254,27 @@ class Model:
 
     def _ffn(self, h, p):
         c = self.cfg
-        if c.n_expert == 0:
+        if p + "ffn_gate_inp.weight" not in self.w:  # dense (a MoE model's leading dense layers too)
             return self._mm(self._act(self._mm(h, p + "ffn_gate.weight")) * self._mm(h, p + "ffn_up.weight"),
                             p + "ffn_down.weight")
         z = self._mm(h, p + "ffn_gate_inp.weight")
-        prob = np.exp(z - z.max(axis=-1, keepdims=True))
-        prob /= prob.sum(axis=-1, keepdims=True)
+        if getattr(self, "sigmoid_router", False):  # each expert's own probability (LFM2-MoE)
+            prob = 1.0 / (1.0 + np.exp(-z))
+        else:
+            prob = np.exp(z - z.max(axis=-1, keepdims=True))
+            prob /= prob.sum(axis=-1, keepdims=True)
+        # The choice: by probability plus a selection bias where the file has one; the weights: the probabilities.
+        score = prob + self.w.get(p + "exp_probs_b.bias", 0.0)
         out = np.zeros_like(h)
         # How close each token's routing is to a tie (the k-th and (k+1)-th router logits), for callers that
-        # must tell rounding-decided expert choices from the rest.
-        zs = -np.sort(-z, axis=1)
+        # must tell rounding-decided expert choices from the rest. A sigmoid router chooses by probability (plus
+        # its bias): its gap in logit units is at least 4x the probability gap (a sigmoid's slope is <= 1/4).
+        zs = -np.sort(-(4.0 * score if getattr(self, "sigmoid_router", False) else z), axis=1)
         if c.n_expert_used < c.n_expert:
             self.router_margin = np.minimum(self.router_margin, zs[:, c.n_expert_used - 1] - zs[:, c.n_expert_used])
         for t in range(h.shape[0]):
-            top = sorted(range(c.n_expert), key=lambda e: (-prob[t, e], e))[: c.n_expert_used]
-            wsum = sum(prob[t, e] for e in top)
+            top = sorted(range(c.n_expert), key=lambda e: (-score[t, e], e))[: c.n_expert_used]
+            wsum = max(sum(prob[t, e] for e in top), 6.103515625e-5)
             for e in top:
                 x = h[t:t + 1]
                 g = self._mm(x, f"{p}ffn_gate_exps.weight.{e}")

@@ -44,8 +44,13 @@ ARCHS = {
     "lfm2": ["--arch", "lfm2", "--n-layer", "6", "--ssm-conv", "3", "--full-attn-interval", "3"],
     "lfm2-swa": ["--arch", "lfm2", "--n-layer", "6", "--ssm-conv", "3", "--full-attn-interval", "3",
                  "--sliding-window", "12"],
+    # LFM2-MoE: three leading dense layers, then 4 experts (2 used) behind a sigmoid router with a selection bias
+    # (a sigmoid router's probabilities lie close together: with more experts or MoE layers most positions of a
+    # random file are near-ties, which measure rounding luck, not precision).
+    "lfm2moe": ["--arch", "lfm2moe", "--n-layer", "6", "--ssm-conv", "3", "--full-attn-interval", "3",
+                "--experts", "4", "--experts-used", "2", "--n-ff", "256", "--dense-lead", "3", "--dense-ff", "512"],
 }
-HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa"]
+HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa", "lfm2moe"]
 N_VOCAB = 320
 
 
@@ -79,6 +84,22 @@ def prompt():
     return np.random.default_rng(3).integers(3, N_VOCAB, size=32).tolist()
 
 
+def until_near_tie(path, ids, ours, ref):
+    """For a mixture of experts, the positions before the first one whose routing is a near-tie in the exact
+    reference (k-th and (k+1)-th router scores within 1e-3): there the expert, and every later position through
+    attention, is decided by either engine's float rounding, not by their arithmetic (a sigmoid router's tie at
+    8.6e-5 flipped in llama.cpp, not in ours, which agreed with numpy to 3e-6). At least half the prompt is kept."""
+    m = Model.load(str(path))
+    if m.cfg.n_expert == 0:
+        return ours, ref
+    m.quantize_activations = False
+    m.logits(ids)
+    ties = np.where(m.router_margin < 1e-3)[0]
+    n = int(ties[0]) if len(ties) else len(ids)
+    assert n >= len(ids) // 2, f"a near-tie at position {n}: this prompt tests too little"
+    return ours[:n], ref[:n]
+
+
 def llama_cpp_logits(path, ids, n_ctx=64):
     llm = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_batch=n_ctx, logits_all=True, verbose=False, n_threads=2)
     llm.eval(ids)
@@ -93,8 +114,9 @@ def test_f32_logits_match_llama_cpp(cachet_bin, tmp_path, name):
     ids = prompt()
     ours = our_logits(cachet_bin, path, ids, tmp_path)
     ref = llama_cpp_logits(path, ids)
-    scale = np.abs(ref).max()
-    diff = np.abs(ours - ref).max()
+    o, r = until_near_tie(path, ids, ours, ref)
+    scale = np.abs(r).max()
+    diff = np.abs(o - r).max()
     assert diff <= 2e-3 * scale, f"{name}: max |diff| {diff:.3g} > 2e-3 x {scale:.3g}"
     agree = np.mean(ours.argmax(axis=1) == ref.argmax(axis=1))
     assert agree >= 0.95, f"{name}: argmax agrees at {agree:.0%} of positions"
@@ -108,10 +130,11 @@ def test_hybrid_logits_match_llama_cpp_past_the_conv_window_and_chunk(cachet_bin
     ids = np.random.default_rng(9).integers(3, N_VOCAB, size=80).tolist()
     ours = our_logits(cachet_bin, path, ids, tmp_path)
     ref = llama_cpp_logits(path, ids, n_ctx=128)
-    scale = np.abs(ref).max()
-    diff = np.abs(ours - ref).max()
+    o, r = until_near_tie(path, ids, ours, ref)
+    scale = np.abs(r).max()
+    diff = np.abs(o - r).max()
     assert diff <= 2e-3 * scale, f"{name}: max |diff| {diff:.3g} > 2e-3 x {scale:.3g}"
-    assert np.mean(ours.argmax(axis=1) == ref.argmax(axis=1)) >= 0.95
+    assert np.mean(o.argmax(axis=1) == r.argmax(axis=1)) >= 0.95
     for extra in (["--one-by-one"], ["-t", "1"]):
         out = tmp_path / "other.f32"
         subprocess.run([cachet_bin, "logits", "-m", str(path), "--prompt-ids", " ".join(map(str, ids)), "-o", str(out),
