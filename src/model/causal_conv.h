@@ -29,4 +29,9 @@ struct CausalConvArgs {
 
 void causal_conv(ThreadPool& pool, const CausalConvArgs& a);
 
+// Per sequence of a batch, its rows in order; the layer's state (window and matrix) of each sequence whose first
+// row here is at position 0 is zeroed first (a sequence that starts, or starts over).
+std::vector<std::vector<int>> rows_by_sequence(int n_tokens, const int32_t* positions, const int32_t* seq_index,
+                                               int n_seqs, const StateSlot* slots, StateStore& st, int layer);
+
 }  // namespace cachet

@@ -61,6 +61,8 @@ class DecoderModel final : public Model {
   void ensure_scratch(int n_tokens);
   // A gated delta net layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
   void recurrent_block(const ForwardBatch& batch, int64_t l, int r, int T);
+  // Per token of the batch, the slot that also takes the state after it, or -1 (null: no snapshots).
+  const StateSlot* snapshot_map(const ForwardBatch& batch, int T);
   // LFM2's short conv layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
   void short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T);
   // The shared expert of a MoE layer on xn_, added to proj_.
@@ -521,11 +523,7 @@ void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, 
   a.beta = ssm_beta_.data();
   a.alpha = ssm_alpha_.data();
   a.out = ssm_o_.data();
-  if (!batch.state_snapshots.empty()) {
-    snapshot_of_.assign(static_cast<size_t>(T), -1);
-    for (auto [t, slot] : batch.state_snapshots) snapshot_of_[static_cast<size_t>(t)] = slot;
-    a.snapshot = snapshot_of_.data();
-  }
+  a.snapshot = snapshot_map(batch, T);
   gated_delta_net(*pool_, a);
   matmul(*pool_, L.ssm_out, ssm_o_.data(), T, proj_.data());
   if (tracer_ && r == 0) {
@@ -537,6 +535,13 @@ void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, 
     tracer_->op({"matmul", L.ssm_out.name, dtype_name(L.ssm_out.type), wshape(L.ssm_out), {T, c.ssm_value_dim()},
                  {T, c.n_embd}, "gated delta net output projection"});
   }
+}
+
+const StateSlot* DecoderModel::snapshot_map(const ForwardBatch& batch, int T) {
+  if (batch.state_snapshots.empty()) return nullptr;
+  snapshot_of_.assign(static_cast<size_t>(T), -1);
+  for (auto [t, slot] : batch.state_snapshots) snapshot_of_[static_cast<size_t>(t)] = slot;
+  return snapshot_of_.data();
 }
 
 void DecoderModel::short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T) {
@@ -555,11 +560,7 @@ void DecoderModel::short_conv_block(const ForwardBatch& batch, int64_t l, int r,
   a.taps = reinterpret_cast<const float*>(L.sc_conv.data);
   a.bcx = sc_bcx_.data();
   a.out = sc_y_.data();
-  if (!batch.state_snapshots.empty()) {
-    snapshot_of_.assign(static_cast<size_t>(T), -1);
-    for (auto [t, slot] : batch.state_snapshots) snapshot_of_[static_cast<size_t>(t)] = slot;
-    a.snapshot = snapshot_of_.data();
-  }
+  a.snapshot = snapshot_map(batch, T);
   short_conv(*pool_, a);
   matmul(*pool_, L.sc_out, sc_y_.data(), T, proj_.data());
   if (tracer_ && r == 0) {

@@ -24,13 +24,8 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
   CACHET_CHECK(st.conv_floats() == (K - 1) * cd && st.ssm_floats() == VH * d * d);
 
   // Each sequence's tokens in batch (= position) order; a sequence starting at position 0 starts from zero.
-  std::vector<std::vector<int>> toks(static_cast<size_t>(a.n_seqs));
-  for (int t = 0; t < T; ++t) toks[a.seq_index[t]].push_back(t);
-  for (int s = 0; s < a.n_seqs; ++s)
-    if (!toks[s].empty() && a.positions[toks[s][0]] == 0) {
-      std::fill_n(st.conv(a.slots[s], a.layer), st.conv_floats(), 0.0f);
-      std::fill_n(st.ssm(a.slots[s], a.layer), st.ssm_floats(), 0.0f);
-    }
+  const std::vector<std::vector<int>> toks =
+      rows_by_sequence(T, a.positions, a.seq_index, a.n_seqs, a.slots, st, a.layer);
 
   // The causal conv over q | k | v, then SiLU (model/causal_conv.h).
   CausalConvArgs conv;

@@ -13,10 +13,8 @@ void short_conv(ThreadPool& pool, const ShortConvArgs& a) {
   const int64_t w = a.width;
   StateStore& st = *a.store;
   CACHET_CHECK(st.conv_floats() == (a.kernel - 1) * w);
-  std::vector<std::vector<int>> toks(static_cast<size_t>(a.n_seqs));
-  for (int t = 0; t < T; ++t) toks[a.seq_index[t]].push_back(t);
-  for (int s = 0; s < a.n_seqs; ++s)  // a sequence starting at position 0 starts from a zero window
-    if (!toks[s].empty() && a.positions[toks[s][0]] == 0) std::fill_n(st.conv(a.slots[s], a.layer), st.conv_floats(), 0.0f);
+  const std::vector<std::vector<int>> toks =
+      rows_by_sequence(T, a.positions, a.seq_index, a.n_seqs, a.slots, st, a.layer);
   // B * x into B's columns, the conv over them in place, then C * conv.
   for (int t = 0; t < T; ++t) {
     float* row = a.bcx + static_cast<int64_t>(t) * 3 * w;
