@@ -210,7 +210,7 @@ std::string byte_level_vocab(const std::string& pre) {
 TEST(Tokenizer, EveryPreTokenizerFamilyWorks) {
   const std::string text = "hello world 12345 don't  \n\n Ünïcödé 日本語 テスト 한국어 ！？ — done";
   for (const char* pre : {"gpt-2", "default", "mpt", "olmo", "gpt-neox", "starcoder", "smollm", "refact", "command-r",
-                          "llama3", "llama-bpe", "qwen2", "deepseek-coder", "deepseek-llm", "falcon"}) {
+                          "llama3", "llama-bpe", "qwen2", "deepseek-coder", "deepseek-llm", "falcon", "lfm2"}) {
     auto tok = load(byte_level_vocab(pre));
     ASSERT_TRUE(tok) << pre;
     auto ids = tok->encode(text, false, false);
@@ -219,6 +219,11 @@ TEST(Tokenizer, EveryPreTokenizerFamilyWorks) {
     ASSERT_FALSE(hello.empty());
     EXPECT_EQ(tok->token_text(hello[0]), "hell") << pre << ": merges applied in rank order";
   }
+  // LFM2's files name their own pre-type; llama.cpp splits them by llama3's rules, and so do we.
+  auto lfm2 = load(byte_level_vocab("lfm2"));
+  auto llama3 = load(byte_level_vocab("llama3"));
+  ASSERT_TRUE(lfm2 && llama3);
+  EXPECT_EQ(lfm2->encode(text, false, false), llama3->encode(text, false, false));
   auto f = GgufFile::open(byte_level_vocab("no-such-pre"));
   ASSERT_TRUE(f.is_ok());
   auto t = Tokenizer::from_gguf(**f);

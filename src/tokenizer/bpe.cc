@@ -55,6 +55,7 @@ const PreTokenizer kPreTokenizers[] = {
     CACHET_PRE("refact", kStarcoder, false),   CACHET_PRE("command-r", kStarcoder, false),
     CACHET_PRE("llama3", kLlama3, true),       CACHET_PRE("llama-bpe", kLlama3, true),
     CACHET_PRE("llama-v3", kLlama3, true),     CACHET_PRE("qwen2", kQwen2, false),
+    CACHET_PRE("lfm2", kLlama3, true),  // LFM2: llama3's rules (llama.cpp maps it so)
     CACHET_PRE("deepseek-coder", kDeepseekCoder, false), CACHET_PRE("deepseek-llm", kDeepseekLlm, false),
     CACHET_PRE("falcon", kFalcon, false),
 };

@@ -87,8 +87,8 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
       std::printf("  per token:     %s  (2 x layers x KV heads x head dim x element size)\n",
                   format_bytes(r.bytes_per_token).c_str());
       if (s.state_bytes_per_sequence > 0)
-        std::printf("  state:         %s per sequence, whatever its length (recurrent layers' conv windows and "
-                    "delta-net matrices, f32)\n",
+        std::printf("  state:         %s per sequence, whatever its length (recurrent layers' conv windows and, "
+                    "in gated delta nets, their matrices; f32)\n",
                     format_bytes(s.state_bytes_per_sequence).c_str());
       std::printf("  per sequence:  %s  at %lld tokens\n", format_bytes(r.bytes_per_sequence).c_str(),
                   static_cast<long long>(a->context));
