@@ -17,7 +17,8 @@ FAMILY_TEMPLATES = ["Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "Qwen-QwQ-32B
                     "meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
                     "meta-llama-Llama-3.3-70B-Instruct", "microsoft-Phi-3.5-mini-instruct",
                     "mistralai-Mistral-Nemo-Instruct-2407", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
-                    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "HuggingFaceTB-SmolLM3-3B"]
+                    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "HuggingFaceTB-SmolLM3-3B", "LFM2-8B-A1B",
+                    "LFM2.5-8B-A1B", "LFM2.5-Instruct"]
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -48,9 +49,20 @@ CONVERSATIONS = [
 
 
 def jinja2_render(src, messages, add_generation_prompt, tools):
+    from jinja2 import nodes
     from jinja2.exceptions import TemplateError
-    from jinja2.ext import loopcontrols
+    from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):
+        """`{% generation %}...{% endgeneration %}` (HF's assistant-mask tag): renders its body unchanged, as
+        apply_chat_template's AssistantTracker does when no mask is asked for."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
 
     def raise_exception(message):
         raise TemplateError(message)
@@ -58,7 +70,7 @@ def jinja2_render(src, messages, add_generation_prompt, tools):
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, Generation])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: __import__("datetime").datetime.now().strftime(fmt)  # as HF defines it
