@@ -162,7 +162,7 @@ def main():
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--engines", default="cachet-off,cachet-lookup,cachet-draft,llama-off,llama-ngram,llama-draft")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--sessions", type=int, default=0, help="requests per run (0: max(8, 2 x batch))")
+    ap.add_argument("--requests", type=int, default=0, help="requests per run (0: max(8, 2 x batch))")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--completions", action="store_true",
                     help="plain /v1/completions of each message's text (a model without a chat template)")
@@ -175,7 +175,7 @@ def main():
     rows = []
     for w in a.workloads.split(","):
         for b in [int(x) for x in a.batches.split(",")]:
-            sessions = workload(w, a.sessions or max(8, 2 * b))
+            sessions = workload(w, a.requests or max(8, 2 * b))
             if a.completions:
                 sessions = [[(msgs[-1]["content"], n)] for [(msgs, n)] in sessions]
             res = {e: [] for e in a.engines.split(",")}

@@ -5,14 +5,14 @@
 
 namespace cachet {
 
-std::vector<std::vector<int>> rows_by_sequence(int n_tokens, const int32_t* positions, const int32_t* seq_index,
-                                               int n_seqs, const StateSlot* slots, StateStore& st, int layer) {
-  std::vector<std::vector<int>> toks(static_cast<size_t>(n_seqs));
-  for (int t = 0; t < n_tokens; ++t) toks[seq_index[t]].push_back(t);
-  for (int s = 0; s < n_seqs; ++s)
-    if (!toks[s].empty() && positions[toks[s][0]] == 0) {
-      std::fill_n(st.conv(slots[s], layer), st.conv_floats(), 0.0f);
-      std::fill_n(st.ssm(slots[s], layer), st.ssm_floats(), 0.0f);
+std::vector<std::vector<int>> rows_by_sequence(const RecurrentBatch& b) {
+  StateStore& st = *b.store;
+  std::vector<std::vector<int>> toks(static_cast<size_t>(b.n_seqs));
+  for (int t = 0; t < b.n_tokens; ++t) toks[b.seq_index[t]].push_back(t);
+  for (int s = 0; s < b.n_seqs; ++s)
+    if (!toks[s].empty() && b.positions[toks[s][0]] == 0) {
+      std::fill_n(st.conv(b.slots[s], b.layer), st.conv_floats(), 0.0f);
+      std::fill_n(st.ssm(b.slots[s], b.layer), st.ssm_floats(), 0.0f);
     }
   return toks;
 }

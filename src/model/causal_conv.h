@@ -14,6 +14,20 @@
 
 namespace cachet {
 
+// What every recurrent layer reads of a forward batch (gated delta nets, short convs): the tokens' positions and
+// sequences, each sequence's state slot in the store, the layer's index among the recurrent layers, and the
+// slots that also take the state after a token (checkpoints, speculation's snapshots).
+struct RecurrentBatch {
+  int n_tokens = 0;
+  const int32_t* positions = nullptr;  // [n_tokens]
+  const int32_t* seq_index = nullptr;  // [n_tokens]
+  const StateSlot* slots = nullptr;    // [n_seqs] each sequence's state slot
+  int n_seqs = 0;
+  StateStore* store = nullptr;
+  int layer = 0;                       // among the recurrent layers
+  const StateSlot* snapshot = nullptr;  // [n_tokens] or null: -1, or a slot that also takes the state after it
+};
+
 struct CausalConvArgs {
   const std::vector<std::vector<int>>* toks = nullptr;  // per sequence: its batch rows in position order
   const StateSlot* slots = nullptr;                      // per sequence: its state slot
@@ -31,7 +45,6 @@ void causal_conv(ThreadPool& pool, const CausalConvArgs& a);
 
 // Per sequence of a batch, its rows in order; the layer's state (window and matrix) of each sequence whose first
 // row here is at position 0 is zeroed first (a sequence that starts, or starts over).
-std::vector<std::vector<int>> rows_by_sequence(int n_tokens, const int32_t* positions, const int32_t* seq_index,
-                                               int n_seqs, const StateSlot* slots, StateStore& st, int layer);
+std::vector<std::vector<int>> rows_by_sequence(const RecurrentBatch& b);
 
 }  // namespace cachet

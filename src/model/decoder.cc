@@ -61,8 +61,8 @@ class DecoderModel final : public Model {
   void ensure_scratch(int n_tokens);
   // A gated delta net layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
   void recurrent_block(const ForwardBatch& batch, int64_t l, int r, int T);
-  // Per token of the batch, the slot that also takes the state after it, or -1 (null: no snapshots).
-  const StateSlot* snapshot_map(const ForwardBatch& batch, int T);
+  // The batch as its `r`-th recurrent layer reads it (positions, sequences, state slots, snapshot slots).
+  RecurrentBatch recurrent_batch(const ForwardBatch& batch, int r, int T);
   // LFM2's short conv layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
   void short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T);
   // The shared expert of a MoE layer on xn_, added to proj_.
@@ -501,13 +501,7 @@ void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, 
   matmul_multi(*pool_, {{&L.ssm_qkv, ssm_qkv_.data()}, {&L.ssm_z, ssm_z_.data()}, {&L.ssm_beta, ssm_beta_.data()},
                         {&L.ssm_alpha, ssm_alpha_.data()}}, xn_.data(), T);
   GatedDeltaNetArgs a;
-  a.n_tokens = T;
-  a.positions = batch.positions.data();
-  a.seq_index = batch.seq_index.data();
-  a.slots = batch.state_slots.data();
-  a.n_seqs = batch.n_seqs();
-  a.store = batch.state;
-  a.layer = r;
+  static_cast<RecurrentBatch&>(a) = recurrent_batch(batch, r, T);
   a.head_dim = c.ssm_head_dim;
   a.k_heads = c.ssm_k_heads;
   a.v_heads = c.ssm_v_heads;
@@ -523,7 +517,6 @@ void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, 
   a.beta = ssm_beta_.data();
   a.alpha = ssm_alpha_.data();
   a.out = ssm_o_.data();
-  a.snapshot = snapshot_map(batch, T);
   gated_delta_net(*pool_, a);
   matmul(*pool_, L.ssm_out, ssm_o_.data(), T, proj_.data());
   if (tracer_ && r == 0) {
@@ -537,30 +530,33 @@ void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, 
   }
 }
 
-const StateSlot* DecoderModel::snapshot_map(const ForwardBatch& batch, int T) {
-  if (batch.state_snapshots.empty()) return nullptr;
-  snapshot_of_.assign(static_cast<size_t>(T), -1);
-  for (auto [t, slot] : batch.state_snapshots) snapshot_of_[static_cast<size_t>(t)] = slot;
-  return snapshot_of_.data();
+RecurrentBatch DecoderModel::recurrent_batch(const ForwardBatch& batch, int r, int T) {
+  RecurrentBatch b;
+  b.n_tokens = T;
+  b.positions = batch.positions.data();
+  b.seq_index = batch.seq_index.data();
+  b.slots = batch.state_slots.data();
+  b.n_seqs = batch.n_seqs();
+  b.store = batch.state;
+  b.layer = r;
+  if (!batch.state_snapshots.empty()) {  // per token, the slot that also takes the state after it, or -1
+    snapshot_of_.assign(static_cast<size_t>(T), -1);
+    for (auto [t, slot] : batch.state_snapshots) snapshot_of_[static_cast<size_t>(t)] = slot;
+    b.snapshot = snapshot_of_.data();
+  }
+  return b;
 }
 
 void DecoderModel::short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T) {
   const DecoderLayerWeights& L = w_.layers[l];
   matmul(*pool_, L.sc_in, xn_.data(), T, sc_bcx_.data());
   ShortConvArgs a;
-  a.n_tokens = T;
-  a.positions = batch.positions.data();
-  a.seq_index = batch.seq_index.data();
-  a.slots = batch.state_slots.data();
-  a.n_seqs = batch.n_seqs();
-  a.store = batch.state;
-  a.layer = r;
+  static_cast<RecurrentBatch&>(a) = recurrent_batch(batch, r, T);
   a.width = cfg_.n_embd;
   a.kernel = cfg_.ssm_conv_kernel;
   a.taps = reinterpret_cast<const float*>(L.sc_conv.data);
   a.bcx = sc_bcx_.data();
   a.out = sc_y_.data();
-  a.snapshot = snapshot_map(batch, T);
   short_conv(*pool_, a);
   matmul(*pool_, L.sc_out, sc_y_.data(), T, proj_.data());
   if (tracer_ && r == 0) {

@@ -25,7 +25,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
 
   // Each sequence's tokens in batch (= position) order; a sequence starting at position 0 starts from zero.
   const std::vector<std::vector<int>> toks =
-      rows_by_sequence(T, a.positions, a.seq_index, a.n_seqs, a.slots, st, a.layer);
+      rows_by_sequence(a);
 
   // The causal conv over q | k | v, then SiLU (model/causal_conv.h).
   CausalConvArgs conv;

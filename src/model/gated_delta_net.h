@@ -16,17 +16,11 @@
 
 #include "base/thread_pool.h"
 #include "kv/state_store.h"
+#include "model/causal_conv.h"
 
 namespace cachet {
 
-struct GatedDeltaNetArgs {
-  int n_tokens = 0;
-  const int32_t* positions = nullptr;    // [n_tokens]
-  const int32_t* seq_index = nullptr;    // [n_tokens]
-  const StateSlot* slots = nullptr;      // [n_seqs] each sequence's state slot
-  int n_seqs = 0;
-  StateStore* store = nullptr;
-  int layer = 0;                         // among the recurrent layers
+struct GatedDeltaNetArgs : RecurrentBatch {
   int64_t head_dim = 0, k_heads = 0, v_heads = 0, conv_kernel = 0;
   bool grouped_heads = false;            // value head h reads key head h / (v/k) (else h % k)
   float eps = 1e-6f;
@@ -39,7 +33,6 @@ struct GatedDeltaNetArgs {
   const float* beta = nullptr;           // [n_tokens, v_heads] before the sigmoid
   const float* alpha = nullptr;          // [n_tokens, v_heads] before softplus
   float* out = nullptr;                  // [n_tokens, v_heads * head_dim]
-  const StateSlot* snapshot = nullptr;   // [n_tokens] or null: -1, or a slot that also takes the state after it
 };
 
 void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a);

@@ -14,7 +14,7 @@ void short_conv(ThreadPool& pool, const ShortConvArgs& a) {
   StateStore& st = *a.store;
   CACHET_CHECK(st.conv_floats() == (a.kernel - 1) * w);
   const std::vector<std::vector<int>> toks =
-      rows_by_sequence(T, a.positions, a.seq_index, a.n_seqs, a.slots, st, a.layer);
+      rows_by_sequence(a);
   // B * x into B's columns, the conv over them in place, then C * conv.
   for (int t = 0; t < T; ++t) {
     float* row = a.bcx + static_cast<int64_t>(t) * 3 * w;

@@ -8,22 +8,15 @@
 
 #include "base/thread_pool.h"
 #include "kv/state_store.h"
+#include "model/causal_conv.h"
 
 namespace cachet {
 
-struct ShortConvArgs {
-  int n_tokens = 0;
-  const int32_t* positions = nullptr;  // [n_tokens]
-  const int32_t* seq_index = nullptr;  // [n_tokens]
-  const StateSlot* slots = nullptr;    // [n_seqs]
-  int n_seqs = 0;
-  StateStore* store = nullptr;
-  int layer = 0;                       // among the recurrent layers
+struct ShortConvArgs : RecurrentBatch {
   int64_t width = 0, kernel = 0;
   const float* taps = nullptr;         // [width, kernel], oldest first
   float* bcx = nullptr;                // [n_tokens, 3 width] in: B | C | x; clobbered
   float* out = nullptr;                // [n_tokens, width]
-  const StateSlot* snapshot = nullptr;  // [n_tokens] or null
 };
 
 void short_conv(ThreadPool& pool, const ShortConvArgs& a);
