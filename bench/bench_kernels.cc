@@ -133,7 +133,7 @@ int register_all() {
       benchmark::RegisterBenchmark(name.c_str(), BM_DotRows, k, t)->Args({576, 1536})->Args({2048, 8192});
     }
     for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
-                    DType::kQ6_K, DType::kQ3_K, DType::kQ2_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kF16, DType::kBF16}) {
+                    DType::kQ6_K, DType::kQ3_K, DType::kQ2_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kF16, DType::kBF16}) {
       std::string name = std::string("packed_dot/") + isa_name(k->isa) + "/" + dtype_name(t);
       benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)
           ->Args({1, 1})->Args({8, 1})->Args({16, 1})->Args({64, 1})->Args({128, 1})

@@ -10,6 +10,7 @@
 #include "kernels/attn_query.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
+#include "kernels/quant_blocks.h"
 #include "kernels/quantize.h"
 #include "kv/kv_type.h"
 #include "tests/kv_rows.h"
@@ -23,7 +24,7 @@ using testing::store_kv_row;
 
 const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                         DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
-                        DType::kIQ4_NL, DType::kIQ4_XS};
+                        DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 std::vector<const Kernels*> simd_tables() {
   std::vector<const Kernels*> v;
@@ -466,6 +467,15 @@ TEST(Quantize, RoundTripErrorIsBounded) {
       case DType::kQ5_1: bound = 1.0f / 31; break;
       default: break;
     }
+    if (t == DType::kMXFP4) {
+      // E2M1's levels at d = 2^-3 (largest |x| just under 1): steps of d up to 4d, of 2d up to 8d, so on uniform
+      // values the RMS error is sqrt((d^2 / 12 + (2d)^2 / 12) / 2); held to within 10% of it.
+      const double d = 0.125, rms = std::sqrt((d * d / 12 + 4 * d * d / 12) / 2);
+      double se = 0;
+      for (size_t i = 0; i < x.size(); ++i) se += (x[i] - y[i]) * (x[i] - y[i]);
+      EXPECT_LE(std::sqrt(se / x.size()), 1.1 * rms);
+      continue;
+    }
     if (traits(t).block_size == 256 || t == DType::kIQ4_NL) {
       // K-quants: the 6/8-bit sub-block scales make the worst case loose; hold the RMS error instead, to
       // within 25% of a uniform quantizer's over [-1, 1] with 2^bits levels (step^2 / 12). IQ4_*: 16 levels
@@ -541,11 +551,22 @@ TEST(PackedKernels, QuantizeActIsBitwiseAcrossTables) {
   }
 }
 
+// MXFP4's E8M0 block scale 2^(e-128) in the packed layout's f16: exact over 104..143 (packed.h), where the
+// weights of real models' blocks lie; held in range beyond, never inf.
+TEST(PackedKernels, Mxfp4PackedScaleIsExactWhereF16HoldsIt) {
+  for (int e = 0; e < 256; ++e) {
+    const float packed = fp16_to_f32(mxfp4_packed_scale(static_cast<uint8_t>(e)));
+    if (e >= 104 && e <= 143) ASSERT_EQ(packed, std::ldexp(1.0f, e - 128)) << e;
+    else ASSERT_TRUE(std::isfinite(packed) && packed <= 32768.0f && packed >= 0.0f) << e;
+    ASSERT_EQ(mxfp4_scale(static_cast<uint8_t>(e)), std::ldexp(1.0f, e - 128)) << e;
+  }
+}
+
 // Each table against the scalar reference of its own arithmetic (KSums), and both references against the plain
 // dot product of the dequantized operands.
 TEST(PackedKernels, PackedDotMatchesScalarBitwiseAndTheDequantizedDot) {
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
-                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4}) {
     const bool kq = traits(t).block_size == 256;
     // 2304 and 2080: rows longer than a decode walk's prefetch distance (4 KiB), 65 blocks an odd count.
     for (int64_t K : kq ? std::vector<int64_t>{256, 512, 1536, 2304} : std::vector<int64_t>{32, 96, 576, 2080}) {

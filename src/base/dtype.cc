@@ -62,7 +62,7 @@ bool dtype_computable(DType t) {
     case DType::kF32: case DType::kF16: case DType::kBF16:
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
     case DType::kQ2_K: case DType::kQ3_K: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
-    case DType::kIQ4_NL: case DType::kIQ4_XS:
+    case DType::kIQ4_NL: case DType::kIQ4_XS: case DType::kMXFP4:
       return true;
     default:
       return false;

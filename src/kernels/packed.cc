@@ -17,7 +17,7 @@ bool packable(DType t) {
     case DType::kF16: case DType::kBF16:
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
     case DType::kQ2_K: case DType::kQ3_K: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
-    case DType::kIQ4_NL: case DType::kIQ4_XS:
+    case DType::kIQ4_NL: case DType::kIQ4_XS: case DType::kMXFP4:
       return true;
     default:
       return false;
@@ -33,6 +33,10 @@ size_t packed_group_bytes(DType t, int64_t k, FloatPack fp) {
   const PackedLayout l = packed_layout(t);
   CACHET_CHECK(k % (32 * l.blocks) == 0);
   return static_cast<size_t>(k / (32 * l.blocks)) * l.super_bytes();
+}
+
+uint16_t mxfp4_packed_scale(uint8_t e) {
+  return f32_to_fp16(mxfp4_scale(e > 143 ? uint8_t{143} : e));
 }
 
 uint8_t* packed_scratch(size_t bytes) {
@@ -72,6 +76,12 @@ void unpack(DType t, const uint8_t* row, int64_t sb, Unpacked* u) {
     case DType::kIQ4_NL: {
       const auto& b = reinterpret_cast<const BlockQ4_0*>(row)[sb];
       u->d = b.d;
+      iq4_codes(b.qs, u->q);
+      return;
+    }
+    case DType::kMXFP4: {
+      const auto& b = reinterpret_cast<const BlockMXFP4*>(row)[sb];
+      u->d = mxfp4_packed_scale(b.e);
       iq4_codes(b.qs, u->q);
       return;
     }
@@ -241,9 +251,9 @@ void repack_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int
         unpack(t, src + r * row_bytes, sb, &u);
       } else {
         // Rows past n_rows: zero scales, and quants equal to the bias so their integer sums are 0 too (IQ4_NL,
-        // whose grid has no 0: code 8, grid value 1; its zero scale alone makes the row 0).
+        // whose grid has no 0: code 8, grid value 1; its zero scale alone makes the row 0; MXFP4: code 0).
         u = Unpacked();
-        std::memset(u.q, packed_as(t) == DType::kIQ4_NL ? 8 : l.bias, sizeof(u.q));
+        std::memset(u.q, t == DType::kMXFP4 ? 0 : packed_as(t) == DType::kIQ4_NL ? 8 : l.bias, sizeof(u.q));
       }
       if (is_k) {
         reinterpret_cast<uint16_t*>(sup)[r] = u.d;

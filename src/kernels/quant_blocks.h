@@ -24,6 +24,22 @@ static_assert(sizeof(BlockQ4_0) == 18);
 alignas(16) inline constexpr int8_t kIq4nlGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                      1,    13,   25,  38,  53,  69,  89,  113};
 
+// MXFP4 (the OCP microscaling format): 32 E2M1 values (codes as in Q4_0's nibbles) behind one E8M0 exponent e.
+// kMxfp4Grid holds the values doubled (ggml's kvalues_mxfp4), so w = grid[c] * 2^(e - 128) (mxfp4_scale).
+struct BlockMXFP4 {
+  uint8_t e;             // E8M0: the block's scale is 2^(e - 127)
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+alignas(16) inline constexpr int8_t kMxfp4Grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// 2^(e - 128), exactly (a subnormal float for e < 2).
+inline float mxfp4_scale(uint8_t e) {
+  uint32_t bits = e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : 0x00200000u << e;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
 struct BlockQ4_1 {
   uint16_t d;            // fp16 scale
   uint16_t m;            // fp16 minimum

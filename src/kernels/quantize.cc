@@ -114,6 +114,49 @@ void quantize_iq4_nl(const float* x, BlockQ4_0* b) {
   nibbles_of(codes, b->qs);
 }
 
+// MXFP4: the E2M1 code nearest to v on the doubled grid {0, 1, 2, 3, 4, 6, 8, 12} (ties to the smaller level),
+// with v's sign (code 8 + i for a negative v; -0 is +0).
+int mxfp4_nearest(float v) {
+  static constexpr float kMid[7] = {0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f};
+  const float a = std::fabs(v);
+  int i = 0;
+  while (i < 7 && a > kMid[i]) ++i;
+  return i == 0 ? 0 : (v < 0.0f ? 8 + i : i);
+}
+
+// The squared error of the block x at exponent e with its nearest codes (written to `codes`).
+double mxfp4_codes(const float* x, int e, uint8_t* codes) {
+  const float d = mxfp4_scale(static_cast<uint8_t>(e)), id = 1.0f / d;
+  double err = 0.0;
+  for (int j = 0; j < kQK; ++j) {
+    codes[j] = static_cast<uint8_t>(mxfp4_nearest(x[j] * id));
+    const double r = static_cast<double>(x[j]) - static_cast<double>(kMxfp4Grid[codes[j]]) * d;
+    err += r * r;
+  }
+  return err;
+}
+
+// One block: llama.cpp's exponent (the block's largest |x| in [8, 16) of d = 2^(e-128), so values above 12 d
+// clip to 12 d) or the next one up (nothing clips, the steps double), whichever leaves the smaller squared error.
+void quantize_mxfp4(const float* x, BlockMXFP4* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  uint8_t codes[kQK] = {};
+  int e = 0;
+  if (amax > 0.0f && std::isfinite(amax)) {
+    const int e0 = std::clamp(static_cast<int>(std::floor(std::log2(amax))) + 125, 0, 253);
+    uint8_t alt[kQK];
+    const double err0 = mxfp4_codes(x, e0, codes), err1 = mxfp4_codes(x, e0 + 1, alt);
+    e = e0;
+    if (err1 < err0) {
+      e = e0 + 1;
+      std::memcpy(codes, alt, sizeof codes);
+    }
+  }
+  b->e = static_cast<uint8_t>(e);
+  nibbles_of(codes, b->qs);
+}
+
 // IQ4_XS: each sub-block's scale as for IQ4_NL, then one signed d per super-block that puts the sub-block scale
 // of largest magnitude on -32 (the 6-bit ls_j - 32 spans -32..31), each ls_j the nearest to its scale / d, and
 // the codes again for the stored d * (ls_j - 32).
@@ -469,6 +512,9 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
       return Status::ok();
     case DType::kIQ4_NL:
       for (int64_t i = 0; i < n / kQK; ++i) quantize_iq4_nl(src + i * kQK, static_cast<BlockQ4_0*>(dst) + i);
+      return Status::ok();
+    case DType::kMXFP4:
+      for (int64_t i = 0; i < n / kQK; ++i) quantize_mxfp4(src + i * kQK, static_cast<BlockMXFP4*>(dst) + i);
       return Status::ok();
     case DType::kIQ4_XS:
       for (int64_t i = 0; i < n / kQKK; ++i) quantize_iq4_xs(src + i * kQKK, static_cast<BlockIQ4_XS*>(dst) + i);

@@ -15,6 +15,7 @@ LAYOUTS = {
     "Q8_0": (34, [0]), "Q4_0": (18, [0]), "Q4_1": (20, [0, 2]), "Q5_0": (22, [0]), "Q5_1": (24, [0, 2]),
     "Q2_K": (84, [80, 82]), "Q3_K": (110, [108]), "Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]),
     "Q6_K": (210, [208]), "IQ4_NL": (18, [0]), "IQ4_XS": (136, [0]),
+    "MXFP4": (17, []),  # its scale is a byte (E8M0): every value is one
 }
 
 
@@ -127,6 +128,36 @@ def test_quantize_iq4_mixes_follow_llama_cpp(cachet_bin, tmp_path):
         assert types["blk.0.attn_q.weight"] == "IQ4_NL" and types["blk.1.ffn_up.weight"] == "IQ4_NL", qtype
         assert types["blk.0.ffn_down.weight"] == "Q5_K" and types["blk.1.ffn_down.weight"] == qtype  # 512 wide
         assert types["token_embd.weight"] == "Q8_0"  # Q6_K, 192 wide
+
+
+def test_quantize_mxfp4_moe_follows_llama_cpp_and_rounds_no_worse(cachet_bin, tmp_path):
+    """llama.cpp's MXFP4_MOE: the experts' 3-D tensors MXFP4, every other matrix Q8_0, routers and norms as they
+    are. The experts decode (gguf-py) to no larger an error than gguf-py's own MXFP4 quantizer (llama.cpp's
+    rule) gives on the same weights, and the model runs."""
+    src = synth_f16(cachet_bin, tmp_path / "moe.gguf", extra=("--arch", "qwen3moe", "--experts", "4",
+                                                               "--experts-used", "2", "--head-dim", "64"))
+    dst = tmp_path / "mxfp4.gguf"
+    types, _ = quantize(cachet_bin, src, dst, "MXFP4_MOE")
+    for i in range(8):
+        for part in ("gate", "up", "down"):
+            assert types[f"blk.{i}.ffn_{part}_exps.weight"] == "MXFP4", (i, part)
+        assert types[f"blk.{i}.attn_q.weight"] == "Q8_0" and types[f"blk.{i}.attn_v.weight"] == "Q8_0"
+        assert types[f"blk.{i}.ffn_gate_inp.weight"] == "F32"
+    assert types["token_embd.weight"] == "Q8_0"
+    before = {t.name: t for t in gguf.GGUFReader(str(src)).tensors}
+    ours_err = ref_err = 0.0
+    for t in gguf.GGUFReader(str(dst)).tensors:
+        if t.tensor_type.name != "MXFP4":
+            continue
+        w = np.asarray(before[t.name].data, dtype=np.float32).reshape(-1, int(t.shape[0]))
+        ours = dequantize(np.asarray(t.data), gguf.GGMLQuantizationType.MXFP4).reshape(w.shape)
+        ref = dequantize(gguf.quants.quantize(w, gguf.GGMLQuantizationType.MXFP4), gguf.GGMLQuantizationType.MXFP4)
+        ours_err += float(((ours - w) ** 2).sum())
+        ref_err += float(((ref.reshape(w.shape) - w) ** 2).sum())
+    assert 0 < ours_err <= ref_err, (ours_err, ref_err)
+    out = subprocess.run([cachet_bin, "run", "-m", str(dst), "-p", "a b c", "-n", "4", "--temp", "0"],
+                         check=True, capture_output=True, text=True)
+    assert out.returncode == 0
 
 
 def test_quantize_low_bit_k_mixes_follow_llama_cpp(cachet_bin, tmp_path):

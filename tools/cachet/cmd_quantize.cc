@@ -1,5 +1,5 @@
 // cachet quantize: rewrite a GGUF's weight matrices in another type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
-// Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL, IQ4_XS, F16, BF16), keeping every metadata key, the tokenizer
+// Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, F16, BF16), keeping every metadata key, the tokenizer
 // and the 1-D tensors (norms) as they are. The mixes follow llama.cpp's so files compare like for like
 // (docs/quantize.md).
 // cachet tensor: print a tensor's type, shape and value statistics, or write it dequantized as raw f32.
@@ -28,7 +28,7 @@ namespace {
 enum Ftype : uint32_t {
   kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10, kQ3_K_S = 11, kQ3_K_M = 12,
   kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17, kQ6_K = 18, kIQ4_NL = 25,
-  kIQ4_XS = 30, kBF16 = 32,
+  kIQ4_XS = 30, kBF16 = 32, kMXFP4_MOE = 38,
 };
 
 struct Scheme {
@@ -46,6 +46,7 @@ const std::map<std::string, Scheme>& schemes() {
       {"Q4_K_M", {DType::kQ4_K, kQ4_K_M}},  {"Q4_K", {DType::kQ4_K, kQ4_K_M}},    {"Q5_K_S", {DType::kQ5_K, kQ5_K_S}},
       {"Q5_K_M", {DType::kQ5_K, kQ5_K_M}},  {"Q5_K", {DType::kQ5_K, kQ5_K_M}},    {"Q6_K", {DType::kQ6_K, kQ6_K}},
       {"IQ4_NL", {DType::kIQ4_NL, kIQ4_NL}}, {"IQ4_XS", {DType::kIQ4_XS, kIQ4_XS}},
+      {"MXFP4_MOE", {DType::kMXFP4, kMXFP4_MOE}}, {"MXFP4", {DType::kMXFP4, kMXFP4_MOE}},
   };
   return m;
 }
@@ -88,6 +89,8 @@ DType target_type(const Scheme& s, const GgufTensorInfo& t, const ModelShape& sh
   if (t.name.find("ffn_gate_inp.weight") != std::string::npos) return t.type;  // routers stay as they are
   if (pure) return fit_row(s.base, t.ne[0]);
   const Ftype f = s.ftype;
+  // llama.cpp's MXFP4_MOE: the experts' 3-D tensors MXFP4, every other matrix (the output too) Q8_0.
+  if (f == kMXFP4_MOE) return fit_row(t.n_dims >= 3 && t.ne[2] > 1 ? DType::kMXFP4 : DType::kQ8_0, t.ne[0]);
   const bool iq4 = f == kIQ4_NL || f == kIQ4_XS;
   const auto in = [&](std::initializer_list<Ftype> l) { return std::find(l.begin(), l.end(), f) != l.end(); };
   const auto has = [&](const char* part) { return t.name.find(part) != std::string::npos; };
@@ -253,7 +256,7 @@ int tensor(const std::string& model, const std::string& name, const std::string&
 void add_quantize_commands(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<QuantizeArgs>();
   CLI::App* q = app.add_subcommand(
-      "quantize", "rewrite a GGUF's weights as Q8_0, Q4_0, Q5_0/1, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, ...");
+      "quantize", "rewrite a GGUF's weights as Q8_0, Q4_0, Q5_0/1, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, IQ4_XS, MXFP4_MOE, ...");
   q->add_option("-m,--model", a->in, "input GGUF (F32, F16 or BF16 weights)")->required();
   q->add_option("-o,--output", a->out, "output GGUF")->required();
   std::vector<std::string> names;

@@ -14,11 +14,12 @@ namespace cachet::ref {
 
 namespace {
 
-// A 32-block of IQ4 codes (element e < 16 the low nibble of qs[e], e >= 16 the high one of qs[e - 16]) at scale d.
-void iq4_block(const uint8_t* qs, float d, float* dst) {
+// A 32-block of 4-bit codes (element e < 16 the low nibble of qs[e], e >= 16 the high one of qs[e - 16]) on a
+// 16-level grid (IQ4_NL's, MXFP4's) at scale d.
+void grid_block(const int8_t* grid, const uint8_t* qs, float d, float* dst) {
   for (int j = 0; j < kQK / 2; ++j) {
-    dst[j] = static_cast<float>(kIq4nlGrid[qs[j] & 0x0f]) * d;
-    dst[j + kQK / 2] = static_cast<float>(kIq4nlGrid[qs[j] >> 4]) * d;
+    dst[j] = static_cast<float>(grid[qs[j] & 0x0f]) * d;
+    dst[j + kQK / 2] = static_cast<float>(grid[qs[j] >> 4]) * d;
   }
 }
 
@@ -88,7 +89,12 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     }
     case DType::kIQ4_NL: {
       auto* b = static_cast<const BlockQ4_0*>(src);
-      for (int64_t i = 0; i < n / kQK; ++i) iq4_block(b[i].qs, fp16_to_f32(b[i].d), dst + i * kQK);
+      for (int64_t i = 0; i < n / kQK; ++i) grid_block(kIq4nlGrid, b[i].qs, fp16_to_f32(b[i].d), dst + i * kQK);
+      return;
+    }
+    case DType::kMXFP4: {
+      auto* b = static_cast<const BlockMXFP4*>(src);
+      for (int64_t i = 0; i < n / kQK; ++i) grid_block(kMxfp4Grid, b[i].qs, mxfp4_scale(b[i].e), dst + i * kQK);
       return;
     }
     case DType::kIQ4_XS:
@@ -96,7 +102,7 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
         const auto& b = static_cast<const BlockIQ4_XS*>(src)[i];
         const float d = fp16_to_f32(b.d);
         for (int j = 0; j < kQKK / kQK; ++j)
-          iq4_block(b.qs + 16 * j, d * static_cast<float>(iq4xs_scale(b, j)), dst + i * kQKK + kQK * j);
+          grid_block(kIq4nlGrid, b.qs + 16 * j, d * static_cast<float>(iq4xs_scale(b, j)), dst + i * kQKK + kQK * j);
       }
       return;
     case DType::kQ2_K:
@@ -403,6 +409,7 @@ int packed_weight(DType t, const PackedLayout& l, const uint8_t* blk, int r, int
   const uint8_t byte = blk[l.qs + (s % 4) * 64 + r * 4 + i];
   int q = s < 4 ? (byte & 0x0f) : (byte >> 4);
   if (t == DType::kIQ4_NL) return kIq4nlGrid[q] + 128;
+  if (t == DType::kMXFP4) return kMxfp4Grid[q] + 128;
   if (t == DType::kQ6_K) {
     q |= ((blk[l.hi + (s / 4) * 64 + r * 4 + i] >> (2 * (s % 4))) & 3) << 4;
   } else if (l.hi != 0) {
