@@ -1,4 +1,4 @@
-// Every architecture, on synthetic files: one-pass prefill == one token at a time and cached decode == the
+// Every architecture (llama, qwen2/3, MoEs, gemma2/3, phi3, gpt-oss), on synthetic files: one-pass prefill == one token at a time and cached decode == the
 // no-cache recompute, bitwise; the paged cache == the contiguous one, bitwise; a batch of several sequences ==
 // each alone (MoE: tokens picking different experts); routing against a brute-force reference; and files that
 // say something cachet would not apply refuse to load, naming it.
@@ -51,6 +51,10 @@ std::vector<Arch> archs() {
   add("gemma2", "gemma2", [](SyntheticSpec& s) { s.sliding_window = 11, s.attn_softcap = 2.0, s.final_softcap = 3.0; });
   add("gemma3", "gemma3", [](SyntheticSpec& s) { s.sliding_window = 11, s.head_dim = 32, s.n_layer = 7; });
   add("phi3", "phi3", [](SyntheticSpec&) {});
+  // Sinks, biases, a biased router over biased experts, every other layer windowed (shorter than the prompts).
+  add("gpt-oss", "gpt-oss", [](SyntheticSpec& s) {
+    s.n_expert = 4, s.n_expert_used = 2, s.head_dim = 32, s.sliding_window = 11;
+  });
   return v;
 }
 

@@ -43,14 +43,15 @@ void fill_random(ContiguousKvCache* cache, int kv_dim, std::mt19937* rng, int he
 
 // The largest difference between `out` (H heads of D) and naive attention in double of q over positions 0..n-1,
 // K and V of KV head h at position j given by k(j, h) / v(j, h) (D floats each).
+// With sinks (one logit per head), each head's softmax also has e^sink in its denominator.
 template <typename KAt, typename VAt>
 double worst_vs_naive(const std::vector<float>& q, const std::vector<float>& out, int n, int H, int KH, int D, KAt k,
-                      VAt v) {
+                      VAt v, const float* sinks = nullptr) {
   double worst = 0;
   for (int h = 0; h < H; ++h) {
     const int kvh = h / (H / KH);
     std::vector<double> s(n);
-    double mx = -1e300;
+    double mx = sinks ? sinks[h] : -1e300;
     for (int j = 0; j < n; ++j) {
       const float* kr = k(j, kvh);
       double d = 0;
@@ -58,7 +59,7 @@ double worst_vs_naive(const std::vector<float>& q, const std::vector<float>& out
       s[j] = d / std::sqrt(static_cast<double>(D));
       mx = std::max(mx, s[j]);
     }
-    double sum = 0;
+    double sum = sinks ? std::exp(sinks[h] - mx) : 0.0;
     for (double& x : s) sum += x = std::exp(x - mx);
     for (int i = 0; i < D; ++i) {
       double o = 0;
@@ -92,6 +93,51 @@ TEST(Attention, FlashEqualsNaive) {
         q, out, n, H, KH, D, [&](int j, int h) { return reinterpret_cast<const float*>(cache.k_row(0, j)) + h * D; },
         [&](int j, int h) { return reinterpret_cast<const float*>(cache.v_row(0, j)) + h * D; });
     ASSERT_LE(worst, 1e-5) << "context " << n;
+  }
+}
+
+// Attention sinks (gpt-oss): a per-head logit in each softmax, in both walks (a deep decode step's flash-decoding
+// split and merge, and a prefill's query blocks), on f32 and block-quantized caches; sinks far below, near and
+// far above the scores.
+TEST(Attention, SinksEqualNaiveInBothWalks) {
+  const int H = 8, KH = 2, D = 64, n_ctx = 3000;
+  ThreadPool pool(2);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (KvType kv : {KvType::kF32, KvType::kQ8_0}) {
+    ContiguousKvCache cache(one_layer(H, KH, D), n_ctx, KvTypes(kv));
+    fill_random(&cache, KH * D, &rng, D);
+    std::vector<float> kf(static_cast<size_t>(n_ctx) * KH * D), vf(kf.size());
+    for (int p = 0; p < n_ctx; ++p) {  // the values the cache holds
+      kv_dequantize_row(cache.types().k, cache.k_row(0, p), kf.data() + static_cast<size_t>(p) * KH * D, KH * D, D);
+      kv_dequantize_row(cache.types().v, cache.v_row(0, p), vf.data() + static_cast<size_t>(p) * KH * D, KH * D, D);
+    }
+    for (float base : {-30.0f, 0.0f, 3.0f, 30.0f}) {
+      std::vector<float> sinks(H);
+      for (float& x : sinks) x = base + nd(rng);
+      for (int n : {1, 17, 300, n_ctx}) {
+        // A decode step at position n - 1 and a prefill block ending there (its last 4 tokens).
+        for (int T : {1, 4}) {
+          std::vector<float> q(static_cast<size_t>(T) * H * D), out(q.size());
+          for (auto& x : q) x = 2.0f * nd(rng);
+          std::vector<int32_t> pos(T), seq(T, 0);
+          for (int t = 0; t < T; ++t) pos[t] = std::max(0, n - T + t);
+          KvView seqs[] = {cache.view()};
+          AttentionArgs a{q.data(), out.data(), T, pos.data(), seq.data(), seqs, 0, H, KH, D};
+          a.sinks = sinks.data();
+          attention(pool, a);
+          for (int t = 0; t < T; ++t) {
+            const std::vector<float> qt(q.begin() + t * H * D, q.begin() + (t + 1) * H * D);
+            const std::vector<float> ot(out.begin() + t * H * D, out.begin() + (t + 1) * H * D);
+            const double worst = worst_vs_naive(
+                qt, ot, pos[t] + 1, H, KH, D, [&](int j, int h) { return kf.data() + (static_cast<size_t>(j) * KH + h) * D; },
+                [&](int j, int h) { return vf.data() + (static_cast<size_t>(j) * KH + h) * D; }, sinks.data());
+            ASSERT_LE(worst, kv == KvType::kF32 ? 1e-5 : 2e-3)
+                << kv_type_name(kv) << " sink " << base << " context " << n << " tokens " << T;
+          }
+        }
+      }
+    }
   }
 }
 

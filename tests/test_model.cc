@@ -1,5 +1,6 @@
 // The two phases and the cache, on synthetic models of every type and head layout:
 // cached decode == the no-cache recompute; one-pass prefill == feeding the prompt one token at a time.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -102,6 +103,25 @@ void expect_cached_equals_uncached(Model& m, const std::string& label) {
   ForwardBatch all = ForwardBatch::single(fresh, seq, 0, false);
   ASSERT_TRUE(m.forward(all, b.data()).is_ok());
   EXPECT_LE(max_abs_diff(a, b), 1e-4f) << label;
+}
+
+// gpt-oss's clamped SwiGLU on the kernel's silu: x sigmoid(1.702 x) (y + 1) with x = min(g, 7), y = clamp(u, -7, 7),
+// across and beyond the limits.
+TEST(Ops, SwigluOaiClampsAndMatchesTheFormula) {
+  std::vector<float> g, u;
+  for (int i = 0; i <= 400; ++i) {
+    g.push_back(-20.0f + 0.1f * static_cast<float>(i));
+    u.push_back(20.0f - 0.1f * static_cast<float>(i));
+  }
+  std::vector<float> out = g, up = u;
+  swiglu_oai_mul(out.data(), up.data(), static_cast<int64_t>(out.size()));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double x = std::min(static_cast<double>(g[i]), 7.0), y = std::clamp(static_cast<double>(u[i]), -7.0, 7.0);
+    const double want = x / (1.0 + std::exp(-1.702 * x)) * (y + 1.0);
+    EXPECT_NEAR(out[i], want, 1e-5 * std::max(1.0, std::fabs(want))) << "g " << g[i] << " u " << u[i];
+  }
+  // Beyond the limits the clamp holds the result: g = 20, u = -20 gives 7 sigmoid(11.9) (-6).
+  EXPECT_NEAR(out[400], 7.0 / (1.0 + std::exp(-1.702 * 7.0)) * -6.0, 1e-4);
 }
 
 TEST(Model, CachedDecodeEqualsNoCacheRecompute) {

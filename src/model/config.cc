@@ -60,7 +60,8 @@ Status ModelConfig::validate() const {
     if (swa_layers.find_first_not_of("SG") != std::string::npos)
       return invalid_argument("swa_layers holds a letter other than S and G");
   }
-  if (ffn_act != "silu" && ffn_act != "gelu") return invalid_argument("ffn_act '" + ffn_act + "' is not silu or gelu");
+  if (ffn_act != "silu" && ffn_act != "gelu" && ffn_act != "swiglu_oai")
+    return invalid_argument("ffn_act '" + ffn_act + "' is not silu, gelu or swiglu_oai");
   if (!rank_input.empty() && rank_input != "cls" && rank_input != "last" && rank_input != "mean")
     return invalid_argument("rank_input '" + rank_input + "' is not cls, last or mean");
   if (n_cls_out < 0) return invalid_argument("n_cls_out must be >= 0");

@@ -45,7 +45,7 @@ namespace cachet {
   X(bool, qkv_bias, false, "Q, K and V projections have biases")                                           \
   X(bool, qk_norm, false, "per-head RMSNorm of Q and K before RoPE")                                        \
   X(bool, post_norms, false, "RMSNorm of the attention and FFN outputs before the residual add")           \
-  X(std::string, ffn_act, "silu", "gated FFN activation: silu or gelu (tanh approximation)")               \
+  X(std::string, ffn_act, "silu", "gated FFN activation: silu, gelu (tanh approximation) or swiglu_oai (gpt-oss)") \
   X(std::string, pooling, "", "embedding pooling the file names: none, mean, cls, last, rank (empty: none named)") \
   X(bool, causal, true, "causal attention (false: every token of a sequence sees all of it, an encoder)")     \
   X(bool, swa_symmetric, false, "the sliding window is centred: positions within window / 2 either side")    \
@@ -68,6 +68,9 @@ namespace cachet {
   X(int64_t, n_dense_lead, 0, "MoE: leading layers with a dense FFN instead of experts")                     \
   X(int64_t, n_ff_dense, 0, "MoE: the leading dense layers' FFN width (0: n_ff)")                           \
   X(int64_t, n_mtp_layers, 0, "multi-token-prediction blocks the file carries after the trunk (not run by it)") \
+  X(bool, attn_sinks, false, "a learned per-head logit in every attention softmax (gpt-oss's sinks)")       \
+  X(bool, out_bias, false, "the attention output projection has a bias")                                  \
+  X(bool, expert_biases, false, "MoE: the router's logits and every expert's projections have biases")       \
   X(bool, mtp_head, false, "a multi-token-prediction head: input eh_proj(enorm(embedding) | hnorm(trunk's hidden))")
 
 struct ModelConfig {

@@ -257,7 +257,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
   const int64_t d = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.n_ff;
   const float eps = static_cast<float>(c.rms_eps);
   const int64_t H = c.n_head, KH = c.n_head_kv, hd = c.head_dim;
-  const bool gelu = c.ffn_act == "gelu";
+  const Glu act = glu_of(c.ffn_act);
 
   if (tracer_) {
     tracer_->begin_forward(T, batch.positions[0], static_cast<int>(c.n_layer));
@@ -373,19 +373,23 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     aa.softcap = static_cast<float>(c.attn_softcap);
     aa.ends = c.causal ? nullptr : ends_.data();
     aa.symmetric_window = c.swa_symmetric;
+    aa.sinks = reinterpret_cast<const float*>(L.sinks.data);
     attention(pool, aa);
     trace(l, {"attention", "", "", {}, {T, H, hd}, {T, H, hd},
               "scores = Q K^T * " + std::to_string(c.query_scale()) +
                   (aa.softcap != 0.0f ? ", soft-capped at " + std::to_string(aa.softcap) : std::string()) +
                   (aa.window > 0 ? " over the last " + std::to_string(aa.window) + " positions"
                                  : std::string(" over positions 0..pos")) +
-                  (c.causal ? " (causal), " : " (bidirectional), ") + std::to_string(H / KH) + " query heads per KV head; softmax; weights @ V"});
+                  (c.causal ? " (causal), " : " (bidirectional), ") + std::to_string(H / KH) +
+                  " query heads per KV head; softmax" + (aa.sinks ? " with a learned sink per head" : "") +
+                  "; weights @ V"});
     if (c.attn_output_gate) {
       for (int64_t i = 0; i < T * qd; ++i) attn_[i] *= 1.0f / (1.0f + std::exp(-qg_[i]));
       trace(l, {"gate", "", "", {}, {T, qd}, {T, qd}, "attention output times sigmoid(Q's gate)"});
     }
     project(L.wo, attn_.data(), tp_.q_widths, attn_full_.data(), T);
     trace_mm(l, L.wo, H * hd, d, "attention output projection");
+    if (L.bo.data) add_bias(proj_.data(), reinterpret_cast<const float*>(L.bo.data), T, d);
     }
     if (L.post_attn_norm.data) {
       norm_rows(proj_.data(), L.post_attn_norm, proj_.data(), T, d);
@@ -400,16 +404,22 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
     if (c.is_moe(l)) {
       matmul(pool, L.router, xn_.data(), T, router_.data());
+      if (L.router_logit_bias.data)
+        add_bias(router_.data(), reinterpret_cast<const float*>(L.router_logit_bias.data), T, c.n_expert);
       const MoeRouting r = route_experts(router_.data(), T, static_cast<int>(c.n_expert),
                                          static_cast<int>(c.n_expert_used), c.expert_norm,
                                          static_cast<float>(c.expert_weights_scale), c.expert_gating == "sigmoid",
                                          reinterpret_cast<const float*>(L.router_bias.data));
-      moe_ffn(pool, {&L.gate_exps, &L.up_exps, &L.down_exps, gelu}, r, xn_.data(), d, ff, proj_.data());
+      moe_ffn(pool,
+              {&L.gate_exps, &L.up_exps, &L.down_exps, act, reinterpret_cast<const float*>(L.gate_exps_b.data),
+               reinterpret_cast<const float*>(L.up_exps_b.data), reinterpret_cast<const float*>(L.down_exps_b.data)},
+              r, xn_.data(), d, ff, proj_.data());
       if (reducer_) reducer_->sum(proj_.data(), T * d);  // this rank's FFN columns of every expert
       if (c.n_ff_shared > 0) shared_expert(L, T);
       trace_mm(l, L.router, d, c.n_expert, "router logits");
       trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), wshape(L.gate_exps[0]), {T, d}, {T, d},
-                c.expert_gating + " router" + (L.router_bias.data ? " (selection bias)" : "") + ", top " +
+                c.expert_gating + " router" + (L.router_bias.data ? " (selection bias)" : "") +
+                    (L.router_logit_bias.data ? " (logit bias; expert biases)" : "") + ", top " +
                     std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
                     " experts per token; tokens grouped per expert; weighted sum"});
     } else {
@@ -417,20 +427,14 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xn_.data(), T);
       trace_mm(l, L.w_gate, d, ff, "gate");
       trace_mm(l, L.w_up, d, ff, "up");
-      const auto act = [&](int, int64_t b, int64_t e) {
-        if (gelu) {
-          gelu_mul(gate_.data() + b, up_.data() + b, e - b);
-        } else {
-          silu_mul(gate_.data() + b, up_.data() + b, e - b);
-        }
-      };
+      const auto glu = [&](int, int64_t b, int64_t e) { glu_mul(act, gate_.data() + b, up_.data() + b, e - b); };
       // A decode step's few thousand elements take about as long as handing half of them to another thread.
       if (T * ff <= kInlineActivation) {
-        act(0, 0, T * ff);
+        glu(0, 0, T * ff);
       } else {
-        pool.parallel_for(T * ff, act, 64);
+        pool.parallel_for(T * ff, glu, 64);
       }
-      trace(l, {gelu ? "gelu_mul" : "silu_mul", "", "", {}, {T, ff}, {T, ff}, gelu ? "gelu(gate) * up" : "silu(gate) * up"});
+      trace(l, {c.ffn_act + "_mul", "", "", {}, {T, ff}, {T, ff}, c.ffn_act + "(gate) * up"});
       project(L.w_down, gate_.data(), tp_.ff_widths, act_full_.data(), T);
       trace_mm(l, L.w_down, ff, d, "down");
     }

@@ -25,6 +25,8 @@ struct DecoderLayerWeights {
   TensorView bq, bk, bv;      // optional biases [q_dim], [kv_dim], [kv_dim] f32
   TensorView q_norm, k_norm;  // optional per-head RMSNorm weights [head_dim] f32
   TensorView wo;              // [n_head * head_dim, n_embd]
+  TensorView bo;              // optional [n_embd] f32 (attn_output.bias)
+  TensorView sinks;           // optional [n_head] f32: attention sinks (attn_sinks.weight)
   TensorView post_attn_norm;  // optional [n_embd] f32
   TensorView ffn_norm;        // [n_embd] f32
   TensorView w_gate;          // [n_embd, n_ff] (dense FFN; a view into ffn_up when the file fuses gate|up)
@@ -34,6 +36,9 @@ struct DecoderLayerWeights {
   // Mixture of experts (cfg.is_moe(l)) instead of w_gate / w_up / w_down.
   TensorView router;                    // [n_embd, n_expert]
   TensorView router_bias;               // [n_expert] f32, optional: a selection bias (exp_probs_b.bias)
+  TensorView router_logit_bias;         // [n_expert] f32, optional: added to the logits (ffn_gate_inp.bias)
+  TensorView gate_exps_b, up_exps_b;    // optional [n_ff, n_expert] f32 (ffn_{gate,up}_exps.bias)
+  TensorView down_exps_b;               // optional [n_embd, n_expert] f32 (ffn_down_exps.bias)
   std::vector<TensorView> gate_exps;    // n_expert views of [n_embd, n_ff]
   std::vector<TensorView> up_exps;      // n_expert views of [n_embd, n_ff]
   std::vector<TensorView> down_exps;    // n_expert views of [n_ff, n_embd]
@@ -91,6 +96,9 @@ struct DecoderTensors {
   bool legacy_ssm_in = false;  // ssm_in.weight: q, k, v, z rows per key head (Qwen3-Next's first files)
   bool nextn = false;          // layer 0's nextn.* tensors (a multi-token-prediction head)
   bool router_bias = false;    // exp_probs_b.bias: the MoE router's selection bias
+  bool attn_sinks = false;     // attn_sinks.weight
+  bool out_bias = false;       // attn_output.bias
+  bool expert_biases = false;  // ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias
   const char* ffn_norm = "ffn_norm.weight";  // the FFN's input norm (Qwen3.5: post_attention_norm.weight)
   const char* output_norm = "output_norm.weight";  // the final norm (LFM2's files: token_embd_norm.weight)
   bool need_qk_norm = false;   // the architecture cannot run without them

@@ -248,12 +248,20 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
       L.k_norm = get("attn_k_norm.weight");
     }
     if (attends) L.wo = get("attn_output.weight");
+    if (attends && allowed.out_bias) L.bo = get("attn_output.bias");
+    if (attends && allowed.attn_sinks) L.sinks = get("attn_sinks.weight");
     if (allowed.post_norms) L.post_attn_norm = get("post_attention_norm.weight");
     L.ffn_norm = get(allowed.ffn_norm);
     const int64_t ffw = cfg->ffn_width(l);
     if (cfg->is_moe(l)) {
       L.router = get("ffn_gate_inp.weight");
       if (allowed.router_bias) L.router_bias = get("exp_probs_b.bias");
+      if (allowed.expert_biases) {
+        L.router_logit_bias = get("ffn_gate_inp.bias");
+        L.gate_exps_b = get("ffn_gate_exps.bias");
+        L.up_exps_b = get("ffn_up_exps.bias");
+        L.down_exps_b = get("ffn_down_exps.bias");
+      }
       const int64_t E = cfg->n_expert, d = cfg->n_embd, ff = cfg->n_ff;
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_gate_exps.weight"), "ffn_gate_exps", d, ff, E, l, &L.gate_exps));
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_up_exps.weight"), "ffn_up_exps", d, ff, E, l, &L.up_exps));
@@ -288,6 +296,11 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
   cfg->qkv_bias = !w.layers.empty() && w.layers[first_attn].bq.data;
   cfg->qk_norm = !w.layers.empty() && w.layers[first_attn].q_norm.data;
   cfg->post_norms = !w.layers.empty() && w.layers[0].post_attn_norm.data;
+  cfg->attn_sinks = !w.layers.empty() && w.layers[first_attn].sinks.data;
+  cfg->out_bias = !w.layers.empty() && w.layers[first_attn].bo.data;
+  int64_t first_moe = 0;
+  while (first_moe + 1 < cfg->n_layer && !cfg->is_moe(first_moe)) ++first_moe;
+  cfg->expert_biases = !w.layers.empty() && w.layers[first_moe].router_logit_bias.data;
   if (allowed.need_qk_norm && !cfg->qk_norm) return not_found("missing tensor attn_q_norm.weight of layer 0");
   if (allowed.need_post_norms && !cfg->post_norms)
     return not_found("missing tensor post_attention_norm.weight of layer 0");
@@ -348,8 +361,22 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
     CACHET_RETURN_IF_ERROR(all_or_none(&L.k_norm, c.qk_norm && attends, c.head_dim, "attn_k_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_attn_norm, c.post_norms, c.n_embd, "post_attention_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_ffn_norm, c.post_norms, c.n_embd, "post_ffw_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.sinks, c.attn_sinks && attends, c.n_head, "attn_sinks"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bo, c.out_bias && attends, c.n_embd, "attn_output.bias"));
     if (c.is_moe(l)) {
       CACHET_RETURN_IF_ERROR(check_tensor(L.router, "ffn_gate_inp", c.n_embd, c.n_expert, l));
+      // Per-expert biases: a [width, n_expert] matrix each, read as one f32 vector (expert e's at e * width).
+      auto expert_bias = [&](TensorView* t, int64_t width, const char* what) -> Status {
+        if (!c.expert_biases || !t->data) return all_or_none(t, c.expert_biases, width * c.n_expert, what);
+        CACHET_RETURN_IF_ERROR(check_tensor(*t, what, width, c.n_expert, l));
+        t->ne = {width * c.n_expert, 1, 1, 1};
+        t->row_bytes = t->ne[0] * traits(t->type).block_bytes;
+        return vector_to_f32(t, t->ne[0], owned, l, what);
+      };
+      CACHET_RETURN_IF_ERROR(all_or_none(&L.router_logit_bias, c.expert_biases, c.n_expert, "ffn_gate_inp.bias"));
+      CACHET_RETURN_IF_ERROR(expert_bias(&L.gate_exps_b, c.n_ff, "ffn_gate_exps.bias"));
+      CACHET_RETURN_IF_ERROR(expert_bias(&L.up_exps_b, c.n_ff, "ffn_up_exps.bias"));
+      CACHET_RETURN_IF_ERROR(expert_bias(&L.down_exps_b, c.n_embd, "ffn_down_exps.bias"));
       if (L.router_bias.data) CACHET_RETURN_IF_ERROR(vector_to_f32(&L.router_bias, c.n_expert, owned, l, "ffn_exp_probs_b"));
       for (int64_t e = 0; e < c.n_expert; ++e) {
         CACHET_RETURN_IF_ERROR(check_tensor(L.gate_exps[e], "ffn_gate_exps", c.n_embd, c.n_ff, l));

@@ -177,7 +177,7 @@ Status EncoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       const MoeRouting r = route_experts(router_.data(), T, static_cast<int>(c.n_expert),
                                          static_cast<int>(c.n_expert_used), c.expert_norm,
                                          static_cast<float>(c.expert_weights_scale));
-      moe_ffn(pool, {nullptr, &L.up_exps, &L.down_exps, gelu}, r, in, d, ff, proj_.data());
+      moe_ffn(pool, {nullptr, &L.up_exps, &L.down_exps, gelu ? Glu::kGelu : Glu::kSilu}, r, in, d, ff, proj_.data());
       for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
       if (L.out_norm.data) norm(x_.data(), L.out_norm, L.out_norm_b, x_.data(), T);
       continue;

@@ -21,6 +21,7 @@ void register_gemma3_arch();
 void register_gemma_embedding_arch();
 void register_bert_archs();
 void register_phi3_arch();
+void register_gpt_oss_arch();
 
 namespace {
 
@@ -42,6 +43,7 @@ void register_builtin_archs() {
     register_gemma_embedding_arch();
     register_bert_archs();
     register_phi3_arch();
+    register_gpt_oss_arch();
   });
 }
 

@@ -80,17 +80,16 @@ void moe_ffn(ThreadPool& pool, const MoeWeights& w, const MoeRouting& r, const f
     for (int j = 0; j < n; ++j) std::copy(x + (s[j] / k) * n_embd, x + (s[j] / k + 1) * n_embd, xs + j * n_embd);
     if (w.gate) {
       matmul_multi(pool, {{&(*w.gate)[e], g}, {&(*w.up)[e], u}}, xs, n);
+      if (w.gate_b) add_bias(g, w.gate_b + e * n_ff, n, n_ff);
+      if (w.up_b) add_bias(u, w.up_b + e * n_ff, n, n_ff);
     } else {  // act(up x): the activation times ones
       matmul(pool, (*w.up)[e], xs, n, g);
       std::fill(u, u + static_cast<int64_t>(n) * n_ff, 1.0f);
     }
-    if (w.gelu) {
-      gelu_mul(g, u, static_cast<int64_t>(n) * n_ff);
-    } else {
-      silu_mul(g, u, static_cast<int64_t>(n) * n_ff);
-    }
+    glu_mul(w.act, g, u, static_cast<int64_t>(n) * n_ff);
     // The down projection of expert e for its n rows, into xs (free again), then to each slot's row.
     matmul(pool, (*w.down)[e], g, n, xs);
+    if (w.down_b) add_bias(xs, w.down_b + e * n_embd, n, n_embd);
     for (int j = 0; j < n; ++j) std::copy(xs + j * n_embd, xs + (j + 1) * n_embd, ys + s[j] * n_embd);
   }
   for (int t = 0; t < T; ++t) {

@@ -8,6 +8,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
+#include "model/ops.h"
 #include "model/tensor.h"
 
 namespace cachet {
@@ -31,11 +32,16 @@ struct MoeWeights {
   const std::vector<TensorView>* gate;  // n_expert of [n_embd, n_ff]; nullptr: ungated experts (nomic-bert-moe)
   const std::vector<TensorView>* up;    // n_expert of [n_embd, n_ff]
   const std::vector<TensorView>* down;  // n_expert of [n_ff, n_embd]
-  bool gelu = false;                    // activation of the gate: GELU (tanh) instead of SiLU
+  Glu act = Glu::kSilu;                 // the gate's activation
+  // Per-expert biases (gpt-oss), each [n_expert, width] f32 or null: of the gate and up outputs (n_ff wide) and
+  // of the down projection's (n_embd).
+  const float* gate_b = nullptr;
+  const float* up_b = nullptr;
+  const float* down_b = nullptr;
 };
 
 // out[t] = sum over token t's experts j, in routing order, of weight_j * down_j(act(gate_j x_t) * up_j x_t)
-// (ungated: down_j(act(up_j x_t))).
+// (ungated: down_j(act(up_j x_t))), each projection plus its bias where there are biases.
 // x, out: [n_tokens, n_embd]. Each expert runs once on the rows of every token routed to it; a token's result
 // is bitwise the same whatever else shares its batch.
 void moe_ffn(ThreadPool& pool, const MoeWeights& w, const MoeRouting& r, const float* x, int64_t n_embd,

@@ -78,6 +78,27 @@ void kv_store(KvType t, const float* src, uint8_t* dst, int64_t n, int head_dim)
 void silu_mul(float* g, const float* u, int64_t n) { kernels().silu_mul(g, u, n); }
 void gelu_mul(float* g, const float* u, int64_t n) { kernels().gelu_mul(g, u, n); }
 
+void swiglu_oai_mul(float* g, float* u, int64_t n) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = kAlpha * std::min(g[i], kLimit);
+    u[i] = (std::clamp(u[i], -kLimit, kLimit) + 1.0f) / kAlpha;
+  }
+  kernels().silu_mul(g, u, n);
+}
+
+Glu glu_of(const std::string& ffn_act) {
+  return ffn_act == "gelu" ? Glu::kGelu : ffn_act == "swiglu_oai" ? Glu::kSwigluOai : Glu::kSilu;
+}
+
+void glu_mul(Glu act, float* g, float* u, int64_t n) {
+  switch (act) {
+    case Glu::kSilu: return silu_mul(g, u, n);
+    case Glu::kGelu: return gelu_mul(g, u, n);
+    case Glu::kSwigluOai: return swiglu_oai_mul(g, u, n);
+  }
+}
+
 void add_bias(float* x, const float* b, int n_rows, int64_t n) {
   for (int r = 0; r < n_rows; ++r)
     for (int64_t i = 0; i < n; ++i) x[r * n + i] += b[i];
@@ -555,7 +576,8 @@ void write_heads(const AttentionArgs& a, int t, int kvh, int group, const HeadSt
   for (int g = 0; g < group; ++g) {
     const int h = kvh * group + g;
     float* out = a.out + static_cast<int64_t>(t) * q_dim + h * a.head_dim;
-    const float inv = 1.0f / st.l[g];
+    // A sink adds e^(sink - m) to the softmax's denominator (m: the running max the sums are relative to).
+    const float inv = 1.0f / (a.sinks ? st.l[g] + std::exp(a.sinks[h] - st.m[g]) : st.l[g]);
     for (int d = 0; d < a.head_dim; ++d) out[d] = st.acc[static_cast<size_t>(g) * a.head_dim + d] * inv;
   }
 }

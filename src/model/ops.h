@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -35,6 +36,14 @@ void kv_store(KvType t, const float* src, uint8_t* dst, int64_t n, int head_dim)
 void silu_mul(float* g, const float* u, int64_t n);
 // g[i] = gelu(g[i]) * u[i] (tanh approximation); g, u: [n]
 void gelu_mul(float* g, const float* u, int64_t n);
+// gpt-oss's clamped SwiGLU: with x = min(g[i], 7) and y = clamp(u[i], -7, 7), g[i] = x sigmoid(1.702 x) (y + 1),
+// computed as silu(1.702 x) (y + 1) / 1.702 on the kernel's silu (u is overwritten); g, u: [n]
+void swiglu_oai_mul(float* g, float* u, int64_t n);
+// The gated activations, by ModelConfig::ffn_act ("silu", "gelu", "swiglu_oai").
+enum class Glu { kSilu, kGelu, kSwigluOai };
+Glu glu_of(const std::string& ffn_act);
+// g[i] = act(g[i]) * u[i] (kSwigluOai overwrites u).
+void glu_mul(Glu act, float* g, float* u, int64_t n);
 // x[t] += b for t < n_rows; x: [n_rows, n], b: [n].
 void add_bias(float* x, const float* b, int n_rows, int64_t n);
 // x[i] = c * tanh(x[i] / c); x: [n].
@@ -79,6 +88,9 @@ struct AttentionArgs {
   const int32_t* ends = nullptr;
   // The window is centred on the token: positions within window / 2 either side (EmbeddingGemma's local layers).
   bool symmetric_window = false;
+  // Attention sinks (gpt-oss): [n_head] learned logits, one more term of each head's softmax with no value, so the
+  // weights of the positions sum to less than 1. nullptr: none.
+  const float* sinks = nullptr;
 };
 void attention(ThreadPool& pool, const AttentionArgs& a);
 

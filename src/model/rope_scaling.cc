@@ -81,7 +81,7 @@ RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors) {
   const int half = d / 2;
   const double theta = swa ? c.rope_theta_swa : c.rope_theta;
   const double fs = swa ? c.rope_freq_scale_swa : c.rope_freq_scale;
-  const double ext = swa ? 0.0 : c.rope_yarn_ext_factor;
+  const double ext = c.rope_yarn_ext_factor;
   RopeFreqs f;
   f.inv_freq.resize(half);
   float corr[2] = {0.0f, 0.0f};
@@ -102,15 +102,17 @@ RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors) {
     }
     f.inv_freq[i] = extrap * (fs * (1.0 - mix) + mix);
   }
-  // cos and sin scaled: the file's attention factor always; with YaRN also its temperature, net of llama.cpp's
-  // cancellation in llama_context (which makes yarn_log_multiplier divide it).
+  // cos and sin scaled: the file's attention factor always; with YaRN also its temperature for the model's
+  // factor S (llama_context's, which makes yarn_log_multiplier divide it and cancels ggml's own term for S), and
+  // ggml's term for this layer's scale (1 + 0.1 ln(1/fs): S again, or 1 on sliding-window layers that do not
+  // scale, as Gemma 3's).
   float m = static_cast<float>(c.rope_attn_factor);
   if (ext != 0.0) {
-    const float s = static_cast<float>(1.0 / fs);
+    const float S = static_cast<float>(1.0 / c.rope_freq_scale), s = static_cast<float>(1.0 / fs);
     float yarn_attn = c.rope_yarn_log_mul != 0.0
-                          ? get_mscale(s, 1.0f) / get_mscale(s, static_cast<float>(c.rope_yarn_log_mul))
-                          : get_mscale(s, 1.0f);
-    yarn_attn *= 1.0f / (1.0f + 0.1f * std::log(s));
+                          ? get_mscale(S, 1.0f) / get_mscale(S, static_cast<float>(c.rope_yarn_log_mul))
+                          : get_mscale(S, 1.0f);
+    yarn_attn *= 1.0f / (1.0f + 0.1f * std::log(S));
     m *= yarn_attn * (1.0f + 0.1f * std::log(s));
   }
   f.mscale = m;

@@ -35,8 +35,10 @@ struct RopeFreqs {
   std::vector<double> inv_freq;
   double mscale = 1.0;
 };
-// swa: the sliding-window layers' base and linear scale, never YaRN (as llama.cpp). factors: rope_freqs
-// divisors or nullptr.
+// swa: the sliding-window layers' base and scale (rope_theta_swa, rope_freq_scale_swa), under the model's YaRN
+// mix and attention factor as llama.cpp passes them to every layer (gpt-oss scales its local layers as its global
+// ones; Gemma 3's local layers do not scale, so YaRN leaves their angles alone). factors: rope_freqs divisors or
+// nullptr.
 RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors);
 
 }  // namespace cachet

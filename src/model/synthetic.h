@@ -12,7 +12,7 @@
 namespace cachet {
 
 struct SyntheticSpec {
-  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next gemma2 gemma3 phi3; embedding models: gemma-embedding, and the encoders bert
+  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next lfm2 lfm2moe gpt-oss gemma2 gemma3 phi3; embedding models: gemma-embedding, and the encoders bert
   // (a WordPiece vocabulary), nomic-bert, modern-bert
   std::string arch = "llama";
   int64_t n_vocab = 256;

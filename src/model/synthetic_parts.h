@@ -57,5 +57,7 @@ void add_spm_vocab(GgufWriter* w, int64_t n_vocab);
 Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path);
 // lfm2 (model/synthetic_lfm2.cc).
 Status write_synthetic_lfm2(const SyntheticSpec& s, const std::string& path);
+// gpt-oss (model/synthetic_gpt_oss.cc).
+Status write_synthetic_gpt_oss(const SyntheticSpec& s, const std::string& path);
 
 }  // namespace cachet

@@ -99,6 +99,8 @@ Result<TpSplit> tp_split(const ModelConfig& cfg, int rank, int size, int64_t uni
 Status shard_decoder_weights(const TpOptions& tp, ModelConfig* cfg, DecoderWeights* w,
                              std::vector<AlignedBuffer<uint8_t>>* owned, TpLayout* layout) {
   if (tp.size <= 1) return Status::ok();
+  if (cfg->expert_biases)  // each rank's partial down projection would carry the whole bias
+    return unimplemented("tensor parallel: experts with biases (gpt-oss) are not split across ranks yet");
   const bool exact = tp.exact && cfg->n_expert == 0;
   const int64_t unit = exact ? 32 : ff_unit(*cfg, *w);  // exact: down is cut by rows, any 32 columns will do
   std::vector<TpSplit> all;
@@ -127,6 +129,7 @@ Status shard_decoder_weights(const TpOptions& tp, ModelConfig* cfg, DecoderWeigh
     L.bq = elems(L.bq, q0, q1);
     L.bk = elems(L.bk, k0, k1);
     L.bv = elems(L.bv, k0, k1);
+    L.sinks = elems(L.sinks, q0 / hd, q1 / hd);  // one per query head
     if (exact) {
       L.wo = rows(L.wo, s.d0, s.d1);
     } else {

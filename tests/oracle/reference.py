@@ -163,6 +163,9 @@ class Model:
         if arch == "lfm2moe":  # experts n_ff wide after leading dense layers; sigmoid router with a selection bias
             cfg.n_ff = int(get("expert_feed_forward_length"))
             m.sigmoid_router = int(get("expert_gating_func", 2)) == 2
+        if arch == "gpt-oss":  # sinks, biases, clamped SwiGLU, YaRN: reference_gpt_oss.py
+            from reference_gpt_oss import setup_gpt_oss
+            setup_gpt_oss(m, get)
         if arch in ("lfm2", "lfm2moe"):  # short conv layers: reference_lfm2.py
             m.conv_layers = [k == 0 for k in get("attention.head_count_kv")]
             w["output_norm.weight"] = w.pop("token_embd_norm.weight")
@@ -235,8 +238,11 @@ class Model:
         inv = theta ** (-2.0 * np.arange(half) / c.rope_dim) * scale
         if c.rope_factors is not None:
             inv = inv / c.rope_factors
+        mscale = 1.0
+        if getattr(self, "yarn", None) is not None:  # gpt-oss: YaRN on every layer
+            inv, mscale = self.yarn
         ang = np.arange(T)[:, None] * inv[None, :]
-        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
         if c.rope_neox:
             a, b = x[..., :half].copy(), x[..., half:c.rope_dim].copy()
             x[..., :half] = a * cos - b * sin
@@ -252,12 +258,22 @@ class Model:
             return 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g ** 3)))
         return g / (1.0 + np.exp(-g))
 
+    def _glu(self, g, u):
+        if self.cfg.act == "swiglu_oai":
+            from reference_gpt_oss import swiglu_oai
+            return swiglu_oai(g, u)
+        return self._act(g) * u
+
     def _ffn(self, h, p):
         c = self.cfg
         if p + "ffn_gate_inp.weight" not in self.w:  # dense (a MoE model's leading dense layers too)
-            return self._mm(self._act(self._mm(h, p + "ffn_gate.weight")) * self._mm(h, p + "ffn_up.weight"),
+            return self._mm(self._glu(self._mm(h, p + "ffn_gate.weight"), self._mm(h, p + "ffn_up.weight")),
                             p + "ffn_down.weight")
-        z = self._mm(h, p + "ffn_gate_inp.weight")
+        z = self._mm(h, p + "ffn_gate_inp.weight") + self.w.get(p + "ffn_gate_inp.bias", 0.0)
+        # gpt-oss: each expert's projections biased ([n_expert, width] each).
+        bias = {n: self.w.get(f"{p}ffn_{n}_exps.bias") for n in ("gate", "up", "down")}
+        def b(n, e):
+            return 0.0 if bias[n] is None else bias[n][e]
         if getattr(self, "sigmoid_router", False):  # each expert's own probability (LFM2-MoE)
             prob = 1.0 / (1.0 + np.exp(-z))
         else:
@@ -277,11 +293,12 @@ class Model:
             wsum = max(sum(prob[t, e] for e in top), 6.103515625e-5)
             for e in top:
                 x = h[t:t + 1]
-                g = self._mm(x, f"{p}ffn_gate_exps.weight.{e}")
-                u = self._mm(x, f"{p}ffn_up_exps.weight.{e}")
-                out[t] += prob[t, e] / wsum * self._mm(self._act(g) * u, f"{p}ffn_down_exps.weight.{e}")[0]
+                g = self._mm(x, f"{p}ffn_gate_exps.weight.{e}") + b("gate", e)
+                u = self._mm(x, f"{p}ffn_up_exps.weight.{e}") + b("up", e)
+                down = self._mm(self._glu(g, u), f"{p}ffn_down_exps.weight.{e}")[0] + b("down", e)
+                out[t] += prob[t, e] / wsum * down
         if p + "ffn_gate_shexp.weight" in self.w:  # a shared expert, gated by sigmoid(h . gate_inp_shexp)
-            shared = self._mm(self._act(self._mm(h, p + "ffn_gate_shexp.weight")) * self._mm(h, p + "ffn_up_shexp.weight"),
+            shared = self._mm(self._glu(self._mm(h, p + "ffn_gate_shexp.weight"), self._mm(h, p + "ffn_up_shexp.weight")),
                               p + "ffn_down_shexp.weight")
             if p + "ffn_gate_inp_shexp.weight" in self.w:
                 shared = shared / (1.0 + np.exp(-self._mm(h, p + "ffn_gate_inp_shexp.weight").reshape(-1, 1)))
@@ -333,14 +350,18 @@ class Model:
                 if c.attn_softcap:
                     s = c.attn_softcap * np.tanh(s / c.attn_softcap)
                 s = s + mask
-                s = np.exp(s - s.max(axis=-1, keepdims=True))
-                s /= s.sum(axis=-1, keepdims=True)
+                if p + "attn_sinks.weight" in w:  # gpt-oss
+                    from reference_gpt_oss import softmax_with_sink
+                    s = softmax_with_sink(s, w[p + "attn_sinks.weight"][hh])
+                else:
+                    s = np.exp(s - s.max(axis=-1, keepdims=True))
+                    s /= s.sum(axis=-1, keepdims=True)
                 out[:, hh, :] = s @ v[:, kv, :]
-            a = self._mm(out.reshape(T, -1), p + "attn_output.weight")
-            if p + "post_attention_norm.weight" in w:
+            a = self._mm(out.reshape(T, -1), p + "attn_output.weight") + w.get(p + "attn_output.bias", 0.0)
+            if p + "post_attention_norm.weight" in w and getattr(self, "attn_post_norm", True):
                 a = self._rms(a, w[p + "post_attention_norm.weight"])
             x = x + a
-            f = self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
+            f = self._ffn(self._rms(x, w[p + getattr(self, "ffn_norm_name", "ffn_norm.weight")]), p)
             if p + "post_ffw_norm.weight" in w:
                 f = self._rms(f, w[p + "post_ffw_norm.weight"])
             x = x + f
