@@ -28,6 +28,11 @@ const char* const kLlama3[] = {
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
 const char* const kQwen2[] = {
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+// o200k (gpt-oss, GPT-4o; tokenizer.json's Split pattern): a word is an optional leading non-letter, then
+// upper-case letters before lower-case ones (camelCase splits), with an English contraction attached; digits in
+// threes; punctuation runs keep trailing newlines and slashes.
+const char* const kGpt4o[] = {
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
 const char* const kDeepseekCoder[] = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
                                       R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N})"};
 // DeepSeek LLM enumerates the cased letters (Lu, Ll, Lt) of its Unicode snapshot; PCRE2's properties give
@@ -56,6 +61,7 @@ const PreTokenizer kPreTokenizers[] = {
     CACHET_PRE("llama3", kLlama3, true),       CACHET_PRE("llama-bpe", kLlama3, true),
     CACHET_PRE("llama-v3", kLlama3, true),     CACHET_PRE("qwen2", kQwen2, false),
     CACHET_PRE("lfm2", kLlama3, true),  // LFM2: llama3's rules (llama.cpp maps it so)
+    CACHET_PRE("gpt-4o", kGpt4o, false),
     CACHET_PRE("deepseek-coder", kDeepseekCoder, false), CACHET_PRE("deepseek-llm", kDeepseekLlm, false),
     CACHET_PRE("falcon", kFalcon, false),
 };

@@ -160,3 +160,42 @@ def test_encode_work_is_linear_in_the_input(cachet_bin, default_model, tmp_path)
     assert 0 < work["q"] and 0 < work["ns"], work
     assert work["four_q"] < 5 * work["q"], work
     assert work["four_ns"] < 5 * work["ns"], work
+
+
+# o200k's pre-tokenizer (gpt-oss's tokenizer.json: a Split on this pattern, then byte-level without its regex).
+O200K = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+         r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+         r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def test_gpt_4o_pre_tokenizer_matches_hf_tokenizers(cachet_bin, llamacpp_models, tmp_path):
+    """tokenizer.ggml.pre "gpt-4o" (gpt-oss's files): GPT-2's vocabulary and merges (llama.cpp's vocab file) under
+    o200k's pre-tokenizer, against HF `tokenizers` configured as gpt-oss's tokenizer.json (no o200k vocabulary is
+    reachable here; the split is what the pre-type decides)."""
+    import gguf
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    src = gguf.GGUFReader(str(llamacpp_models / "ggml-vocab-gpt-2.gguf"))
+    tokens = src.fields["tokenizer.ggml.tokens"].contents()
+    merges = src.fields["tokenizer.ggml.merges"].contents()
+    path = tmp_path / "gpt-4o-vocab.gguf"
+    w = gguf.GGUFWriter(str(path), "gpt-oss")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-4o")
+    w.add_token_list(tokens)
+    w.add_token_types(src.fields["tokenizer.ggml.token_type"].contents())
+    w.add_token_merges(merges)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    hf = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ", 1)) for m in merges]))
+    hf.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(O200K), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    strings = make_strings(2500, seed=4) + ["HTTPServer's camelCaseWord IPhone", "ABCdef GHI's x/y\n/z", "12345678"]
+    ours = ours_batch(cachet_bin, path, strings, tmp_path)
+    assert len(ours) == len(strings)
+    mismatches = [(s, o, hf.encode(s, add_special_tokens=False).ids)
+                  for s, o in zip(strings, ours) if o != hf.encode(s, add_special_tokens=False).ids]
+    assert not mismatches, f"{len(mismatches)} of {len(strings)} differ; first: {mismatches[0]!r}"

@@ -35,6 +35,7 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
   c->callback([a, exit_code] {
     KvShape s;
     int64_t weight_bytes = 0;
+    int64_t window = 0, window_layers = 0;  // sliding-window attention layers of a model file
     if (!a->model.empty() || (!a->layers && !a->d_model)) {  // no dimensions given: the (default) model's
       auto m = load(a->model, 1);
       if (!m.is_ok()) {
@@ -46,6 +47,8 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
       s.state_bytes_per_sequence = cfg.state_bytes_per_seq();
       s.n_head_kv = cfg.n_head_kv;
       s.head_dim = cfg.head_dim;
+      window = cfg.sliding_window;
+      for (int64_t l = 0; l < cfg.n_layer; ++l) window_layers += cfg.is_swa(l) ? 1 : 0;
       for (const auto& t : (*m)->tensors()) weight_bytes += static_cast<int64_t>(t.n_bytes());
     }
     if (a->layers) s.n_layer = a->layers;
@@ -78,7 +81,8 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
                           {"bytes_per_sequence", r.bytes_per_sequence}, {"bytes_per_batch", r.bytes_per_batch},
                           {"paged_bytes_per_sequence", r.paged_bytes_per_sequence},
                           {"paged_waste_bytes", r.paged_waste_bytes}, {"weight_bytes", weight_bytes},
-                          {"max_sequences", r.max_sequences}, {"max_sequences_paged", r.max_sequences_paged}};
+                          {"max_sequences", r.max_sequences}, {"max_sequences_paged", r.max_sequences_paged},
+                          {"sliding_window", window}, {"sliding_window_layers", window_layers}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("KV cache: %lld layers x %lld KV heads x %lld head dim, %s\n", static_cast<long long>(s.n_layer),
@@ -90,6 +94,11 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
         std::printf("  state:         %s per sequence, whatever its length (recurrent layers' conv windows and, "
                     "in gated delta nets, their matrices; f32)\n",
                     format_bytes(s.state_bytes_per_sequence).c_str());
+      if (window_layers > 0)
+        std::printf("  window:        %lld of %lld layers attend within the last %lld positions; their KV is kept for "
+                    "every position, as the others' (the prefix cache reuses it whole)\n",
+                    static_cast<long long>(window_layers), static_cast<long long>(s.n_layer),
+                    static_cast<long long>(window));
       std::printf("  per sequence:  %s  at %lld tokens\n", format_bytes(r.bytes_per_sequence).c_str(),
                   static_cast<long long>(a->context));
       std::printf("  per batch:     %s  for %lld sequences\n", format_bytes(r.bytes_per_batch).c_str(),
