@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/dtype.h"
@@ -31,6 +32,7 @@ struct SyntheticSpec {
   int64_t n_ctx = 1024;
   DType type = DType::kF32;        // the matmul weights
   DType embd_type = DType::kF32;   // token embedding (and the tied head)
+  std::optional<DType> expert_type;  // gpt-oss: the experts' matrices (default: type)
   bool tied_output = true;
   bool rope_neox = false;
   double rope_theta = 10000.0;

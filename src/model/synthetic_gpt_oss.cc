@@ -13,6 +13,7 @@ Status write_synthetic_gpt_oss(const SyntheticSpec& s, const std::string& path) 
   const int64_t hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
   const int64_t qd = s.n_head * hd, kvd = s.n_head_kv * hd;
   const std::string a = s.arch + ".";
+  const DType xt = s.expert_type.value_or(s.type);
   GgufWriter w;
   add_common_keys(&w, s);
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
@@ -56,9 +57,9 @@ Status write_synthetic_gpt_oss(const SyntheticSpec& s, const std::string& path) 
     // Router logits of a few units' spread (as Mixtral's fixture): the expert choice is decided by the weights.
     CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, s.n_expert, 4 * lim(s.n_embd), 0.0f));
     CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.bias", DType::kF32, s.n_expert, 1, 0.5f, 0.0f));
-    CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_gate_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
+    CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_gate_exps.weight", xt, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+    CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_up_exps.weight", xt, {s.n_embd, s.n_ff, s.n_expert}, lim(s.n_embd), 0.0f));
+    CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", xt, {s.n_ff, s.n_embd, s.n_expert}, lim(s.n_ff), 0.0f));
     // Gate biases up to the clamp (7): the SwiGLU's limits are reached on some elements.
     CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_exps.bias", DType::kF32, s.n_ff, s.n_expert, 1.0f, 0.0f));
     CACHET_RETURN_IF_ERROR(add(p + "ffn_up_exps.bias", DType::kF32, s.n_ff, s.n_expert, 1.0f, 0.0f));

@@ -10,7 +10,7 @@ namespace cachet::cli {
 void add_synth_command(CLI::App& app, int* exit_code) {
   struct Args {
     SyntheticSpec spec;
-    std::string out, type = "F32", embd_type, preset;
+    std::string out, type = "F32", embd_type, expert_type, preset;
     bool untied = false;
   };
   auto a = std::make_shared<Args>();
@@ -49,6 +49,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--rope-attn-factor", a->spec.rope_attn_factor, "rope.scaling.attn_factor");
   c->add_option("--type", a->type, "matmul weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K)");
   c->add_option("--embd-type", a->embd_type, "token embedding type (default: Q8_0 for 4-bit types, else --type)");
+  c->add_option("--expert-type", a->expert_type, "gpt-oss: the experts' type (default --type; MXFP4 as shipped)");
   c->add_option("--n-vocab", a->spec.n_vocab);
   c->add_option("--n-embd", a->spec.n_embd);
   c->add_option("--n-layer", a->spec.n_layer);
@@ -109,6 +110,15 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       return;
     }
     s.embd_type = *e;
+    s.expert_type = s.type;
+    if (!a->expert_type.empty()) {
+      auto x = dtype_from_name(a->expert_type);
+      if (!x || !dtype_computable(*x)) {
+        *exit_code = fail(invalid_argument("unsupported --expert-type " + a->expert_type));
+        return;
+      }
+      s.expert_type = *x;
+    }
     Status st = write_synthetic_model(s, a->out);
     *exit_code = st.is_ok() ? 0 : fail(st);
   });
