@@ -186,6 +186,46 @@ TEST(OutputParser, ArgumentsStreamBeforeTheCallCloses) {
   EXPECT_EQ(p.n_calls(), 1);
 }
 
+// gpt-oss's harmony messages: the analysis channel is reasoning (always, asked for or not), the final channel the
+// answer, a commentary message to=functions.NAME a call whose arguments stream; the framing never shows.
+TEST(OutputParser, HarmonyChannelsAndCalls) {
+  const ChatFormat h = detect_chat_format("<|start|>{{ m }}<|channel|>analysis<|message|>{{ tools }}<|end|>");
+  ASSERT_EQ(h.tools, ToolSyntax::kHarmony);
+  Parsed p = parse_every_way(h, false, false, {},
+                             "<|channel|>analysis<|message|>User asks 2+2. Easy.<|end|><|start|>assistant<|channel|>"
+                             "final<|message|>2 + 2 = 4.");
+  EXPECT_EQ(p.reasoning, "User asks 2+2. Easy.");
+  EXPECT_EQ(p.content, "2 + 2 = 4.");
+  EXPECT_TRUE(p.calls.empty());
+  p = parse_every_way(h, true, false, kTools,
+                      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+                      "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\",\"days\":2}");
+  EXPECT_EQ(p.reasoning, "Need weather.");
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "get_weather");
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"city":"Paris","days":2})");
+  // A preamble to the user on the commentary channel, then a call with the recipient first.
+  p = parse_every_way(h, true, false, kTools,
+                      "<|channel|>commentary<|message|>Looking it up.<|end|><|start|>assistant to=functions.search"
+                      "<|channel|>commentary json<|message|>{\"q\": \"x\"}<|call|>");
+  EXPECT_EQ(p.content, "Looking it up.");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "search");
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"q": "x"})");
+  // Arguments stream before the call ends; a tail that may begin <|call|> waits.
+  ChatOutputParser s(h, true, false, kTools, "c");
+  OutputDelta d = s.push("<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"q\": \"lo");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].name, "search");
+  EXPECT_EQ(d.calls[0].arguments, "{\"q\": \"lo");
+  d = s.push("ng\"}<|ca");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].arguments, "ng\"}");
+  EXPECT_TRUE(s.push("ll|>").empty());
+  EXPECT_EQ(s.n_calls(), 1);
+}
+
 TEST(ToolFormat, DetectsEachFamilyFromItsTemplate) {
   EXPECT_EQ(detect_chat_format("{% for tool in tools %}<tool_call>{% endfor %}<think>").tools, ToolSyntax::kHermes);
   EXPECT_EQ(detect_chat_format("{{ tools }}<tool_call><function=x><parameter=y>").tools, ToolSyntax::kQwenXml);
@@ -224,6 +264,15 @@ TEST(ToolFormat, StructuralTags) {
   EXPECT_EQ(tag["format"]["elements"][0]["content"]["max_tokens"], 64);
   EXPECT_EQ(tag["format"]["elements"][0]["begin"], "");
   EXPECT_EQ(tag["format"]["elements"][1]["type"], "triggered_tags");
+  // Harmony: a required call may follow the analysis message, whose end takes the next message's start along.
+  s.format = detect_chat_format("<|channel|>x<|message|>");
+  s.inside_thinking = false;
+  s.thinking_budget = 0;
+  s.choice = ToolChoice::kRequired;
+  tag = nlohmann::ordered_json::parse(*structural_tag_for(s));
+  EXPECT_EQ(tag["format"]["elements"][0]["content"]["end"], "<|end|><|start|>assistant");
+  EXPECT_EQ(tag["format"]["elements"][1]["tags"][0]["begin"],
+            "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
 }
 
 }  // namespace

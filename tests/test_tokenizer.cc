@@ -210,7 +210,8 @@ std::string byte_level_vocab(const std::string& pre) {
 TEST(Tokenizer, EveryPreTokenizerFamilyWorks) {
   const std::string text = "hello world 12345 don't  \n\n Ünïcödé 日本語 テスト 한국어 ！？ — done";
   for (const char* pre : {"gpt-2", "default", "mpt", "olmo", "gpt-neox", "starcoder", "smollm", "refact", "command-r",
-                          "llama3", "llama-bpe", "qwen2", "deepseek-coder", "deepseek-llm", "falcon", "lfm2"}) {
+                          "llama3", "llama-bpe", "qwen2", "deepseek-coder", "deepseek-llm", "falcon", "lfm2",
+                          "gpt-4o"}) {
     auto tok = load(byte_level_vocab(pre));
     ASSERT_TRUE(tok) << pre;
     auto ids = tok->encode(text, false, false);
@@ -229,6 +230,33 @@ TEST(Tokenizer, EveryPreTokenizerFamilyWorks) {
   auto t = Tokenizer::from_gguf(**f);
   ASSERT_FALSE(t.is_ok());
   EXPECT_NE(t.status().message().find("pre-tokenizer 'no-such-pre'"), std::string::npos) << t.status().message();
+}
+
+// Harmony vocabularies (gpt-oss): <|return|> and <|call|> end a turn, <|end|> (one message of it) does not, as
+// llama.cpp decides; elsewhere <|end|> (Phi-3's) still ends generation.
+TEST(Tokenizer, HarmonyTurnsEndAtReturnAndCallNotAtEnd) {
+  auto vocab = [](bool harmony) {
+    std::vector<std::string> tokens = {"<unk>", "<s>", "a", "b", "<|end|>"};
+    std::vector<int32_t> types = {2, 3, 1, 1, 3};
+    if (harmony) {
+      tokens.insert(tokens.end(), {"<|return|>", "<|call|>", "<|start|>"});
+      types.insert(types.end(), {3, 3, 3});
+    }
+    GgufWriter w;
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    const std::string path = testing::temp_path(harmony ? "harmony_vocab.gguf" : "phi_vocab.gguf");
+    EXPECT_TRUE(w.write(path).is_ok());
+    return load(path);
+  };
+  auto h = vocab(true), p = vocab(false);
+  ASSERT_TRUE(h && p);
+  EXPECT_TRUE(h->is_end_of_generation(5));   // <|return|>
+  EXPECT_TRUE(h->is_end_of_generation(6));   // <|call|>
+  EXPECT_FALSE(h->is_end_of_generation(4));  // <|end|>
+  EXPECT_FALSE(h->is_end_of_generation(7));  // <|start|>
+  EXPECT_TRUE(p->is_end_of_generation(4));
 }
 
 }  // namespace

@@ -66,7 +66,7 @@ const char* kDsCallEnd = "<｜tool▁call▁end｜>";
 ChatOutputParser::ChatOutputParser(ChatFormat format, bool reasoning, bool open_reasoning,
                                    std::vector<ToolSpec> tools, std::string id_prefix)
     : format_(std::move(format)),
-      reasoning_(reasoning && !format_.think_start.empty()),
+      reasoning_((reasoning || format_.always_reasons) && !format_.think_start.empty()),
       tools_(std::move(tools)),
       id_prefix_(std::move(id_prefix)),
       markers_(call_markers(format_.tools)) {
@@ -83,6 +83,8 @@ std::vector<ChatOutputParser::Marker> ChatOutputParser::active_markers() const {
       if (o[0] == '{' && (content_started_ || mode_ != Mode::kContent)) continue;
       m.push_back({o, 2});
     }
+  if (mode_ == Mode::kContent)
+    for (const std::string& f : format_.framing) m.push_back({f, 3});
   return m;
 }
 
@@ -169,7 +171,9 @@ OutputDelta ChatOutputParser::push(std::string_view text) {
       pending_ws_.clear();
       const Marker m = *found;
       std::string rest = buf_.substr(best + m.text.size());
-      if (m.kind == 0) {
+      if (m.kind == 3) {
+        // framing: nothing to show
+      } else if (m.kind == 0) {
         mode_ = Mode::kReasoning;
       } else if (m.kind == 1) {
         mode_ = Mode::kContent;
@@ -217,6 +221,7 @@ bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
   switch (format_.tools) {
     case ToolSyntax::kQwenXml: return scan_xml_call(out, at_end);
     case ToolSyntax::kDeepSeek: return scan_deepseek_calls(out, at_end);
+    case ToolSyntax::kHarmony: return scan_harmony_call(out, at_end);
     default: return scan_json_calls(out, at_end);
   }
 }
@@ -411,6 +416,7 @@ bool ChatOutputParser::body_looks_like_call() const {
   switch (format_.tools) {
     case ToolSyntax::kQwenXml: return body_.compare(i, 10, "<function=") == 0 || std::string("<function=").rfind(body_.substr(i), 0) == 0;
     case ToolSyntax::kDeepSeek: return false;
+    case ToolSyntax::kHarmony: return true;  // a name, a header, then the arguments, up to <|call|>
     default: return body_[i] == '{' || body_[i] == '[';
   }
 }
@@ -448,6 +454,41 @@ bool ChatOutputParser::scan_deepseek_calls(OutputDelta* out, bool at_end) {
   }
   if (at_end) body_.clear();
   return at_end;
+}
+
+// NAME [<|constrain|>json]<|message|>ARGS (the open marker ended at "to=functions."): the name goes out once its end
+// is seen, the arguments as they come (but a tail that may begin <|call|>, which ends the region).
+bool ChatOutputParser::scan_harmony_call(OutputDelta* out, bool at_end) {
+  const size_t name_end = body_.find_first_of(" <");
+  if (name_end == npos && !at_end) return false;
+  if (!call_started_) {
+    if (name_end == 0 || body_.empty()) {  // no name: markup, dropped
+      if (at_end) body_.clear();
+      return at_end;
+    }
+    start_call(body_.substr(0, name_end), out);
+  }
+  const size_t msg = body_.find("<|message|>");
+  if (msg != npos) {
+    call_end_ = msg + 11;  // the region ends at the first <|call|> after the header
+    const size_t from = msg + 11 + args_emitted_;
+    const std::string& close = markers_.close;
+    size_t upto = std::min(body_.size(), body_.find(close, msg + 11));
+    if (!at_end && upto == body_.size()) {
+      for (size_t k = std::min(close.size() - 1, body_.size()); k > 0; --k)
+        if (body_.compare(body_.size() - k, k, close, 0, k) == 0) {
+          upto -= k;
+          break;
+        }
+    }
+    if (upto > from) emit_args(body_.substr(from, upto - from), out);
+  }
+  if (!at_end) return false;
+  if (args_emitted_ == 0) emit_args("{}", out);
+  ++n_calls_;
+  call_started_ = false;
+  body_.clear();
+  return true;
 }
 
 }  // namespace cachet

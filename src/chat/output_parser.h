@@ -44,7 +44,7 @@ class ChatOutputParser {
   enum class Mode { kContent, kReasoning, kCall };
   struct Marker {
     std::string text;
-    int kind;  // 0 think start, 1 think end, 2 call open
+    int kind;  // 0 think start, 1 think end, 2 call open, 3 framing (dropped)
   };
   std::vector<Marker> active_markers() const;
   // Scans the current call's body; emits what is new; true when the call is complete (rest_ gets what follows).
@@ -52,6 +52,7 @@ class ChatOutputParser {
   bool scan_json_calls(OutputDelta* out, bool at_end);
   bool scan_xml_call(OutputDelta* out, bool at_end);
   bool scan_deepseek_calls(OutputDelta* out, bool at_end);
+  bool scan_harmony_call(OutputDelta* out, bool at_end);
   // The region so far could still be a call of the family's syntax (else it ends at the first close marker).
   bool body_looks_like_call() const;
   void emit_text(const std::string& s, OutputDelta* out);

@@ -15,6 +15,7 @@ const char* tool_syntax_name(ToolSyntax s) {
     case ToolSyntax::kLlama3: return "llama3";
     case ToolSyntax::kMistral: return "mistral";
     case ToolSyntax::kDeepSeek: return "deepseek";
+    case ToolSyntax::kHarmony: return "harmony";
     case ToolSyntax::kGeneric: return "generic";
   }
   return "generic";
@@ -28,11 +29,22 @@ const char* kDsCallBegin = "<｜tool▁call▁begin｜>";
 const char* kDsSep = "<｜tool▁sep｜>";
 const char* kDsCallEnd = "<｜tool▁call▁end｜>";
 const char* kDsCallsEnd = "<｜tool▁calls▁end｜>";
+const char* kHarmonyCall = "<|channel|>commentary to=functions.";
 }  // namespace
 
 ChatFormat detect_chat_format(const std::string& t) {
   ChatFormat f;
   f.template_renders_tools = has(t, "tools");
+  if (has(t, "<|channel|>") && has(t, "<|message|>")) {  // harmony (gpt-oss): its own messages, always
+    f.tools = ToolSyntax::kHarmony;
+    f.think_start = "<|channel|>analysis<|message|>";
+    f.think_end = "<|end|>";
+    f.after_think = "<|start|>assistant";
+    f.framing = {"<|start|>assistant", "<|channel|>final<|message|>", "<|channel|>commentary<|message|>", "<|end|>",
+                 "<|return|>"};
+    f.always_reasons = true;
+    return f;
+  }
   if (has(t, "<function=") && has(t, "<parameter=")) f.tools = ToolSyntax::kQwenXml;
   else if (has(t, "<tool_call>")) f.tools = ToolSyntax::kHermes;
   else if (has(t, "tool▁calls▁begin") || has(t, "tool_calls_begin")) f.tools = ToolSyntax::kDeepSeek;
@@ -55,6 +67,8 @@ CallMarkers call_markers(ToolSyntax s) {
     case ToolSyntax::kLlama3: return {{"<|python_tag|>", "{\"name\""}, ""};
     case ToolSyntax::kMistral: return {{"[TOOL_CALLS]"}, ""};
     case ToolSyntax::kDeepSeek: return {{kDsCallsBegin}, kDsCallsEnd};
+    // The recipient may also come first: <|start|>assistant to=functions.f<|channel|>commentary json<|message|>.
+    case ToolSyntax::kHarmony: return {{kHarmonyCall, " to=functions."}, "<|call|>"};
   }
   return {{"<tool_call>"}, "</tool_call>"};
 }
@@ -84,6 +98,9 @@ json call_tag(ToolSyntax s, const ToolSpec& t) {
               {"begin", std::string(kDsCallsBegin) + kDsCallBegin + "function" + kDsSep + t.name + "\n```json\n"},
               {"content", args},
               {"end", std::string("\n```") + kDsCallEnd + kDsCallsEnd}};
+    case ToolSyntax::kHarmony:  // the call's end is <|call|>, an end of generation the grammar's end admits
+      return {{"type", "tag"}, {"begin", std::string(kHarmonyCall) + t.name + " <|constrain|>json<|message|>"},
+              {"content", args}, {"end", ""}};
     case ToolSyntax::kHermes:
     case ToolSyntax::kGeneric:
       break;
@@ -98,6 +115,7 @@ std::string trigger(ToolSyntax s) {
     case ToolSyntax::kLlama3: return "{\"name\": \"";
     case ToolSyntax::kMistral: return "[TOOL_CALLS]";
     case ToolSyntax::kDeepSeek: return kDsCallsBegin;
+    case ToolSyntax::kHarmony: return kHarmonyCall;
     default: return "<tool_call>";
   }
 }
@@ -107,16 +125,18 @@ std::string trigger(ToolSyntax s) {
 std::optional<std::string> structural_tag_for(const OutputShape& sh) {
   json main;
   const bool calls = !sh.tools.empty() && sh.choice != ToolChoice::kNone;
+  // Harmony ends a turn at a call (<|call|>): one call per turn, whatever parallel_tool_calls says.
+  const bool one_call = !sh.parallel || sh.format.tools == ToolSyntax::kHarmony;
   if (calls) {
     json tags = json::array();
     for (const ToolSpec& t : sh.tools)
       if (sh.choice != ToolChoice::kNamed || t.name == sh.named) tags.push_back(call_tag(sh.format.tools, t));
     if (sh.choice == ToolChoice::kAuto) {
       main = {{"type", "triggered_tags"}, {"triggers", {trigger(sh.format.tools)}}, {"tags", tags},
-              {"at_least_one", false}, {"stop_after_first", !sh.parallel}};
+              {"at_least_one", false}, {"stop_after_first", one_call}};
     } else {
       main = {{"type", "tags_with_separator"}, {"tags", tags}, {"separator", "\n"}, {"at_least_one", true},
-              {"stop_after_first", !sh.parallel || sh.choice == ToolChoice::kNamed}};
+              {"stop_after_first", one_call || sh.choice == ToolChoice::kNamed}};
     }
   } else if (!sh.answer.is_null()) {
     main = sh.answer;
@@ -134,7 +154,7 @@ std::optional<std::string> structural_tag_for(const OutputShape& sh) {
     // Calls come after the reasoning, where the grammar shapes them; one started inside it would be free text.
     if (!sh.tools.empty()) thought["excludes"] = {trigger(sh.format.tools)};
     json think = {{"type", "tag"}, {"begin", sh.inside_thinking ? "" : sh.format.think_start}, {"content", thought},
-                  {"end", sh.format.think_end}};
+                  {"end", sh.format.think_end + sh.format.after_think}};
     if (!sh.inside_thinking) think = {{"type", "optional"}, {"content", think}};
     format = {{"type", "sequence"}, {"elements", json::array({think, main})}};
   }

@@ -8,6 +8,9 @@
 //   llama3    {"name": "f", "parameters": {...}}  (or after <|python_tag|>)      Llama 3.1 / 3.2 / 3.3
 //   mistral   [TOOL_CALLS][{"name": "f", "arguments": {...}}]                    Mistral, Mixtral, Ministral
 //   deepseek  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>...
+//   harmony   <|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}<|call|>      gpt-oss
+//             (reasoning: <|channel|>analysis<|message|>...<|end|>; the answer: <|start|>assistant<|channel|>final
+//             <|message|>...; the framing never reaches the content)
 //   generic   a template that knows no tools: the tools are described in a system message and calls are
 //             asked for (and constrained) in the hermes form.
 #pragma once
@@ -25,7 +28,7 @@ namespace cachet {
 // A structural tag's json_schema format for a (checked) schema.
 nlohmann::ordered_json json_schema_format(const nlohmann::ordered_json& schema);
 
-enum class ToolSyntax { kHermes, kQwenXml, kLlama3, kMistral, kDeepSeek, kGeneric };
+enum class ToolSyntax { kHermes, kQwenXml, kLlama3, kMistral, kDeepSeek, kHarmony, kGeneric };
 
 const char* tool_syntax_name(ToolSyntax s);
 
@@ -33,6 +36,10 @@ struct ChatFormat {
   ToolSyntax tools = ToolSyntax::kGeneric;
   bool template_renders_tools = false;  // the template reads `tools` (else the generic system message)
   std::string think_start, think_end;   // reasoning markers ("<think>", "</think>"); empty: none
+  std::string after_think;              // what the model writes between reasoning and the next message (harmony:
+                                        // "<|start|>assistant"), part of the reasoning's end in a structural tag
+  std::vector<std::string> framing;     // message framing that is neither content nor reasoning (harmony's)
+  bool always_reasons = false;          // the model writes its reasoning whatever is asked (harmony's analysis)
 };
 
 ChatFormat detect_chat_format(const std::string& template_source);

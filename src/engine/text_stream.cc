@@ -11,6 +11,7 @@ std::vector<int32_t> end_of_generation_ids(const Model& model, const Tokenizer* 
   if (tok)
     for (int32_t id = 0; id < tok->n_vocab(); ++id)
       if (tok->is_end_of_generation(id)) ids.push_back(id);
+  if (tok) return ids;  // the tokenizer read the same eos / eot keys, and knows when one is no end (harmony's <|end|>)
   const SpecialTokens& sp = model.special_tokens();
   for (const std::optional<int32_t>& t : {sp.eos, sp.eot})
     if (t && std::find(ids.begin(), ids.end(), *t) == ids.end()) ids.push_back(*t);

@@ -89,6 +89,19 @@ Status Tokenizer::init_common(const GgufFile& f, Kind kind) {
   }
   if (eos_) end_of_generation_.push_back(*eos_);
   if (eot_) end_of_generation_.push_back(*eot_);
+  // Harmony (gpt-oss): a turn ends at <|return|> (the answer) or <|call|> (a tool call); <|end|> closes one
+  // message of the turn (the reasoning) and the model goes on, so it is no end there (as llama.cpp decides).
+  const auto control = [&](const char* name) -> std::optional<int32_t> {
+    auto it = index_.find(name);
+    if (it == index_.end() || types_[it->second] != TokenType::kControl) return std::nullopt;
+    return it->second;
+  };
+  if (const auto ret = control("<|return|>"), call = control("<|call|>"); ret && call) {
+    if (const auto end = control("<|end|>"))
+      std::erase(end_of_generation_, *end);
+    end_of_generation_.push_back(*ret);
+    end_of_generation_.push_back(*call);
+  }
   return Status::ok();
 }
 

@@ -218,3 +218,39 @@ def test_xml_calls_with_reasoning(thinking_server):
         assert ch.finish_reason == "tool_calls", ch
         validate_calls(ch.message, [name], False)
         assert ch.message.reasoning_content is not None
+
+
+@pytest.fixture(scope="module")
+def harmony_server(cachet_bin, default_model, llamacpp_models):
+    """gpt-oss's own template (harmony messages) in front of the default model."""
+    s = Server(cachet_bin, default_model, "--chat-template-file",
+               str(llamacpp_models / "templates" / "openai-gpt-oss-120b.jinja"), "--alias", "m")
+    yield s
+    s.stop()
+
+
+def test_harmony_calls_and_channels(harmony_server):
+    """Harmony's calls (<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS), constrained
+    after an optional, budgeted analysis message: valid calls to the offered function, the analysis as reasoning,
+    none of the framing in the content; streamed deltas assemble to the whole result."""
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{harmony_server.port}/v1", api_key="none", max_retries=0)
+    cut = 0
+    for i, name in enumerate(["get_weather", "order_pizza", "book_flight", "create_ticket", "convert_currency"]):
+        kw = dict(model="m", messages=[{"role": "user", "content": ASKS[i]}], tools=TOOLS[:20], temperature=0.5,
+                  seed=i, tool_choice={"type": "function", "function": {"name": name}} if i % 2 else "required",
+                  max_tokens=400, frequency_penalty=0.5, extra_body={"thinking_budget": 12})
+        ch = c.chat.completions.create(**kw).choices[0]
+        if ch.finish_reason == "length":  # a 135M model can loop inside a string until max_tokens
+            cut += 1
+            assert cut <= 1, ch
+            continue
+        assert ch.finish_reason == "tool_calls", ch
+        validate_calls(ch.message, [name] if i % 2 else [t["function"]["name"] for t in TOOLS[:20]], False)
+        thought = getattr(ch.message, "reasoning_content", None) or ""
+        for part in (ch.message.content or "", thought):
+            assert "<|channel|>" not in part and "<|message|>" not in part, part
+        content, reasoning, calls, finish = assemble(c.chat.completions.create(stream=True, **kw))
+        assert finish == "tool_calls" and content == (ch.message.content or "")
+        assert reasoning == thought
+        assert [(x["name"], x["arguments"]) for x in calls] == \
+            [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]
