@@ -51,6 +51,10 @@ std::vector<Arch> archs() {
   add("gemma2", "gemma2", [](SyntheticSpec& s) { s.sliding_window = 11, s.attn_softcap = 2.0, s.final_softcap = 3.0; });
   add("gemma3", "gemma3", [](SyntheticSpec& s) { s.sliding_window = 11, s.head_dim = 32, s.n_layer = 7; });
   add("phi3", "phi3", [](SyntheticSpec&) {});
+  add("smollm3", "smollm3", [](SyntheticSpec& s) { s.n_layer = 4; });  // layer 3 without RoPE
+  add("mistral3", "mistral3", [](SyntheticSpec& s) {  // YaRN; the temperature past position 8
+    s.rope_scaling = "yarn", s.rope_scale = 4.0, s.rope_orig_ctx = 8, s.attn_temp_scale = 0.5;
+  });
   // Sinks, biases, a biased router over biased experts, every other layer windowed (shorter than the prompts).
   add("gpt-oss", "gpt-oss", [](SyntheticSpec& s) {
     s.n_expert = 4, s.n_expert_used = 2, s.head_dim = 32, s.sliding_window = 11;

@@ -17,8 +17,8 @@
 //   Q8_0: d[16] f16 | q[8 steps][64] (int8 + 128)                                       w = (q-128)*d
 //   Q4_0: d[16] | nib[4][64]: step s < 4 the low nibbles of vector s, step s >= 4 the high ones of s-4   w = (q-8)*d
 //   IQ4_NL: d[16] | nib (the 4-bit codes c)      q = grid[c] + 128 (a byte shuffle), then as Q8_0: w = (q-128)*d
-//   MXFP4:  as IQ4_NL on its own grid (E2M1 values doubled), d = 2^(e-128) as f16 (exact for e in 104..143:
-//           mxfp4_packed_scale)
+//   MXFP4:  d[16] | nib (E2M1 codes c)    q = grid[c] + 12 (a byte shuffle; grid: E2M1 values doubled, |grid| <= 12),
+//           then as Q4_0 with bias 12: w = (q-12)*d, d = 2^(e-128) as f16 (exact for e in 104..143: mxfp4_packed_scale)
 //   Q4_1: d[16] | m[16] f16 | nib                                                        w = q*d + m
 //   Q5_0: d[16] | nib | hi[64]: bit s of byte r*4+i = bit 4 of element 4s+i               w = (q-16)*d
 //   Q5_1: d[16] | m[16] | nib | hi                                                       w = q*d + m
@@ -120,17 +120,18 @@ constexpr DType packed_as(DType t) {
 }
 // Whether a packed type's kernels take Q8_0's steps (biased unsigned int8 quants): Q8_0 as stored, IQ4_NL
 // after its codes' lookup.
-constexpr bool packed_q8_steps(DType t) {
-  return packed_as(t) == DType::kQ8_0 || packed_as(t) == DType::kIQ4_NL || t == DType::kMXFP4;
-}
-// The packed types whose 4-bit codes index a 16-level grid of int8 values (a byte shuffle in the kernels).
+constexpr bool packed_q8_steps(DType t) { return packed_as(t) == DType::kQ8_0 || packed_as(t) == DType::kIQ4_NL; }
+// The packed types whose 4-bit codes index a 16-level grid (a byte shuffle in the kernels): IQ4_NL's levels span
+// int8 (grid + 128, then Q8_0's steps); MXFP4's are small (|grid| <= 12: grid + 12, then Q4_0's cheaper steps,
+// whose unsigned-by-signed byte products cannot saturate at 24 x 127).
 constexpr bool packed_lut(DType t) { return packed_as(t) == DType::kIQ4_NL || t == DType::kMXFP4; }
 // Block types only; a type without a packed layout is a caller's bug (checked in packed_group_bytes).
 constexpr PackedLayout packed_layout(DType t) {
   switch (packed_as(t)) {
     case DType::kQ8_0: return {1, 0, 32 + 512, 32, 0, 128};
     case DType::kQ4_0: return {1, 0, 32 + 256, 32, 0, 8};
-    case DType::kIQ4_NL: case DType::kMXFP4: return {1, 0, 32 + 256, 32, 0, 128};
+    case DType::kIQ4_NL: return {1, 0, 32 + 256, 32, 0, 128};
+    case DType::kMXFP4: return {1, 0, 32 + 256, 32, 0, 12};
     case DType::kQ4_1: return {1, 0, 64 + 256, 64, 0, 0};
     case DType::kQ5_0: return {1, 0, 32 + 256 + 64, 32, 32 + 256, 16};
     case DType::kQ5_1: return {1, 0, 64 + 256 + 64, 64, 64 + 256, 0};

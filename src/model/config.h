@@ -68,6 +68,9 @@ namespace cachet {
   X(int64_t, n_dense_lead, 0, "MoE: leading layers with a dense FFN instead of experts")                     \
   X(int64_t, n_ff_dense, 0, "MoE: the leading dense layers' FFN width (0: n_ff)")                           \
   X(int64_t, n_mtp_layers, 0, "multi-token-prediction blocks the file carries after the trunk (not run by it)") \
+  X(int64_t, nope_interval, 0, "layers l with (l + 1) % n == 0 attend without RoPE (SmolLM3: 4; 0: none)")   \
+  X(double, attn_temp_scale, 0.0, "queries times log(floor(pos / attn_temp_floor) + 1) * this + 1 (0: none)")  \
+  X(int64_t, attn_temp_floor, 0, "positions per step of the attention temperature (the YaRN original context)") \
   X(bool, attn_sinks, false, "a learned per-head logit in every attention softmax (gpt-oss's sinks)")       \
   X(bool, out_bias, false, "the attention output projection has a bias")                                  \
   X(bool, expert_biases, false, "MoE: the router's logits and every expert's projections have biases")       \
@@ -112,6 +115,8 @@ struct ModelConfig {
   bool is_moe(int64_t l) const { return n_expert > 0 && l >= n_dense_lead; }
   int64_t ffn_width(int64_t l) const { return is_moe(l) || n_ff_dense == 0 ? n_ff : n_ff_dense; }
 
+  // Whether layer l rotates Q and K (SmolLM3's NoPE layers do not).
+  bool uses_rope(int64_t l) const { return nope_interval <= 0 || (l + 1) % nope_interval != 0; }
   // Whether layer l uses the sliding window.
   bool is_swa(int64_t l) const {
     return sliding_window > 0 && l < static_cast<int64_t>(swa_layers.size()) && swa_layers[l] == 'S';

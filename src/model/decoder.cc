@@ -352,9 +352,19 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                 "per-head norm of Q and K"});
     }
     const float* cs = swa ? cos_sin_swa_.data() : cos_sin_.data();
-    rope(q_.data(), cs, T, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(c.rope_dim), c.rope_neox);
-    rope(k_.data(), cs, T, static_cast<int>(KH), static_cast<int>(hd), static_cast<int>(c.rope_dim), c.rope_neox);
-    trace(l, {"rope", "", "", {}, {T, H + KH, hd}, {T, H + KH, hd},
+    if (c.uses_rope(l)) {
+      rope(q_.data(), cs, T, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(c.rope_dim), c.rope_neox);
+      rope(k_.data(), cs, T, static_cast<int>(KH), static_cast<int>(hd), static_cast<int>(c.rope_dim), c.rope_neox);
+    }
+    if (c.attn_temp_scale != 0.0) {  // Llama 4 / Mistral 3: queries scaled up past the original context
+      for (int t = 0; t < T; ++t) {
+        const float s = static_cast<float>(
+            std::log(std::floor(static_cast<double>(batch.positions[t]) / static_cast<double>(c.attn_temp_floor)) + 1.0) *
+                c.attn_temp_scale + 1.0);
+        for (int64_t i = 0; i < qd; ++i) q_[t * qd + i] *= s;
+      }
+    }
+    if (c.uses_rope(l)) trace(l, {"rope", "", "", {}, {T, H + KH, hd}, {T, H + KH, hd},
               std::string(c.rope_neox ? "NeoX" : "interleaved") + " rotation of Q and K, theta " +
                   std::to_string(static_cast<int64_t>(swa ? c.rope_theta_swa : c.rope_theta)) +
                   (c.rope_freq_factors ? ", per-pair frequency factors" : "") +

@@ -22,6 +22,8 @@ void register_gemma_embedding_arch();
 void register_bert_archs();
 void register_phi3_arch();
 void register_gpt_oss_arch();
+void register_smollm3_arch();
+void register_mistral3_arch();
 
 namespace {
 
@@ -44,6 +46,8 @@ void register_builtin_archs() {
     register_bert_archs();
     register_phi3_arch();
     register_gpt_oss_arch();
+    register_smollm3_arch();
+    register_mistral3_arch();
   });
 }
 

@@ -97,7 +97,8 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   if (s.arch == "gpt-oss") return write_synthetic_gpt_oss(s, path);
   if (s.arch == "bert" || s.arch == "nomic-bert" || s.arch == "nomic-bert-moe" || s.arch == "modern-bert")
     return write_synthetic_encoder(s, path);
-  static const char* kArchs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "gemma-embedding"};
+  static const char* kArchs[] = {"llama", "qwen2",  "qwen3",    "qwen3moe", "gemma2",         "gemma3",
+                                 "phi3",  "smollm3", "mistral3", "gemma-embedding"};
   if (std::find(std::begin(kArchs), std::end(kArchs), s.arch) == std::end(kArchs))
     return invalid_argument("synthetic model: unknown architecture '" + s.arch + "'");
   if (s.n_head % s.n_head_kv != 0) return invalid_argument("synthetic model: KV heads must divide the heads");
@@ -162,6 +163,10 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   if (s.arch == "gemma2" && s.attn_softcap > 0) w.set_f32(a + "attn_logit_softcapping", static_cast<float>(s.attn_softcap));
   if (gemma && s.final_softcap > 0) w.set_f32(a + "final_logit_softcapping", static_cast<float>(s.final_softcap));
   if (s.rope_neox && s.arch == "llama") w.set_bool("cachet.rope.neox", true);
+  if (s.attn_temp_scale != 0.0) {
+    if (s.arch != "mistral3") return invalid_argument("synthetic model: an attention temperature is mistral3's");
+    w.set_f32(a + "attention.temperature_scale", static_cast<float>(s.attn_temp_scale));
+  }
   if (s.with_vocab) add_spm_vocab(&w, s.n_vocab);
 
   RandomTensors add(&w, s.seed);

@@ -13,7 +13,8 @@
 namespace cachet {
 
 struct SyntheticSpec {
-  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next lfm2 lfm2moe gpt-oss gemma2 gemma3 phi3; embedding models: gemma-embedding, and the encoders bert
+  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next lfm2 lfm2moe gpt-oss gemma2 gemma3 phi3 smollm3
+  // mistral3; embedding models: gemma-embedding, and the encoders bert
   // (a WordPiece vocabulary), nomic-bert, modern-bert
   std::string arch = "llama";
   int64_t n_vocab = 256;
@@ -40,6 +41,7 @@ struct SyntheticSpec {
   double rope_scale = 1.0;
   int64_t rope_orig_ctx = 0;       // 0: not written
   double rope_attn_factor = 0.0;   // 0: not written
+  double attn_temp_scale = 0.0;    // mistral3: attention.temperature_scale (0: not written)
   int64_t pooling_type = -1;       // >= 0: {arch}.pooling_type (1 mean, 2 cls, 3 last, 4 rank), an embedding model
   int64_t n_cls_out = 0;           // a reranker's classifier outputs: qwen3 cls.output (labels "yes", "no", ...);
                                    // encoders cls + cls.output (bert: tanh head; modern-bert: GELU head + norm)

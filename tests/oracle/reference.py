@@ -1,5 +1,6 @@
 """An independent numpy reference forward for the decoder architectures cachet runs (llama incl. rope_freqs and
-Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3; qwen35 and qwen35moe in reference_qwen35.py).
+Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3; qwen35 and qwen35moe in
+reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py).
 
 Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
 with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
@@ -135,7 +136,7 @@ class Model:
             n_ff=int(get("feed_forward_length")),
             rope_dim=int(get("rope.dimension_count", head_dim)),
             rope_theta=float(get("rope.freq_base", 10000.0)),
-            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch != "llama",
+            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch not in ("llama", "smollm3", "mistral3"),
             eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
             embd_scale=float(np.sqrt(np.float32(n_embd))) if gemma else 1.0,
             attn_softcap=float(get("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0,
@@ -163,6 +164,16 @@ class Model:
         if arch == "lfm2moe":  # experts n_ff wide after leading dense layers; sigmoid router with a selection bias
             cfg.n_ff = int(get("expert_feed_forward_length"))
             m.sigmoid_router = int(get("expert_gating_func", 2)) == 2
+        if scaling == "yarn" and arch != "gpt-oss":  # HF's YaRN on every layer (reference_gpt_oss.yarn)
+            from reference_gpt_oss import yarn
+            m.yarn = yarn(cfg.rope_dim, cfg.rope_theta, float(get("rope.scaling.factor")),
+                          int(get("rope.scaling.original_context_length", get("context_length"))),
+                          float(get("rope.scaling.yarn_beta_fast", 32.0)), float(get("rope.scaling.yarn_beta_slow", 1.0)))
+        if arch == "smollm3":  # every fourth layer without positions (NoPE)
+            m.nope_interval = 4
+        if arch == "mistral3" and get("attention.temperature_scale") is not None:  # Llama 4's query temperature
+            m.attn_temp = (float(get("attention.temperature_scale")),
+                           int(get("rope.scaling.original_context_length", get("context_length"))))
         if arch == "gpt-oss":  # sinks, biases, clamped SwiGLU, YaRN: reference_gpt_oss.py
             from reference_gpt_oss import setup_gpt_oss
             setup_gpt_oss(m, get)
@@ -239,7 +250,7 @@ class Model:
         if c.rope_factors is not None:
             inv = inv / c.rope_factors
         mscale = 1.0
-        if getattr(self, "yarn", None) is not None:  # gpt-oss: YaRN on every layer
+        if getattr(self, "yarn", None) is not None and (not swa or getattr(self, "yarn_on_swa", False)):
             inv, mscale = self.yarn
         ang = np.arange(T)[:, None] * inv[None, :]
         cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
@@ -337,8 +348,14 @@ class Model:
             if p + "attn_q_norm.weight" in w:
                 q = self._rms(q.reshape(T, c.n_head, c.head_dim), w[p + "attn_q_norm.weight"]).reshape(T, -1)
                 k = self._rms(k.reshape(T, c.n_head_kv, c.head_dim), w[p + "attn_k_norm.weight"]).reshape(T, -1)
-            q = self._rope(q, c.n_head, swa).reshape(T, c.n_head, c.head_dim)
-            k = self._rope(k, c.n_head_kv, swa).reshape(T, c.n_head_kv, c.head_dim)
+            nope = getattr(self, "nope_interval", 0)
+            if not nope or (l + 1) % nope != 0:
+                q, k = self._rope(q, c.n_head, swa), self._rope(k, c.n_head_kv, swa)
+            q = q.reshape(T, c.n_head, c.head_dim)
+            k = k.reshape(T, c.n_head_kv, c.head_dim)
+            if getattr(self, "attn_temp", None) is not None:
+                scale_t, floor_t = self.attn_temp
+                q = q * (np.log(np.floor(np.arange(T) / floor_t) + 1.0) * scale_t + 1.0)[:, None, None]
             v = v.reshape(T, c.n_head_kv, c.head_dim)
             if kv_f16:
                 k = k.astype(np.float32).astype(np.float16).astype(np.float64)

@@ -24,6 +24,7 @@ def setup_gpt_oss(m, get):
     c.rope_theta_swa = c.rope_theta
     m.ffn_norm_name = "post_attention_norm.weight"
     m.attn_post_norm = False
+    m.yarn_on_swa = True  # its local layers scale as the global ones
     if get("rope.scaling.type", "none") == "yarn":
         m.yarn = yarn(c.rope_dim, c.rope_theta, float(get("rope.scaling.factor")),
                       int(get("rope.scaling.original_context_length", get("context_length"))),

@@ -49,6 +49,11 @@ ARCHS = {
     # random file are near-ties, which measure rounding luck, not precision).
     "lfm2moe": ["--arch", "lfm2moe", "--n-layer", "6", "--ssm-conv", "3", "--full-attn-interval", "3",
                 "--experts", "4", "--experts-used", "2", "--n-ff", "256", "--dense-lead", "3", "--dense-ff", "512"],
+    # SmolLM3: layer 3 of 4 attends without RoPE. Mistral 3: YaRN, and the attention temperature past an original
+    # context (8) shorter than the prompt.
+    "smollm3": ["--arch", "smollm3", "--n-layer", "4"],
+    "mistral3": ["--arch", "mistral3", "--rope-scaling", "yarn", "--rope-scale", "4", "--rope-orig-ctx", "8",
+                 "--attn-temp-scale", "0.5"],
     # gpt-oss: sinks, biases, 4 experts (2 used) behind a biased router, clamped SwiGLU, every other layer a window
     # shorter than the prompt; and under YaRN (every layer's RoPE scaled, the local ones too).
     "gpt-oss": ["--arch", "gpt-oss", "--experts", "4", "--experts-used", "2", "--head-dim", "64",
@@ -263,6 +268,20 @@ def test_rope_freqs_and_windows_change_the_logits(cachet_bin, tmp_path):
                           tmp_path)
         assert np.array_equal(narrow[:12], wide[:12]), name  # within the window nothing differs
         assert np.abs(narrow[12:] - wide[12:]).max() > 2e-2 * np.abs(wide).max(), name
+
+
+def test_nope_layers_and_the_attention_temperature_change_the_logits(cachet_bin, tmp_path):
+    """SmolLM3's NoPE layer and Mistral 3's temperature do something on these shapes (the same weights with
+    RoPE everywhere / no temperature give other logits; before the original context the temperature is 1)."""
+    ids = prompt()
+    nope = our_logits(cachet_bin, synth(cachet_bin, tmp_path, "smollm3", "F32"), ids, tmp_path)
+    rope = our_logits(cachet_bin, synth(cachet_bin, tmp_path, "smollm3", "F32", ["--arch", "llama"]), ids, tmp_path)
+    assert np.abs(nope - rope).max() > 2e-2 * np.abs(rope).max()
+    hot = our_logits(cachet_bin, synth(cachet_bin, tmp_path, "mistral3", "F32"), ids, tmp_path)
+    cold = our_logits(cachet_bin, synth(cachet_bin, tmp_path, "mistral3", "F32", ["--attn-temp-scale", "0"]), ids,
+                      tmp_path)
+    assert np.array_equal(hot[:8], cold[:8])
+    assert np.abs(hot[8:] - cold[8:]).max() > 2e-2 * np.abs(cold).max()
 
 
 def test_info_names_the_architecture_and_its_features(cachet_bin, tmp_path):

@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small",
                              "qwen3.5-2b", "qwen3.5-9b", "qwen3.6-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "gemma2", "gemma3", "phi3", "gemma-embedding",
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "phi3", "gemma-embedding",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
@@ -47,6 +47,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--rope-scale", a->spec.rope_scale, "rope.scaling.factor");
   c->add_option("--rope-orig-ctx", a->spec.rope_orig_ctx, "rope.scaling.original_context_length");
   c->add_option("--rope-attn-factor", a->spec.rope_attn_factor, "rope.scaling.attn_factor");
+  c->add_option("--attn-temp-scale", a->spec.attn_temp_scale, "mistral3: attention.temperature_scale");
   c->add_option("--type", a->type, "matmul weight type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K)");
   c->add_option("--embd-type", a->embd_type, "token embedding type (default: Q8_0 for 4-bit types, else --type)");
   c->add_option("--expert-type", a->expert_type, "gpt-oss: the experts' type (default --type; MXFP4 as shipped)");

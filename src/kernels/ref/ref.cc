@@ -409,7 +409,7 @@ int packed_weight(DType t, const PackedLayout& l, const uint8_t* blk, int r, int
   const uint8_t byte = blk[l.qs + (s % 4) * 64 + r * 4 + i];
   int q = s < 4 ? (byte & 0x0f) : (byte >> 4);
   if (t == DType::kIQ4_NL) return kIq4nlGrid[q] + 128;
-  if (t == DType::kMXFP4) return kMxfp4Grid[q] + 128;
+  if (t == DType::kMXFP4) return kMxfp4Grid[q] + 12;
   if (t == DType::kQ6_K) {
     q |= ((blk[l.hi + (s / 4) * 64 + r * 4 + i] >> (2 * (s % 4))) & 3) << 4;
   } else if (l.hi != 0) {
