@@ -24,6 +24,18 @@ void add_common_keys(GgufWriter* w, const SyntheticSpec& s) {
   w->set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
 }
 
+void add_rope_keys(GgufWriter* w, const SyntheticSpec& s, int64_t rope_dim) {
+  const std::string a = s.arch + ".";
+  w->set_u32(a + "rope.dimension_count", static_cast<uint32_t>(rope_dim));
+  w->set_f32(a + "rope.freq_base", static_cast<float>(s.rope_theta));
+  if (s.rope_scaling.empty()) return;
+  w->set_string(a + "rope.scaling.type", s.rope_scaling);
+  w->set_f32(a + "rope.scaling.factor", static_cast<float>(s.rope_scale));
+  if (s.rope_orig_ctx > 0)
+    w->set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_orig_ctx));
+  if (s.rope_attn_factor > 0) w->set_f32(a + "rope.scaling.attn_factor", static_cast<float>(s.rope_attn_factor));
+}
+
 // A WordPiece vocabulary (tokenizer.ggml.model "bert") as llama.cpp's converter stores one: a word-initial piece
 // is U+2581 + piece, a continuation ("##ing") the bare piece. [PAD] [UNK] [CLS] [SEP] [MASK], characters both
 // ways, some whole words, then filler words up to n_vocab.
@@ -126,15 +138,7 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(hd));
     w.set_u32(a + "attention.value_length", static_cast<uint32_t>(hd));
   }
-  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(hd));
-  w.set_f32(a + "rope.freq_base", static_cast<float>(s.rope_theta));
-  if (!s.rope_scaling.empty()) {
-    w.set_string(a + "rope.scaling.type", s.rope_scaling);
-    w.set_f32(a + "rope.scaling.factor", static_cast<float>(s.rope_scale));
-    if (s.rope_orig_ctx > 0)
-      w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_orig_ctx));
-    if (s.rope_attn_factor > 0) w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(s.rope_attn_factor));
-  }
+  add_rope_keys(&w, s, hd);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   if (s.arch == "llama") w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
   if (moe) {

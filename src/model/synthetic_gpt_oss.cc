@@ -22,14 +22,7 @@ Status write_synthetic_gpt_oss(const SyntheticSpec& s, const std::string& path) 
   w.set_u32(a + "attention.value_length", static_cast<uint32_t>(hd));
   w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window > 0 ? s.sliding_window : 128));
-  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(hd));
-  w.set_f32(a + "rope.freq_base", static_cast<float>(s.rope_theta));
-  if (!s.rope_scaling.empty()) {
-    w.set_string(a + "rope.scaling.type", s.rope_scaling);
-    w.set_f32(a + "rope.scaling.factor", static_cast<float>(s.rope_scale));
-    if (s.rope_orig_ctx > 0)
-      w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.rope_orig_ctx));
-  }
+  add_rope_keys(&w, s, hd);
   w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
   w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
   w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff));

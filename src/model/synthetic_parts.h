@@ -50,6 +50,8 @@ inline float fan_in_limit(int64_t fan_in) { return std::sqrt(3.0f / static_cast<
 
 // general.* keys and the {arch}.* sizes every decoder file has.
 void add_common_keys(GgufWriter* w, const SyntheticSpec& s);
+// rope.dimension_count, rope.freq_base and, when the spec scales RoPE, its rope.scaling.* keys.
+void add_rope_keys(GgufWriter* w, const SyntheticSpec& s, int64_t rope_dim);
 // The decoders' placeholder SentencePiece vocabulary.
 void add_spm_vocab(GgufWriter* w, int64_t n_vocab);
 
