@@ -76,10 +76,10 @@ def workload(name, n):
     return [[([{"role": "user", "content": f"Tell me about {topics[i % len(topics)]}."}], 256)] for i in range(n)]
 
 
-def run(port, sessions, clients, max_tokens):
+def run(port, conversations, clients, max_tokens):
     """Every request by `clients` concurrent clients: completion tokens over wall time (end to end, prompts
     included), and the decode rate per request, (tokens - 1) / (time after its first token), averaged."""
-    queue, lock, out, errors = list(range(len(sessions))), threading.Lock(), [], []
+    queue, lock, out, errors = list(range(len(conversations))), threading.Lock(), [], []
 
     def worker():
         try:
@@ -89,7 +89,7 @@ def run(port, sessions, clients, max_tokens):
                         return
                     i = queue.pop(0)
                 t0 = time.time()
-                ttft, n, _ = chat_stream(port, sessions[i][0][0], min(max_tokens, sessions[i][0][1]))
+                ttft, n, _ = chat_stream(port, conversations[i][0][0], min(max_tokens, conversations[i][0][1]))
                 with lock:
                     out.append((ttft, time.time() - t0, n))
         except Exception as e:  # noqa: BLE001 - reported below
@@ -175,9 +175,9 @@ def main():
     rows = []
     for w in a.workloads.split(","):
         for b in [int(x) for x in a.batches.split(",")]:
-            sessions = workload(w, a.requests or max(8, 2 * b))
+            conversations = workload(w, a.requests or max(8, 2 * b))
             if a.completions:
-                sessions = [[(msgs[-1]["content"], n)] for [(msgs, n)] in sessions]
+                conversations = [[(msgs[-1]["content"], n)] for [(msgs, n)] in conversations]
             res = {e: [] for e in a.engines.split(",")}
             dec = {e: [] for e in a.engines.split(",")}
             acc = {}
@@ -185,7 +185,7 @@ def main():
                 for e in a.engines.split(","):
                     port, proc = start(e, a, b)
                     try:
-                        r = run(port, sessions, b, a.max_tokens)
+                        r = run(port, conversations, b, a.max_tokens)
                         sc = spec_counts(port) if e.startswith("cachet") else None
                     finally:
                         proc.terminate()
