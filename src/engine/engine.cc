@@ -38,8 +38,9 @@ Engine::Engine(Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   const ModelConfig& c = model.config();
   if (cfg_.n_blocks <= 0) {
     // The chosen K and V types size the pool: a fixed --kv-memory holds more tokens when they are smaller.
-    const int64_t per_block =
-        c.n_kv_layers() * static_cast<int64_t>(cfg_.kv_type.row_bytes(c.kv_dim())) * cfg_.block_size;
+    int64_t per_block = 0;
+    for (int kl = 0; kl < static_cast<int>(c.n_kv_layers()); ++kl)
+      per_block += static_cast<int64_t>(cfg_.kv_type.row_bytes(c.kv_dim_of_kv_layer(kl))) * cfg_.block_size;
     cfg_.n_blocks = static_cast<int>(std::max<int64_t>(1, cfg_.kv_memory_bytes / per_block));
   }
   // Attention tiles are 16 positions; blocks must hold whole tiles (docs/decisions.md).
@@ -630,9 +631,9 @@ std::vector<uint8_t> Engine::kv_contents(RequestId id, int n_positions) const {
   auto it = requests_.find(id);
   if (it == requests_.end()) return out;
   const KvView v{storage_.get(), scheduler_->kv().block_table(id)};
-  const size_t k_row = storage_->k_row_bytes(), v_row = storage_->v_row_bytes();
-  for (int64_t layer = 0; layer < model_.config().n_layer; ++layer)
+  for (int layer = 0; layer < storage_->n_layers(); ++layer)
     for (int pos = 0; pos < n_positions; ++pos) {
+      const size_t k_row = storage_->k_row_bytes(layer), v_row = storage_->v_row_bytes(layer);
       const uint8_t* k = v.k_row(static_cast<int>(layer), pos);
       const uint8_t* val = v.v_row(static_cast<int>(layer), pos);
       out.insert(out.end(), k, k + k_row);

@@ -61,6 +61,12 @@ void GgufWriter::set_f32_array(const std::string& key, const std::vector<float>&
   put<uint64_t>(kv_bytes_, v.size());
   for (float x : v) put(kv_bytes_, x);
 }
+void GgufWriter::set_bool_array(const std::string& key, const std::vector<bool>& v) {
+  put_key(key, GgufType::kArray);
+  put<uint32_t>(kv_bytes_, static_cast<uint32_t>(GgufType::kBool));
+  put<uint64_t>(kv_bytes_, v.size());
+  for (bool x : v) put<uint8_t>(kv_bytes_, x ? 1 : 0);
+}
 
 namespace {
 

@@ -24,6 +24,7 @@ class GgufWriter {
   void set_string_array(const std::string& key, const std::vector<std::string>& v);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& v);
   void set_f32_array(const std::string& key, const std::vector<float>& v);
+  void set_bool_array(const std::string& key, const std::vector<bool>& v);
   // Any value as read by GgufFile (copying metadata between files).
   void set_value(const std::string& key, const GgufValue& v);
 

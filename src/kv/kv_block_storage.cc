@@ -19,14 +19,15 @@ KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_s
   // Whole attention tiles per block (16 positions, kernels.h kAttnTileMax), so a chunk's tiles never straddle
   // one; or one block only (a contiguous cache: one span from position 0).
   CACHET_CHECK(n_blocks > 0 && block_size > 0 && (block_size % 16 == 0 || n_blocks == 1));
-  k_row_bytes_ = kv_row_bytes(types.k, cfg.kv_dim());
-  v_row_bytes_ = kv_row_bytes(types.v, cfg.kv_dim());
-  // Layers that attend (a hybrid model's recurrent layers keep no KV).
+  // Layers that keep KV (not a hybrid model's recurrent layers, nor layers that read an earlier layer's), each
+  // as wide as its heads.
   k_.resize(cfg.n_kv_layers());
   v_.resize(cfg.n_kv_layers());
-  for (int64_t l = 0; l < cfg.n_kv_layers(); ++l) {
-    k_[l].resize(k_row_bytes_ * block_size * n_blocks);
-    v_[l].resize(v_row_bytes_ * block_size * n_blocks);
+  for (int l = 0; l < static_cast<int>(cfg.n_kv_layers()); ++l) {
+    k_row_bytes_.push_back(kv_row_bytes(types.k, cfg.kv_dim_of_kv_layer(l)));
+    v_row_bytes_.push_back(kv_row_bytes(types.v, cfg.kv_dim_of_kv_layer(l)));
+    k_[l].resize(k_row_bytes_[l] * block_size * n_blocks);
+    v_[l].resize(v_row_bytes_[l] * block_size * n_blocks);
     k_[l].zero();
     v_[l].zero();
   }
@@ -36,9 +37,15 @@ void KvBlockStorage::copy_block(const KvBlockCopy& c) {
   CACHET_CHECK(c.src >= 0 && c.src < n_blocks_ && c.dst >= 0 && c.dst < n_blocks_ && c.n_tokens >= 0 &&
                c.n_tokens <= block_size_);
   for (int l = 0; l < n_layers(); ++l) {
-    std::memcpy(k(l, c.dst, 0), k(l, c.src, 0), k_row_bytes_ * c.n_tokens);
-    std::memcpy(v(l, c.dst, 0), v(l, c.src, 0), v_row_bytes_ * c.n_tokens);
+    std::memcpy(k(l, c.dst, 0), k(l, c.src, 0), k_row_bytes_[l] * c.n_tokens);
+    std::memcpy(v(l, c.dst, 0), v(l, c.src, 0), v_row_bytes_[l] * c.n_tokens);
   }
+}
+
+size_t KvBlockStorage::total_bytes() const {
+  size_t n = 0;
+  for (int l = 0; l < n_layers(); ++l) n += k_[l].size() + v_[l].size();
+  return n;
 }
 
 }  // namespace cachet

@@ -36,27 +36,28 @@ class KvBlockStorage {
   int64_t n_slots() const { return static_cast<int64_t>(n_blocks_) * block_size_; }
   int n_layers() const { return static_cast<int>(k_.size()); }
   uint64_t id() const { return id_; }
-  size_t k_row_bytes() const { return k_row_bytes_; }
-  size_t v_row_bytes() const { return v_row_bytes_; }
-  uint8_t* k_slot(int layer, int64_t slot) { return k_[layer].data() + static_cast<size_t>(slot) * k_row_bytes_; }
-  uint8_t* v_slot(int layer, int64_t slot) { return v_[layer].data() + static_cast<size_t>(slot) * v_row_bytes_; }
+  // Bytes of one position's K / V in a layer (layers may differ: Gemma 4's global layers are wider).
+  size_t k_row_bytes(int layer) const { return k_row_bytes_[layer]; }
+  size_t v_row_bytes(int layer) const { return v_row_bytes_[layer]; }
+  uint8_t* k_slot(int layer, int64_t slot) { return k_[layer].data() + static_cast<size_t>(slot) * k_row_bytes_[layer]; }
+  uint8_t* v_slot(int layer, int64_t slot) { return v_[layer].data() + static_cast<size_t>(slot) * v_row_bytes_[layer]; }
   const uint8_t* k_slot(int layer, int64_t slot) const {
-    return k_[layer].data() + static_cast<size_t>(slot) * k_row_bytes_;
+    return k_[layer].data() + static_cast<size_t>(slot) * k_row_bytes_[layer];
   }
   const uint8_t* v_slot(int layer, int64_t slot) const {
-    return v_[layer].data() + static_cast<size_t>(slot) * v_row_bytes_;
+    return v_[layer].data() + static_cast<size_t>(slot) * v_row_bytes_[layer];
   }
   uint8_t* k(int layer, BlockId b, int offset) { return k_slot(layer, static_cast<int64_t>(b) * block_size_ + offset); }
   uint8_t* v(int layer, BlockId b, int offset) { return v_slot(layer, static_cast<int64_t>(b) * block_size_ + offset); }
   void copy_block(const KvBlockCopy& c);
-  size_t total_bytes() const { return k_.empty() ? 0 : k_.size() * (k_[0].size() + v_[0].size()); }
+  size_t total_bytes() const;
 
  private:
   KvTypes types_;
   int block_size_;
   int n_blocks_;
   uint64_t id_ = next_kv_storage_id();
-  size_t k_row_bytes_, v_row_bytes_;
+  std::vector<size_t> k_row_bytes_, v_row_bytes_;  // per layer
   std::vector<AlignedBuffer<uint8_t>> k_, v_;  // per layer: (n_blocks, block_size, kv_dim) in the K / V type
 };
 

@@ -39,7 +39,7 @@ struct KvView {
   KvSpan span(int layer, int index, int n_positions) const {
     const int bs = storage->block_size(), pos0 = index * bs;
     const int64_t s0 = static_cast<int64_t>(blocks[index]) * bs;
-    return {storage->k_slot(layer, s0), storage->v_slot(layer, s0), storage->k_row_bytes(), storage->v_row_bytes(),
+    return {storage->k_slot(layer, s0), storage->v_slot(layer, s0), storage->k_row_bytes(layer), storage->v_row_bytes(layer),
             pos0, n_positions - pos0 < bs ? n_positions - pos0 : bs};
   }
 };

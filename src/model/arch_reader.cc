@@ -1,6 +1,7 @@
 #include "model/arch_reader.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 
 #include "io/gguf.h"
@@ -86,7 +87,19 @@ Result<ModelConfig> ArchReader::base_config() {
   };
   CACHET_ASSIGN_OR_RETURN(c.n_embd, positive("embedding_length", std::nullopt));
   CACHET_ASSIGN_OR_RETURN(c.n_layer, positive("block_count", std::nullopt));
-  CACHET_ASSIGN_OR_RETURN(c.n_ff, positive("feed_forward_length", std::nullopt));
+  if (const GgufValue* v = f_.find(arch_ + ".feed_forward_length"); v && v->type == GgufType::kArray) {
+    keys_read_.insert(arch_ + ".feed_forward_length");
+    if (!gguf_type_is_integer(v->elem_type) || static_cast<int64_t>(v->count) != c.n_layer)
+      return invalid_argument(arch_ + ".feed_forward_length must hold one integer per layer");
+    for (size_t i = 0; i < v->count; ++i) {
+      if (v->int_at(i) <= 0 || v->int_at(i) > (int64_t{1} << 31))
+        return invalid_argument(arch_ + ".feed_forward_length holds a width that is not positive");
+      ff_per_layer_.push_back(v->int_at(i));
+    }
+    c.n_ff = ff_per_layer_[0];
+  } else {
+    CACHET_ASSIGN_OR_RETURN(c.n_ff, positive("feed_forward_length", std::nullopt));
+  }
   CACHET_ASSIGN_OR_RETURN(c.n_head, positive("attention.head_count", std::nullopt));
   if (const GgufValue* v = f_.find(arch_ + ".attention.head_count_kv"); v && v->type == GgufType::kArray) {
     // One count per layer (LFM2: 0 where a layer does not attend). The attending layers must agree; an
@@ -96,9 +109,9 @@ Result<ModelConfig> ArchReader::base_config() {
       return invalid_argument(arch_ + ".attention.head_count_kv must hold one integer per layer");
     for (size_t i = 0; i < v->count; ++i) {
       const int64_t n = v->int_at(i);
-      if (n < 0 || n > c.n_head || (n > 0 && c.n_head_kv > 0 && n != c.n_head_kv))
-        return unimplemented(arch_ + ".attention.head_count_kv differs between layers");
-      if (n > 0) c.n_head_kv = n;
+      if (n < 0 || n > c.n_head) return invalid_argument(arch_ + ".attention.head_count_kv holds " + std::to_string(n));
+      if (n > 0 && c.n_head_kv > 0 && n != c.n_head_kv) kv_heads_differ_ = true;
+      if (n > 0 && c.n_head_kv == 0) c.n_head_kv = n;
       kv_heads_per_layer_.push_back(n);
     }
     if (c.n_head_kv <= 0) return invalid_argument(arch_ + ".attention.head_count_kv has no attending layer");
@@ -212,6 +225,13 @@ Status ArchReader::finish() const {
   if (!kv_layers_taken_ && std::find(kv_heads_per_layer_.begin(), kv_heads_per_layer_.end(), 0) != kv_heads_per_layer_.end())
     return unimplemented(arch_ + ".attention.head_count_kv gives layers without attention, which cachet's " + arch_ +
                          " architecture does not have; the file is refused");
+  if (!kv_heads_differ_ok_ && kv_heads_differ_)
+    return unimplemented(arch_ + ".attention.head_count_kv differs between layers, which cachet's " + arch_ +
+                         " architecture does not apply; the file is refused");
+  if (!ff_layers_taken_ && std::adjacent_find(ff_per_layer_.begin(), ff_per_layer_.end(), std::not_equal_to<>()) !=
+                               ff_per_layer_.end())
+    return unimplemented(arch_ + ".feed_forward_length differs between layers, which cachet's " + arch_ +
+                         " architecture does not apply; the file is refused");
   for (const std::string& k : f_.keys()) {
     if (k.compare(0, prefix.size(), prefix) != 0 || keys_read_.count(k)) continue;
     if (harmless_keys().count(k.substr(prefix.size()))) continue;

@@ -61,6 +61,14 @@ class ArchReader {
     kv_layers_taken_ = true;
     return kv_heads_per_layer_;
   }
+  // An architecture that applies a different KV head count per layer (Gemma 4) says so; others refuse such files.
+  void accept_kv_heads_differing() { kv_heads_differ_ok_ = true; }
+  // `feed_forward_length` given per layer (read by base_config, n_ff = layer 0's): each layer's width; empty for a
+  // single width. Widths that differ must be taken here by an architecture that applies them.
+  const std::vector<int64_t>& ff_per_layer() {
+    ff_layers_taken_ = true;
+    return ff_per_layer_;
+  }
 
   // Errors naming the first `{arch}.*` key or tensor nobody read.
   Status finish() const;
@@ -73,6 +81,10 @@ class ArchReader {
   int64_t layer_offset_ = 0;
   std::vector<int64_t> kv_heads_per_layer_;
   bool kv_layers_taken_ = false;
+  bool kv_heads_differ_ = false;  // attending layers with different counts (Gemma 4: local vs global)
+  bool kv_heads_differ_ok_ = false;
+  std::vector<int64_t> ff_per_layer_;
+  bool ff_layers_taken_ = false;
 };
 
 // The GGUF tensor as a view of the mapping (empty when ti is null).

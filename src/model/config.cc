@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -91,6 +92,24 @@ Status ModelConfig::validate() const {
                               std::to_string(ssm_v_heads) + " value heads");
   }
   if (n_ff_shared < 0) return invalid_argument("n_ff_shared must be >= 0");
+  if (head_dim_swa < 0 || n_head_kv_swa < 0 || rope_dim_swa < 0 || n_embd_per_layer < 0)
+    return invalid_argument("head_dim_swa, n_head_kv_swa, rope_dim_swa and n_embd_per_layer must be >= 0");
+  for (int64_t l = 0; l < n_layer; ++l) {
+    if (is_recurrent(l)) continue;
+    const int64_t hd = head_dim_at(l), kvh = kv_heads_at(l), rd = rope_dim_at(l);
+    if (hd % 2 != 0 || n_head % kvh != 0 || rd % 2 != 0 || rd > hd)
+      return invalid_argument("layer " + std::to_string(l) + ": head width " + std::to_string(hd) + ", " +
+                              std::to_string(kvh) + " KV heads and " + std::to_string(rd) +
+                              " rotated dims do not fit its " + std::to_string(n_head) + " heads");
+  }
+  if (kv_shared_layers < 0 || kv_shared_layers >= n_layer)
+    return invalid_argument("kv_shared_layers must be in 0..n_layer - 1");
+  for (int64_t l = n_layer - kv_shared_layers; l < n_layer; ++l) {
+    int64_t src = n_layer - kv_shared_layers - 1;
+    while (src >= 0 && (is_swa(src) != is_swa(l) || !has_own_kv(src))) --src;
+    if (src < 0 || kv_dim_at(src) != kv_dim_at(l) || head_dim_at(src) != head_dim_at(l))
+      return invalid_argument("shared-KV layer " + std::to_string(l) + " has no earlier layer of its kind and shape");
+  }
   if (expert_gating != "softmax" && expert_gating != "sigmoid")
     return invalid_argument("expert_gating must be softmax or sigmoid, is " + expert_gating);
   if (n_dense_lead < 0 || n_dense_lead > n_layer || n_ff_dense < 0)
@@ -104,14 +123,50 @@ int64_t ModelConfig::n_recurrent_layers() const {
   return n;
 }
 
+int64_t ModelConfig::n_kv_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layer; ++l) n += has_own_kv(l);
+  return n;
+}
+
 int ModelConfig::kv_layer(int64_t l) const {
+  if (!is_recurrent(l) && !has_own_kv(l)) {  // shared: the last earlier layer of its kind with KV of its own
+    int64_t src = n_layer - kv_shared_layers - 1;
+    while (src >= 0 && (is_swa(src) != is_swa(l) || !has_own_kv(src))) --src;
+    if (src >= 0) l = src;
+  }
   int k = 0;
-  for (int64_t i = 0; i < l; ++i) k += !is_recurrent(i);
+  for (int64_t i = 0; i < l; ++i) k += has_own_kv(i);
   return k;
 }
 
-float ModelConfig::query_scale() const {
-  return attn_scale > 0.0 ? static_cast<float>(attn_scale) : 1.0f / std::sqrt(static_cast<float>(head_dim));
+int64_t ModelConfig::kv_dim_of_kv_layer(int kl) const {
+  for (int64_t l = 0; l < n_layer; ++l)
+    if (has_own_kv(l) && kl-- == 0) return kv_dim_at(l);
+  return kv_dim();
+}
+
+int64_t ModelConfig::kv_bytes_per_token(int64_t elem_bytes) const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layer; ++l)
+    if (has_own_kv(l)) n += 2 * kv_dim_at(l) * elem_bytes;
+  return n;
+}
+
+int64_t ModelConfig::max_q_dim() const {
+  int64_t m = q_dim();
+  for (int64_t l = 0; l < n_layer; ++l) m = std::max(m, q_dim_at(l));
+  return m;
+}
+
+int64_t ModelConfig::max_kv_dim() const {
+  int64_t m = kv_dim();
+  for (int64_t l = 0; l < n_layer; ++l) m = std::max(m, kv_dim_at(l));
+  return m;
+}
+
+float ModelConfig::query_scale(int64_t l) const {
+  return attn_scale > 0.0 ? static_cast<float>(attn_scale) : 1.0f / std::sqrt(static_cast<float>(head_dim_at(l)));
 }
 
 std::string ModelConfig::to_string() const {

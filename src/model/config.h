@@ -2,6 +2,7 @@
 // The field list below is the single source of truth: it drives printing and equality.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -74,6 +75,16 @@ namespace cachet {
   X(bool, attn_sinks, false, "a learned per-head logit in every attention softmax (gpt-oss's sinks)")       \
   X(bool, out_bias, false, "the attention output projection has a bias")                                  \
   X(bool, expert_biases, false, "MoE: the router's logits and every expert's projections have biases")       \
+  X(int64_t, head_dim_swa, 0, "the sliding-window layers' head width (0: head_dim; Gemma 4)")                   \
+  X(int64_t, n_head_kv_swa, 0, "the sliding-window layers' KV heads (0: n_head_kv)")                          \
+  X(int64_t, rope_dim_swa, 0, "the sliding-window layers' rotated dims (0: rope_dim)")                        \
+  X(int64_t, kv_shared_layers, 0, "the last layers attend over the KV of the last earlier layer of their kind") \
+  X(bool, v_from_k, false, "a layer without attn_v takes K's projection (before K's norm and RoPE) as V")     \
+  X(bool, v_norm, false, "V RMS-normalized per head without a weight (Gemma 4)")                              \
+  X(int64_t, n_embd_per_layer, 0, "per-layer embedding width (Gemma 4's small models; 0: none)")              \
+  X(int64_t, n_ff_wide, 0, "dense FFN width of layers ffn_wide_from.. (Gemma 4 E2B's shared-KV layers; 0: none)") \
+  X(int64_t, ffn_wide_from, 0, "the first layer whose dense FFN is n_ff_wide wide")                           \
+  X(bool, moe_beside_dense, false, "MoE layers: a dense MLP n_ff_dense wide beside the experts (Gemma 4)")      \
   X(bool, mtp_head, false, "a multi-token-prediction head: input eh_proj(enorm(embedding) | hnorm(trunk's hidden))")
 
 struct ModelConfig {
@@ -81,10 +92,24 @@ struct ModelConfig {
   CACHET_MODEL_CONFIG_FIELDS(CACHET_DECLARE_FIELD)
 #undef CACHET_DECLARE_FIELD
 
+  // Widths of the global layers (every layer's, unless the sliding-window ones have their own: Gemma 4).
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
+  // Layer l's head width, KV heads, rotated dims, and Q and K/V widths.
+  int64_t head_dim_at(int64_t l) const { return is_swa(l) && head_dim_swa > 0 ? head_dim_swa : head_dim; }
+  int64_t kv_heads_at(int64_t l) const { return is_swa(l) && n_head_kv_swa > 0 ? n_head_kv_swa : n_head_kv; }
+  int64_t rope_dim_at(int64_t l) const { return is_swa(l) && rope_dim_swa > 0 ? rope_dim_swa : rope_dim; }
+  int64_t q_dim_at(int64_t l) const { return n_head * head_dim_at(l); }
+  int64_t kv_dim_at(int64_t l) const { return kv_heads_at(l) * head_dim_at(l); }
+  // The widest layer's Q and K/V (scratch sizes).
+  int64_t max_q_dim() const;
+  int64_t max_kv_dim() const;
+  // Whether layer l keeps K and V of its own (attends, and is not one of the last kv_shared_layers).
+  bool has_own_kv(int64_t l) const { return !is_recurrent(l) && l < n_layer - kv_shared_layers; }
+  // Layer l's K/V width in the cache's kl-th layer.
+  int64_t kv_dim_of_kv_layer(int kl) const;
   // Bytes of K and V for one token across all layers, for a cache element size.
-  int64_t kv_bytes_per_token(int64_t elem_bytes) const { return 2 * n_kv_layers() * kv_dim() * elem_bytes; }
+  int64_t kv_bytes_per_token(int64_t elem_bytes) const;
 
   // Hybrid models: which layers carry a recurrent state per sequence and no KV (gated delta nets, LFM2's
   // short convs), which attend.
@@ -95,8 +120,9 @@ struct ModelConfig {
   // LFM2's short conv layers: a gated depthwise conv over the width (no delta rule, no matrix state).
   bool has_short_conv() const { return layer_kinds.find('C') != std::string::npos; }
   int64_t n_recurrent_layers() const;
-  // Layers with a KV cache, and layer l's index among them (its KV storage layer).
-  int64_t n_kv_layers() const { return n_layer - n_recurrent_layers(); }
+  // Layers with a KV cache of their own, and the KV storage layer layer l reads (a shared layer: that of the
+  // last earlier layer of its kind, sliding-window or global, that keeps its own).
+  int64_t n_kv_layers() const;
   int kv_layer(int64_t l) const;
   // Gated delta net widths: key dims (q and k), value dims, the conv's channels (q | k | v).
   int64_t ssm_key_dim() const { return ssm_k_heads * ssm_head_dim; }
@@ -113,7 +139,11 @@ struct ModelConfig {
 
   // Whether layer l's FFN is a mixture of experts (else dense, ffn_width(l) wide).
   bool is_moe(int64_t l) const { return n_expert > 0 && l >= n_dense_lead; }
-  int64_t ffn_width(int64_t l) const { return is_moe(l) || n_ff_dense == 0 ? n_ff : n_ff_dense; }
+  int64_t ffn_width(int64_t l) const {
+    if (n_ff_wide > 0 && l >= ffn_wide_from && !is_moe(l)) return n_ff_wide;
+    return is_moe(l) || n_ff_dense == 0 ? n_ff : n_ff_dense;
+  }
+  int64_t max_ffn_width() const { return std::max({n_ff, n_ff_dense, n_ff_wide}); }
 
   // Whether layer l rotates Q and K (SmolLM3's NoPE layers do not).
   bool uses_rope(int64_t l) const { return nope_interval <= 0 || (l + 1) % nope_interval != 0; }
@@ -121,7 +151,7 @@ struct ModelConfig {
   bool is_swa(int64_t l) const {
     return sliding_window > 0 && l < static_cast<int64_t>(swa_layers.size()) && swa_layers[l] == 'S';
   }
-  float query_scale() const;
+  float query_scale(int64_t l = 0) const;
 
   // Checks every field for sanity (non-zero sizes, heads dividing the width, ...).
   Status validate() const;

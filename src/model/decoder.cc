@@ -33,7 +33,7 @@ class DecoderModel final : public Model {
         packed_(std::move(packed)), reducer_(std::move(reducer)), tp_(std::move(tp)), logit_rows_(logit_rows) {
     const float* factors = cfg_.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
     rope_ = rope_freqs(cfg_, false, factors);
-    rope_swa_ = rope_freqs(cfg_, true, factors);
+    rope_swa_ = rope_freqs(cfg_, true, nullptr);  // rope_freqs are the global layers' (Gemma 4's proportional RoPE)
     // Interleaved M-RoPE (Qwen3.5) on text: pair i turns with the t, h or w position (all the token's position)
     // when its section covers it, else with the 4th (0 for text: not at all).
     if (!cfg_.rope_sections.empty()) {
@@ -67,6 +67,12 @@ class DecoderModel final : public Model {
   void short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T);
   // The shared expert of a MoE layer on xn_, added to proj_.
   void shared_expert(const DecoderLayerWeights& L, int T);
+  // Per-layer embeddings: every layer's input for the batch's tokens into pl_in_ (x_ holds the embeddings).
+  void per_layer_inputs(const ForwardBatch& batch, int T);
+  // Layer l's per-layer embedding block on x_, added to x_.
+  void per_layer_block(int64_t l, int T);
+  // Gemma 4's MoE block on x_ into proj_: a dense MLP beside the experts, each post-normed, summed.
+  void moe_beside_dense(const DecoderLayerWeights& L, int T);
 
   ModelConfig cfg_;
   DecoderWeights w_;
@@ -109,6 +115,9 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> eh_in_;            // [n_tokens, 2 n_embd] an MTP head's input: enorm(embedding) | hnorm(h)
   AlignedBuffer<float> sc_bcx_;           // [n_tokens, 3 n_embd] LFM2 short conv: B | C | x
   AlignedBuffer<float> sc_y_;             // [n_tokens, n_embd] its output before the projection
+  AlignedBuffer<float> pl_in_;            // [n_tokens, n_layer, n_embd_per_layer] per-layer embedding inputs
+  AlignedBuffer<float> pl_g_;             // [n_tokens, n_embd_per_layer] a layer's gated per-layer input
+  AlignedBuffer<float> aux_;              // [n_tokens, n_embd] a dense MLP's output beside the experts
   std::vector<StateSlot> snapshot_of_;    // [n_tokens] the checkpoint slot taking the state after it, or -1
   std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
   std::vector<int32_t> ends_;         // [n_tokens] bidirectional: the last position of each token's sequence
@@ -133,9 +142,12 @@ Status check_forward_batch(const ModelConfig& cfg_, const ForwardBatch& b) {
   if (n == 0 && b.copies.empty()) return Status::ok();
   const KvBlockStorage* kv = b.kv;
   if (!kv) return invalid_argument("forward batch: no KV storage");
-  if (kv->n_layers() != cfg_.n_kv_layers() || kv->k_row_bytes() != kv_row_bytes(kv->types().k, cfg_.kv_dim()) ||
-      kv->v_row_bytes() != kv_row_bytes(kv->types().v, cfg_.kv_dim()))
+  if (kv->n_layers() != cfg_.n_kv_layers())
     return invalid_argument("forward batch: the KV storage was made for another model's shape");
+  for (int kl = 0; kl < kv->n_layers(); ++kl)
+    if (kv->k_row_bytes(kl) != kv_row_bytes(kv->types().k, cfg_.kv_dim_of_kv_layer(kl)) ||
+        kv->v_row_bytes(kl) != kv_row_bytes(kv->types().v, cfg_.kv_dim_of_kv_layer(kl)))
+      return invalid_argument("forward batch: the KV storage was made for another model's shape");
   if (cfg_.n_recurrent_layers() > 0) {
     const StateStore* st = b.state;
     if (!st) return invalid_argument("forward batch: a hybrid model needs its recurrent state store");
@@ -184,15 +196,20 @@ void DecoderModel::ensure_scratch(int n) {
   scratch_tokens_ = n;
   x_.resize(n * cfg_.n_embd);
   xn_.resize(n * cfg_.n_embd);
-  q_.resize(n * cfg_.q_dim());
-  k_.resize(n * cfg_.kv_dim());
-  v_.resize(n * cfg_.kv_dim());
-  attn_.resize(n * cfg_.q_dim());
+  q_.resize(n * cfg_.max_q_dim());
+  k_.resize(n * cfg_.max_kv_dim());
+  v_.resize(n * cfg_.max_kv_dim());
+  attn_.resize(n * cfg_.max_q_dim());
   proj_.resize(n * cfg_.n_embd);
-  gate_.resize(n * std::max(cfg_.n_ff, cfg_.n_ff_dense));
-  up_.resize(n * std::max(cfg_.n_ff, cfg_.n_ff_dense));
+  gate_.resize(n * cfg_.max_ffn_width());
+  up_.resize(n * cfg_.max_ffn_width());
   cos_sin_.resize(n * cfg_.rope_dim);
-  cos_sin_swa_.resize(n * cfg_.rope_dim);
+  cos_sin_swa_.resize(n * std::max(cfg_.rope_dim, cfg_.rope_dim_swa));
+  if (cfg_.n_embd_per_layer > 0) {
+    pl_in_.resize(n * cfg_.n_layer * cfg_.n_embd_per_layer);
+    pl_g_.resize(n * cfg_.n_embd_per_layer);
+  }
+  if (cfg_.moe_beside_dense) aux_.resize(n * cfg_.n_embd);
   router_.resize(n * std::max<int64_t>(cfg_.n_expert, 1));
   if (cfg_.attn_output_gate) qg_.resize(n * 2 * cfg_.q_dim());
   if (cfg_.n_recurrent_layers() > 0) {
@@ -254,9 +271,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
   ThreadPool& pool = *pool_;
   const Kernels& kern = kernels();
   const ModelConfig& c = cfg_;
-  const int64_t d = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim(), ff = c.n_ff;
+  const int64_t d = c.n_embd, ff = c.n_ff;
   const float eps = static_cast<float>(c.rms_eps);
-  const int64_t H = c.n_head, KH = c.n_head_kv, hd = c.head_dim;
+  const int64_t H = c.n_head;
   const Glu act = glu_of(c.ffn_act);
 
   if (tracer_) {
@@ -298,6 +315,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     trace(0, {"matmul", w_.eh_proj.name, dtype_name(w_.eh_proj.type), wshape(w_.eh_proj), {T, 2 * d}, {T, d},
               "multi-token prediction: enorm(embedding) | hnorm(trunk hidden) -> the layer's input"});
   }
+  if (c.n_embd_per_layer > 0) per_layer_inputs(batch, T);
   if (!c.causal) {  // every token attends to its whole sequence (the scheduler runs it in one pass)
     std::vector<int32_t> seq_end(batch.n_seqs(), 0);
     for (int t = 0; t < T; ++t) seq_end[batch.seq_index[t]] = std::max(seq_end[batch.seq_index[t]], batch.positions[t]);
@@ -326,6 +344,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       recurrent_block(batch, l, recurrent++, T);
     } else {
     const int kl = c.kv_layer(l);
+    // This layer's heads (Gemma 4's global layers are wider, with fewer KV heads than its local ones).
+    const int64_t hd = c.head_dim_at(l), KH = c.kv_heads_at(l), qd = c.q_dim_at(l), kvd = c.kv_dim_at(l);
+    const bool own_kv = c.has_own_kv(l);  // else it reads the KV an earlier layer stored (kl)
     if (c.attn_output_gate) {
       // Q and its gate come interleaved per head: [q of head 0, gate of head 0, q of head 1, ...].
       matmul_multi(pool, {{&L.wq, qg_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xn_.data(), T);
@@ -333,6 +354,11 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
         std::copy_n(qg_.data() + th * 2 * hd, hd, q_.data() + th * hd);
         std::copy_n(qg_.data() + th * 2 * hd + hd, hd, qg_.data() + th * hd);  // gates to the front, in place
       }
+    } else if (!own_kv) {
+      matmul(pool, L.wq, xn_.data(), T, q_.data());
+    } else if (!L.wv.data) {  // V is K's projection, taken before K's norm and RoPE
+      matmul_multi(pool, {{&L.wq, q_.data()}, {&L.wk, k_.data()}}, xn_.data(), T);
+      std::copy_n(k_.data(), T * kvd, v_.data());
     } else {
       matmul_multi(pool, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xn_.data(), T);
     }
@@ -347,14 +373,19 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     }
     if (L.q_norm.data) {
       norm_rows(q_.data(), L.q_norm, q_.data(), T * H, hd);
-      norm_rows(k_.data(), L.k_norm, k_.data(), T * KH, hd);
+      if (own_kv) norm_rows(k_.data(), L.k_norm, k_.data(), T * KH, hd);
       trace(l, {"rms_norm", L.q_norm.name, "F32", wshape(L.q_norm), {T, H + KH, hd}, {T, H + KH, hd},
                 "per-head norm of Q and K"});
     }
+    if (c.v_norm && own_kv) {
+      rms_norm(v_.data(), nullptr, v_.data(), static_cast<int>(T * KH), hd, eps);
+      trace(l, {"rms_norm", "", "", {}, {T, KH, hd}, {T, KH, hd}, "per-head norm of V, no weight"});
+    }
     const float* cs = swa ? cos_sin_swa_.data() : cos_sin_.data();
+    const int rd = static_cast<int>(c.rope_dim_at(l));
     if (c.uses_rope(l)) {
-      rope(q_.data(), cs, T, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(c.rope_dim), c.rope_neox);
-      rope(k_.data(), cs, T, static_cast<int>(KH), static_cast<int>(hd), static_cast<int>(c.rope_dim), c.rope_neox);
+      rope(q_.data(), cs, T, static_cast<int>(H), static_cast<int>(hd), rd, c.rope_neox);
+      if (own_kv) rope(k_.data(), cs, T, static_cast<int>(KH), static_cast<int>(hd), rd, c.rope_neox);
     }
     if (c.attn_temp_scale != 0.0) {  // Llama 4 / Mistral 3: queries scaled up past the original context
       for (int t = 0; t < T; ++t) {
@@ -372,13 +403,13 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     trace(l, {"kv_store", "", "", {}, {T, 2, KH * hd}, {T, 2, KH * hd},
               "K and V of these tokens written at their positions"});
     const KvTypes kt = batch.kv->types();
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < T && own_kv; ++t) {
       kv_store(kt.k, k_.data() + t * kvd, batch.kv->k_slot(kl, batch.slots[t]), kvd, hd);
       kv_store(kt.v, v_.data() + t * kvd, batch.kv->v_slot(kl, batch.slots[t]), kvd, hd);
     }
     AttentionArgs aa{q_.data(), attn_.data(), T, batch.positions.data(), batch.seq_index.data(), views_.data(),
                      kl, static_cast<int>(H), static_cast<int>(KH), static_cast<int>(hd),
-                     c.query_scale()};
+                     c.query_scale(l)};
     aa.window = swa ? static_cast<int>(c.sliding_window) : 0;
     aa.softcap = static_cast<float>(c.attn_softcap);
     aa.ends = c.causal ? nullptr : ends_.data();
@@ -386,7 +417,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     aa.sinks = reinterpret_cast<const float*>(L.sinks.data);
     attention(pool, aa);
     trace(l, {"attention", "", "", {}, {T, H, hd}, {T, H, hd},
-              "scores = Q K^T * " + std::to_string(c.query_scale()) +
+              "scores = Q K^T * " + std::to_string(c.query_scale(l)) +
                   (aa.softcap != 0.0f ? ", soft-capped at " + std::to_string(aa.softcap) : std::string()) +
                   (aa.window > 0 ? " over the last " + std::to_string(aa.window) + " positions"
                                  : std::string(" over positions 0..pos")) +
@@ -412,7 +443,12 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     // Feed-forward block: gated (SiLU or GELU), dense or a mixture of experts.
     norm_rows(x_.data(), L.ffn_norm, xn_.data(), T, d);
     trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
-    if (c.is_moe(l)) {
+    if (c.is_moe(l) && c.moe_beside_dense) {
+      moe_beside_dense(L, T);
+      trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), wshape(L.gate_exps[0]), {T, d}, {T, d},
+                "dense MLP (" + std::to_string(c.n_ff_dense) + " wide) beside top " + std::to_string(c.n_expert_used) +
+                    " of " + std::to_string(c.n_expert) + " experts routed by rms(x) / sqrt(d) * scale; each post-normed; summed"});
+    } else if (c.is_moe(l)) {
       matmul(pool, L.router, xn_.data(), T, router_.data());
       if (L.router_logit_bias.data)
         add_bias(router_.data(), reinterpret_cast<const float*>(L.router_logit_bias.data), T, c.n_expert);
@@ -455,6 +491,16 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     }
     for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
     trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + feed-forward"});
+    if (c.n_embd_per_layer > 0) {
+      per_layer_block(l, T);
+      trace(l, {"per_layer_embd", L.pl_gate.name, dtype_name(L.pl_gate.type), wshape(L.pl_gate), {T, d}, {T, d},
+                "x += post_norm(proj(gelu(inp_gate x) * the layer's per-layer input))"});
+    }
+    if (L.out_scale.data) {
+      const float s = *reinterpret_cast<const float*>(L.out_scale.data);
+      for (int64_t i = 0; i < T * d; ++i) x_[i] *= s;
+      trace(l, {"scale", L.out_scale.name, "F32", {1}, {T, d}, {T, d}, "x = x * the layer's output scale"});
+    }
   }
 
   // Final hidden states (every rank holds the whole residual stream), then the final norm and head, only for
@@ -583,6 +629,69 @@ void DecoderModel::short_conv_block(const ForwardBatch& batch, int64_t l, int r,
   }
 }
 
+void DecoderModel::per_layer_inputs(const ForwardBatch& batch, int T) {
+  const int64_t d = cfg_.n_embd, pl = cfg_.n_embd_per_layer, all = pl * cfg_.n_layer;
+  const float eps = static_cast<float>(cfg_.rms_eps);
+  matmul(*pool_, w_.pl_model_proj, x_.data(), T, pl_in_.data());
+  const float proj_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int64_t i = 0; i < T * all; ++i) pl_in_[i] *= proj_scale;
+  rms_norm(pl_in_.data(), reinterpret_cast<const float*>(w_.pl_proj_norm.data), pl_in_.data(),
+           static_cast<int>(T * cfg_.n_layer), pl, eps);
+  const float tok_scale = std::sqrt(static_cast<float>(pl)), mix = 1.0f / std::sqrt(2.0f);
+  std::vector<float> row(static_cast<size_t>(all));
+  for (int t = 0; t < T; ++t) {
+    kernels().dequantize_row(w_.pl_tok_embd.type, w_.pl_tok_embd.row(batch.token_ids[t]), row.data(), all);
+    float* in = pl_in_.data() + t * all;
+    for (int64_t i = 0; i < all; ++i) in[i] = (in[i] + row[i] * tok_scale) * mix;
+  }
+}
+
+void DecoderModel::per_layer_block(int64_t l, int T) {
+  const DecoderLayerWeights& L = w_.layers[l];
+  const int64_t d = cfg_.n_embd, pl = cfg_.n_embd_per_layer, all = pl * cfg_.n_layer;
+  matmul(*pool_, L.pl_gate, x_.data(), T, pl_g_.data());
+  for (int t = 0; t < T; ++t) {
+    float* g = pl_g_.data() + t * pl;
+    gelu_mul(g, pl_in_.data() + t * all + l * pl, pl);
+  }
+  matmul(*pool_, L.pl_proj, pl_g_.data(), T, proj_.data());
+  rms_norm(proj_.data(), reinterpret_cast<const float*>(L.pl_post_norm.data), proj_.data(), T, d,
+           static_cast<float>(cfg_.rms_eps));
+  for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+}
+
+void DecoderModel::moe_beside_dense(const DecoderLayerWeights& L, int T) {
+  ThreadPool& pool = *pool_;
+  const ModelConfig& c = cfg_;
+  const int64_t d = c.n_embd, ff = c.n_ff_dense;
+  const float eps = static_cast<float>(c.rms_eps);
+  const Glu act = glu_of(c.ffn_act);
+  // The dense MLP on ffn_norm(x) (in xn_), post-normed, kept in aux_.
+  matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xn_.data(), T);
+  pool.parallel_for(T * ff, [&](int, int64_t b, int64_t e) { glu_mul(act, gate_.data() + b, up_.data() + b, e - b); },
+                    64);
+  matmul(pool, L.w_down, gate_.data(), T, aux_.data());
+  rms_norm(aux_.data(), reinterpret_cast<const float*>(L.post_dense_norm.data), aux_.data(), T, d, eps);
+  // The router reads rms(x) / sqrt(d) * scale; each expert's output is scaled by its own factor, folded into its
+  // routing weight (both multiply the same down projection).
+  rms_norm(x_.data(), nullptr, xn_.data(), T, d, eps);
+  const float inv = 1.0f / std::sqrt(static_cast<float>(d));
+  const float* rs = reinterpret_cast<const float*>(L.router_scale.data);
+  for (int t = 0; t < T; ++t)
+    for (int64_t i = 0; i < d; ++i) xn_[t * d + i] = xn_[t * d + i] * inv * rs[i];
+  matmul(pool, L.router, xn_.data(), T, router_.data());
+  MoeRouting r = route_experts(router_.data(), T, static_cast<int>(c.n_expert), static_cast<int>(c.n_expert_used),
+                               c.expert_norm, static_cast<float>(c.expert_weights_scale));
+  if (L.down_exps_scale.data) {
+    const float* es = reinterpret_cast<const float*>(L.down_exps_scale.data);
+    for (size_t j = 0; j < r.weight.size(); ++j) r.weight[j] *= es[r.expert[j]];
+  }
+  rms_norm(x_.data(), reinterpret_cast<const float*>(L.pre_moe_norm.data), xn_.data(), T, d, eps);
+  moe_ffn(pool, {&L.gate_exps, &L.up_exps, &L.down_exps, act}, r, xn_.data(), d, c.n_ff, proj_.data());
+  rms_norm(proj_.data(), reinterpret_cast<const float*>(L.post_moe_norm.data), proj_.data(), T, d, eps);
+  for (int64_t i = 0; i < T * d; ++i) proj_[i] += aux_[i];
+}
+
 void DecoderModel::shared_expert(const DecoderLayerWeights& L, int T) {
   const int64_t d = cfg_.n_embd, f = cfg_.n_ff_shared;
   matmul_multi(*pool_, {{&L.shexp_w_gate, sh_gate_.data()}, {&L.shexp_w_up, sh_up_.data()}}, xn_.data(), T);
@@ -629,7 +738,9 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
   if (opts.rope.any()) CACHET_RETURN_IF_ERROR(apply_rope_overrides(opts.rope, &cfg));
   if (opts.logit_rows < 0) return invalid_argument("logit rows must be >= 0");
   if (opts.tp.size > 1 && (cfg.n_recurrent_layers() > 0 || cfg.attn_output_gate || cfg.n_ff_shared > 0 || cfg.mtp_head ||
-                           cfg.n_dense_lead > 0 || cfg.expert_gating != "softmax"))
+                           cfg.n_dense_lead > 0 || cfg.expert_gating != "softmax" || cfg.head_dim_swa > 0 ||
+                           cfg.n_head_kv_swa > 0 || cfg.kv_shared_layers > 0 || cfg.n_embd_per_layer > 0 ||
+                           cfg.moe_beside_dense || cfg.n_ff_wide > 0))
     return unimplemented("tensor parallelism is not implemented for " + cfg.arch + " models yet");
   if (opts.logit_rows > 0 && opts.tp.size > 1)
     return invalid_argument("a vocabulary subset of the head (--draft-vocab) is not for tensor-parallel models");
@@ -656,14 +767,13 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
     for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
                           &L.ssm_out, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down, &L.sc_in, &L.sc_out})
       if (t->data) pack(t);
-    if (!L.gate_exps.empty() || !L.up_exps.empty()) {
-      for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})
-        for (TensorView& t : *v) pack(&t);
-    } else {
-      for (TensorView* t : {&L.w_gate, &L.w_up, &L.w_down}) pack(t);
-    }
+    for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})
+      for (TensorView& t : *v) pack(&t);
+    for (TensorView* t : {&L.w_gate, &L.w_up, &L.w_down, &L.pl_gate, &L.pl_proj})
+      if (t->data) pack(t);
   }
   pack(&weights.output);
+  if (weights.pl_model_proj.data) pack(&weights.pl_model_proj);
   if (weights.eh_proj.data) pack(&weights.eh_proj);
   // A cut that was packed is read from its packed copy from now on; only unpacked cuts stay.
   auto unpacked_user = [&](const uint8_t* p) {

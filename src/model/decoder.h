@@ -33,6 +33,18 @@ struct DecoderLayerWeights {
   TensorView w_up;            // [n_embd, n_ff]
   TensorView w_down;          // [n_ff, n_embd]
   TensorView post_ffn_norm;   // optional [n_embd] f32
+  TensorView out_scale;       // optional [1] f32: the layer's output (the residual stream) times this
+  // Per-layer embeddings (cfg.n_embd_per_layer > 0): x += post_norm(proj(gelu(inp_gate x) * this layer's input)).
+  TensorView pl_gate;         // [n_embd, n_embd_per_layer] (inp_gate)
+  TensorView pl_proj;         // [n_embd_per_layer, n_embd] (proj)
+  TensorView pl_post_norm;    // [n_embd] f32 (post_norm)
+  // A dense MLP beside the experts (cfg.moe_beside_dense): it reads ffn_norm(x) through w_gate / w_up / w_down
+  // (n_ff_dense wide) and is post-normed by post_dense_norm; the experts read pre_moe_norm(x), are routed by
+  // router(rms(x) / sqrt(n_embd) * router_scale), scaled per expert by down_exps_scale, post-normed by
+  // post_moe_norm; the two are summed.
+  TensorView router_scale;     // [n_embd] f32 (ffn_gate_inp.scale)
+  TensorView down_exps_scale;  // [n_expert] f32 (ffn_down_exps.scale)
+  TensorView pre_moe_norm, post_dense_norm, post_moe_norm;  // [n_embd] f32 (pre_ffw_norm_2, post_ffw_norm_1, _2)
   // Mixture of experts (cfg.is_moe(l)) instead of w_gate / w_up / w_down.
   TensorView router;                    // [n_embd, n_expert]
   TensorView router_bias;               // [n_expert] f32, optional: a selection bias (exp_probs_b.bias)
@@ -66,7 +78,13 @@ struct DecoderWeights {
   TensorView tok_embd;     // [n_embd, n_vocab]
   TensorView output_norm;  // [n_embd] f32
   TensorView output;       // [n_embd, n_vocab]; equals tok_embd when tied
-  TensorView rope_freqs;   // optional [rope_dim / 2] f32: each pair's frequency is divided by its factor
+  TensorView rope_freqs;   // optional [rope_dim / 2] f32: each pair's frequency is divided by its factor (the
+                           // global layers')
+  // Per-layer embeddings (cfg.n_embd_per_layer > 0): layer l's input for a token is
+  // (rms_norm(pl_model_proj(x0) / sqrt(n_embd))[l] + pl_tok_embd[token][l] * sqrt(width)) / sqrt(2).
+  TensorView pl_tok_embd;     // [n_embd_per_layer * n_layer, n_vocab] (per_layer_token_embd)
+  TensorView pl_model_proj;   // [n_embd, n_embd_per_layer * n_layer] (per_layer_model_proj)
+  TensorView pl_proj_norm;    // [n_embd_per_layer] f32 (per_layer_proj_norm)
   std::vector<DecoderLayerWeights> layers;
   // Embedding models' heads on a pooled vector (Model::pooled_head), all optional.
   TensorView cls_out;      // [n_embd, n_cls_out]: a causal reranker's classifier (Qwen3-Reranker: yes / no)
@@ -99,6 +117,9 @@ struct DecoderTensors {
   bool attn_sinks = false;     // attn_sinks.weight
   bool out_bias = false;       // attn_output.bias
   bool expert_biases = false;  // ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias
+  bool layer_out_scale = false;  // layer_output_scale.weight
+  bool per_layer_embd = false;   // per_layer_{token_embd,model_proj,proj_norm}, blk.*.{inp_gate,proj,post_norm}
+  bool moe_beside_dense = false;  // ffn_gate_inp.scale, {pre,post}_ffw_norm_{1,2}, ffn_gate_up_exps, .._exps.scale
   const char* ffn_norm = "ffn_norm.weight";  // the FFN's input norm (Qwen3.5: post_attention_norm.weight)
   const char* output_norm = "output_norm.weight";  // the final norm (LFM2's files: token_embd_norm.weight)
   bool need_qk_norm = false;   // the architecture cannot run without them

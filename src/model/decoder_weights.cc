@@ -185,6 +185,11 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     w.dense_3 = r.tensor("dense_3.weight");
   }
   cfg->rope_freq_factors = w.rope_freqs.data != nullptr;
+  if (allowed.per_layer_embd) {
+    w.pl_tok_embd = r.tensor("per_layer_token_embd.weight");
+    w.pl_model_proj = r.tensor("per_layer_model_proj.weight");
+    w.pl_proj_norm = r.tensor("per_layer_proj_norm.weight");
+  }
   if (allowed.nextn) {
     w.eh_proj = r.layer_tensor(0, "nextn.eh_proj.weight");
     w.enorm = r.layer_tensor(0, "nextn.enorm.weight");
@@ -194,8 +199,8 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     if (TensorView n = r.layer_tensor(0, "nextn.shared_head_norm.weight"); n.data) w.output_norm = n;
     if (TensorView h = r.layer_tensor(0, "nextn.shared_head_head.weight"); h.data) w.output = h;
   }
-  const int64_t q = cfg->q_dim(), kv = cfg->kv_dim();
   for (int64_t l = 0; l < cfg->n_layer; ++l) {
+    const int64_t q = cfg->q_dim_at(l), kv = cfg->kv_dim_at(l);
     DecoderLayerWeights L;
     auto get = [&](const std::string& name) { return r.layer_tensor(l, name); };
     L.attn_norm = get("attn_norm.weight");
@@ -235,8 +240,10 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
       }
     } else if (attends) {
       L.wq = get("attn_q.weight");
-      L.wk = get("attn_k.weight");
-      L.wv = get("attn_v.weight");
+      if (cfg->has_own_kv(l)) {  // a shared-KV layer computes only Q
+        L.wk = get("attn_k.weight");
+        L.wv = get("attn_v.weight");
+      }
     }
     if (allowed.qkv_bias && !L.bq.data && attends) {
       L.bq = get("attn_q.bias");
@@ -245,14 +252,30 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     }
     if (allowed.qk_norm && attends) {
       L.q_norm = get("attn_q_norm.weight");
-      L.k_norm = get("attn_k_norm.weight");
+      if (cfg->has_own_kv(l)) L.k_norm = get("attn_k_norm.weight");
     }
     if (attends) L.wo = get("attn_output.weight");
     if (attends && allowed.out_bias) L.bo = get("attn_output.bias");
     if (attends && allowed.attn_sinks) L.sinks = get("attn_sinks.weight");
     if (allowed.post_norms) L.post_attn_norm = get("post_attention_norm.weight");
     L.ffn_norm = get(allowed.ffn_norm);
+    if (allowed.layer_out_scale) L.out_scale = get("layer_output_scale.weight");
+    if (allowed.per_layer_embd) {
+      L.pl_gate = get("inp_gate.weight");
+      L.pl_proj = get("proj.weight");
+      L.pl_post_norm = get("post_norm.weight");
+    }
     const int64_t ffw = cfg->ffn_width(l);
+    if (cfg->is_moe(l) && allowed.moe_beside_dense) {
+      L.router_scale = get("ffn_gate_inp.scale");
+      L.down_exps_scale = get("ffn_down_exps.scale");
+      L.pre_moe_norm = get("pre_ffw_norm_2.weight");
+      L.post_dense_norm = get("post_ffw_norm_1.weight");
+      L.post_moe_norm = get("post_ffw_norm_2.weight");
+      L.w_gate = get("ffn_gate.weight");
+      L.w_up = get("ffn_up.weight");
+      L.w_down = get("ffn_down.weight");
+    }
     if (cfg->is_moe(l)) {
       L.router = get("ffn_gate_inp.weight");
       if (allowed.router_bias) L.router_bias = get("exp_probs_b.bias");
@@ -263,8 +286,18 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
         L.down_exps_b = get("ffn_down_exps.bias");
       }
       const int64_t E = cfg->n_expert, d = cfg->n_embd, ff = cfg->n_ff;
-      CACHET_RETURN_IF_ERROR(split_experts(get("ffn_gate_exps.weight"), "ffn_gate_exps", d, ff, E, l, &L.gate_exps));
-      CACHET_RETURN_IF_ERROR(split_experts(get("ffn_up_exps.weight"), "ffn_up_exps", d, ff, E, l, &L.up_exps));
+      const TensorView gate_up = allowed.moe_beside_dense ? get("ffn_gate_up_exps.weight") : TensorView{};
+      if (gate_up.data) {  // each expert's gate rows, then its up rows
+        std::vector<TensorView> fused;
+        CACHET_RETURN_IF_ERROR(split_experts(gate_up, "ffn_gate_up_exps", d, 2 * ff, E, l, &fused));
+        for (const TensorView& f : fused) {
+          L.gate_exps.push_back(row_slice(f, 0, ff, "gate"));
+          L.up_exps.push_back(row_slice(f, ff, ff, "up"));
+        }
+      } else {
+        CACHET_RETURN_IF_ERROR(split_experts(get("ffn_gate_exps.weight"), "ffn_gate_exps", d, ff, E, l, &L.gate_exps));
+        CACHET_RETURN_IF_ERROR(split_experts(get("ffn_up_exps.weight"), "ffn_up_exps", d, ff, E, l, &L.up_exps));
+      }
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_down_exps.weight"), "ffn_down_exps", ff, d, E, l, &L.down_exps));
       if (cfg->n_ff_shared > 0) {
         L.shexp_gate = get("ffn_gate_inp_shexp.weight");
@@ -319,6 +352,12 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
   if (c.rope_freq_factors) CACHET_RETURN_IF_ERROR(vector_to_f32(&w->rope_freqs, c.rope_dim / 2, owned, -1, "rope_freqs"));
   if (static_cast<int64_t>(w->layers.size()) != c.n_layer)
     return invalid_argument("expected " + std::to_string(c.n_layer) + " layers of weights");
+  if (c.n_embd_per_layer > 0) {
+    const int64_t all = c.n_embd_per_layer * c.n_layer;
+    CACHET_RETURN_IF_ERROR(check_tensor(w->pl_tok_embd, "per_layer_token_embd.weight", all, c.n_vocab, -1));
+    CACHET_RETURN_IF_ERROR(check_tensor(w->pl_model_proj, "per_layer_model_proj.weight", c.n_embd, all, -1));
+    CACHET_RETURN_IF_ERROR(vector_to_f32(&w->pl_proj_norm, c.n_embd_per_layer, owned, -1, "per_layer_proj_norm"));
+  }
   if (w->cls_out.data) {
     CACHET_RETURN_IF_ERROR(check_tensor(w->cls_out, "cls.output.weight", c.n_embd, c.n_cls_out, -1));
     if (w->cls_out_b.data) CACHET_RETURN_IF_ERROR(vector_to_f32(&w->cls_out_b, c.n_cls_out, owned, -1, "cls.output.bias"));
@@ -342,27 +381,48 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
     } else if (c.is_recurrent(l)) {
       CACHET_RETURN_IF_ERROR(validate_gated_delta_net(c, &L, owned, l));
     } else {
-      CACHET_RETURN_IF_ERROR(check_tensor(L.wq, "attn_q", c.n_embd, c.q_dim() * (c.attn_output_gate ? 2 : 1), l));
-      CACHET_RETURN_IF_ERROR(check_tensor(L.wk, "attn_k", c.n_embd, c.kv_dim(), l));
-      CACHET_RETURN_IF_ERROR(check_tensor(L.wv, "attn_v", c.n_embd, c.kv_dim(), l));
-      CACHET_RETURN_IF_ERROR(check_tensor(L.wo, "attn_output", c.q_dim(), c.n_embd, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.wq, "attn_q", c.n_embd, c.q_dim_at(l) * (c.attn_output_gate ? 2 : 1), l));
+      if (c.has_own_kv(l)) {
+        CACHET_RETURN_IF_ERROR(check_tensor(L.wk, "attn_k", c.n_embd, c.kv_dim_at(l), l));
+        if (L.wv.data || !c.v_from_k) CACHET_RETURN_IF_ERROR(check_tensor(L.wv, "attn_v", c.n_embd, c.kv_dim_at(l), l));
+      } else if (L.wk.data || L.wv.data) {
+        return invalid_argument("layer " + std::to_string(l) + " reads an earlier layer's KV but has attn_k / attn_v");
+      }
+      CACHET_RETURN_IF_ERROR(check_tensor(L.wo, "attn_output", c.q_dim_at(l), c.n_embd, l));
     }
-    const bool attends = !c.is_recurrent(l);
+    const bool attends = !c.is_recurrent(l), own_kv = c.has_own_kv(l);
     // A feature is all or nothing across layers: a file with it in some layers only is malformed.
     auto all_or_none = [&](TensorView* t, bool on, int64_t n, const char* what) -> Status {
       if (!on && t->data)
         return invalid_argument(std::string(what) + " of layer " + std::to_string(l) + " is present, not in layer 0");
       return on ? vector_to_f32(t, n, owned, l, what) : Status::ok();
     };
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.bq, c.qkv_bias && attends, c.q_dim(), "attn_q.bias"));
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.bk, c.qkv_bias && attends, c.kv_dim(), "attn_k.bias"));
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.bv, c.qkv_bias && attends, c.kv_dim(), "attn_v.bias"));
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.q_norm, c.qk_norm && attends, c.head_dim, "attn_q_norm"));
-    CACHET_RETURN_IF_ERROR(all_or_none(&L.k_norm, c.qk_norm && attends, c.head_dim, "attn_k_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bq, c.qkv_bias && attends, c.q_dim_at(l), "attn_q.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bk, c.qkv_bias && own_kv, c.kv_dim_at(l), "attn_k.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.bv, c.qkv_bias && own_kv, c.kv_dim_at(l), "attn_v.bias"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.q_norm, c.qk_norm && attends, c.head_dim_at(l), "attn_q_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.k_norm, c.qk_norm && own_kv, c.head_dim_at(l), "attn_k_norm"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.out_scale, w->layers[0].out_scale.data != nullptr, 1, "layer_output_scale"));
+    CACHET_RETURN_IF_ERROR(all_or_none(&L.pl_post_norm, c.n_embd_per_layer > 0, c.n_embd, "post_norm"));
+    if (c.n_embd_per_layer > 0) {
+      CACHET_RETURN_IF_ERROR(check_tensor(L.pl_gate, "inp_gate", c.n_embd, c.n_embd_per_layer, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.pl_proj, "proj", c.n_embd_per_layer, c.n_embd, l));
+    }
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_attn_norm, c.post_norms, c.n_embd, "post_attention_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_ffn_norm, c.post_norms, c.n_embd, "post_ffw_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.sinks, c.attn_sinks && attends, c.n_head, "attn_sinks"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.bo, c.out_bias && attends, c.n_embd, "attn_output.bias"));
+    if (c.is_moe(l) && c.moe_beside_dense) {
+      CACHET_RETURN_IF_ERROR(vector_to_f32(&L.router_scale, c.n_embd, owned, l, "ffn_gate_inp.scale"));
+      if (L.down_exps_scale.data)
+        CACHET_RETURN_IF_ERROR(vector_to_f32(&L.down_exps_scale, c.n_expert, owned, l, "ffn_down_exps.scale"));
+      CACHET_RETURN_IF_ERROR(vector_to_f32(&L.pre_moe_norm, c.n_embd, owned, l, "pre_ffw_norm_2"));
+      CACHET_RETURN_IF_ERROR(vector_to_f32(&L.post_dense_norm, c.n_embd, owned, l, "post_ffw_norm_1"));
+      CACHET_RETURN_IF_ERROR(vector_to_f32(&L.post_moe_norm, c.n_embd, owned, l, "post_ffw_norm_2"));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", c.n_embd, c.n_ff_dense, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_up, "ffn_up", c.n_embd, c.n_ff_dense, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(L.w_down, "ffn_down", c.n_ff_dense, c.n_embd, l));
+    }
     if (c.is_moe(l)) {
       CACHET_RETURN_IF_ERROR(check_tensor(L.router, "ffn_gate_inp", c.n_embd, c.n_expert, l));
       // Per-expert biases: a [width, n_expert] matrix each, read as one f32 vector (expert e's at e * width).

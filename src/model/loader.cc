@@ -18,6 +18,7 @@ void register_qwen35_arch();
 void register_lfm2_arch();
 void register_gemma2_arch();
 void register_gemma3_arch();
+void register_gemma4_arch();
 void register_gemma_embedding_arch();
 void register_bert_archs();
 void register_phi3_arch();
@@ -42,6 +43,7 @@ void register_builtin_archs() {
     register_lfm2_arch();
     register_gemma2_arch();
     register_gemma3_arch();
+    register_gemma4_arch();
     register_gemma_embedding_arch();
     register_bert_archs();
     register_phi3_arch();

@@ -20,7 +20,11 @@ void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, f
     double ss = 0.0;
     for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
-    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * w[i];
+    if (w) {
+      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * w[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale;
+    }
   }
 }
 

@@ -15,7 +15,7 @@
 
 namespace cachet {
 
-// y[t] = x[t] / rms(x[t]) * w, for t < n_rows; x, y: [n_rows, n]; w: [n] (f32). y may alias x.
+// y[t] = x[t] / rms(x[t]) * w, for t < n_rows; x, y: [n_rows, n]; w: [n] (f32) or null (no weight). y may alias x.
 void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, float eps);
 
 // y[t] = (x[t] - mean(x[t])) / sqrt(var(x[t]) + eps) * w + b, for t < n_rows; b may be null. y may alias x.

@@ -77,7 +77,7 @@ Status apply_rope_overrides(const RopeOverrides& o, ModelConfig* c) {
 }
 
 RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors) {
-  const int d = static_cast<int>(c.rope_dim);
+  const int d = static_cast<int>(swa && c.rope_dim_swa > 0 ? c.rope_dim_swa : c.rope_dim);
   const int half = d / 2;
   const double theta = swa ? c.rope_theta_swa : c.rope_theta;
   const double fs = swa ? c.rope_freq_scale_swa : c.rope_freq_scale;

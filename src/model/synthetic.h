@@ -62,6 +62,15 @@ struct SyntheticSpec {
   // and FFN outputs are zero, the norms ones; the head then reads a positive multiple of the trunk's state that
   // predicted that token), so it agrees with a target wherever the target repeats a token.
   bool mtp_echo = false;
+  // gemma4: the global layers' head width and KV heads (0: 2 x head_dim; n_head_kv), every
+  // `full_attn_interval`-th layer global; its last `n_kv_shared` layers reuse earlier layers' KV; per-layer
+  // embeddings `n_embd_per_layer` wide (0: none); global layers without attn_v (K is V); with experts, a dense
+  // MLP n_ff_dense wide (0: n_ff) beside them.
+  int64_t global_head_dim = 0;
+  int64_t n_head_kv_global = 0;
+  int64_t n_kv_shared = 0;
+  int64_t n_embd_per_layer = 0;
+  bool k_eq_v = false;
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

@@ -1,6 +1,6 @@
 """An independent numpy reference forward for the decoder architectures cachet runs (llama incl. rope_freqs and
 Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3; qwen35 and qwen35moe in
-reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py).
+reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py, gemma4 in reference_gemma4.py).
 
 Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
 with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
@@ -123,7 +123,8 @@ class Model:
         gemma = arch in ("gemma2", "gemma3")
         n_layer = int(get("block_count"))
         window = int(get("attention.sliding_window", 4096 if arch == "gemma2" else 0)) if gemma else 0
-        period = int(get("attention.sliding_window_pattern", 2 if arch == "gemma2" else 6))
+        period = get("attention.sliding_window_pattern", 2 if arch == "gemma2" else 6)
+        period = int(period) if not isinstance(period, list) else 0  # gemma4's per-layer bools: reference_gemma4
         scaling = get("rope.scaling.type", "none")
         cfg = Config(
             n_vocab=w["token_embd.weight"].shape[0],
@@ -177,6 +178,9 @@ class Model:
         if arch == "gpt-oss":  # sinks, biases, clamped SwiGLU, YaRN: reference_gpt_oss.py
             from reference_gpt_oss import setup_gpt_oss
             setup_gpt_oss(m, get)
+        if arch == "gemma4":  # per-layer head shapes, shared KV, per-layer embeddings, MoE: reference_gemma4.py
+            from reference_gemma4 import setup_gemma4
+            setup_gemma4(m, get)
         if arch in ("lfm2", "lfm2moe"):  # short conv layers: reference_lfm2.py
             m.conv_layers = [k == 0 for k in get("attention.head_count_kv")]
             w["output_norm.weight"] = w.pop("token_embd_norm.weight")
@@ -323,6 +327,9 @@ class Model:
         if getattr(self, "arch", "") in ("qwen35", "qwen35moe", "qwen3next"):
             from reference_qwen35 import qwen35_logits
             return qwen35_logits(self, ids)
+        if getattr(self, "arch", "") == "gemma4":
+            from reference_gemma4 import gemma4_logits
+            return gemma4_logits(self, ids)
         conv_layers = getattr(self, "conv_layers", None)
         c, w = self.cfg, self.w
         T = len(ids)

@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small",
                              "qwen3.5-2b", "qwen3.5-9b", "qwen3.6-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "phi3", "gemma-embedding",
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
@@ -29,11 +29,16 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--ssm-k-heads", a->spec.ssm_k_heads, "qwen35: gated delta net key heads");
   c->add_option("--ssm-v-heads", a->spec.ssm_v_heads, "qwen35: gated delta net value heads");
   c->add_option("--ssm-conv", a->spec.ssm_conv_kernel, "qwen35: causal conv width");
-  c->add_option("--full-attn-interval", a->spec.full_attn_interval, "qwen35: every n-th layer attends");
+  c->add_option("--full-attn-interval", a->spec.full_attn_interval, "qwen35, lfm2: every n-th layer attends; gemma4: every n-th is global");
   c->add_flag("--legacy-ssm-in", a->spec.legacy_ssm_in, "qwen3next: q, k, v, z fused per key head (ssm_in)");
   c->add_option("--shared-ff", a->spec.n_ff_shared, "qwen35moe: the shared expert's width");
   c->add_option("--dense-lead", a->spec.n_dense_lead, "lfm2moe: leading layers with a dense FFN");
-  c->add_option("--dense-ff", a->spec.n_ff_dense, "lfm2moe: their FFN width (the experts': --n-ff)");
+  c->add_option("--dense-ff", a->spec.n_ff_dense, "lfm2moe: their FFN width; gemma4: the dense MLP beside the experts (the experts': --n-ff)");
+  c->add_option("--global-head-dim", a->spec.global_head_dim, "gemma4: the global layers' head width (default 2 x head dim)");
+  c->add_option("--global-kv-heads", a->spec.n_head_kv_global, "gemma4: the global layers' KV heads (default --n-head-kv)");
+  c->add_option("--kv-shared", a->spec.n_kv_shared, "gemma4: the last layers reusing earlier layers' KV");
+  c->add_option("--per-layer-embd", a->spec.n_embd_per_layer, "gemma4: per-layer embedding width (0: none)");
+  c->add_flag("--k-eq-v", a->spec.k_eq_v, "gemma4: global layers without attn_v (K is V)");
   c->add_option("--mtp", a->spec.n_mtp, "qwen35 / qwen35moe: multi-token-prediction blocks after the trunk (nextn)");
   c->add_flag("--mtp-echo", a->spec.mtp_echo,
               "tests, benches: the MTP block proposes the token it is given again (agrees where the target repeats)");
