@@ -1,4 +1,4 @@
-// Every architecture (llama, qwen2/3, MoEs, gemma2/3, phi3, gpt-oss), on synthetic files: one-pass prefill == one token at a time and cached decode == the
+// Every architecture (llama, qwen2/3, MoEs, gemma2/3/4, phi3, gpt-oss), on synthetic files: one-pass prefill == one token at a time and cached decode == the
 // no-cache recompute, bitwise; the paged cache == the contiguous one, bitwise; a batch of several sequences ==
 // each alone (MoE: tokens picking different experts); routing against a brute-force reference; and files that
 // say something cachet would not apply refuse to load, naming it.
@@ -58,6 +58,17 @@ std::vector<Arch> archs() {
   // Sinks, biases, a biased router over biased experts, every other layer windowed (shorter than the prompts).
   add("gpt-oss", "gpt-oss", [](SyntheticSpec& s) {
     s.n_expert = 4, s.n_expert_used = 2, s.head_dim = 32, s.sliding_window = 11;
+  });
+  // Gemma 4: local layers of 16-wide heads, 2 KV heads; global ones of 32-wide heads, 1 KV head, quarter-turning
+  // RoPE. E2B-shaped: per-layer embeddings, the last 3 layers on earlier layers' KV with a double-wide FFN; the
+  // MoE one: K as V on the global layers, a dense MLP beside 4 experts (2 used).
+  add("gemma4", "gemma4", [](SyntheticSpec& s) {
+    s.n_layer = 9, s.head_dim = 16, s.global_head_dim = 32, s.n_head_kv_global = 1, s.full_attn_interval = 3;
+    s.sliding_window = 11, s.final_softcap = 3.0, s.n_kv_shared = 3, s.n_embd_per_layer = 32, s.double_wide_mlp = true;
+  });
+  add("gemma4moe", "gemma4", [](SyntheticSpec& s) {
+    s.n_layer = 6, s.head_dim = 16, s.global_head_dim = 32, s.n_head_kv_global = 1, s.full_attn_interval = 3;
+    s.sliding_window = 11, s.k_eq_v = true, s.n_expert = 4, s.n_expert_used = 2, s.n_ff = 64, s.n_ff_dense = 96;
   });
   return v;
 }
@@ -318,6 +329,27 @@ TEST(Architectures, QueryScaleSoftCapsAndWindowsComeFromTheFile) {
       EXPECT_EQ(c.rope_theta_swa, 10000.0);
       EXPECT_TRUE(c.qk_norm && c.post_norms);
       EXPECT_FLOAT_EQ(static_cast<float>(c.attn_scale), 1.0f / std::sqrt(32.0f));
+    } else if (a.label.rfind("gemma4moe", 0) == 0) {
+      EXPECT_TRUE(c.moe_beside_dense && c.v_from_k && c.v_norm);
+      EXPECT_EQ(c.n_ff, 64);
+      EXPECT_EQ(c.n_ff_dense, 96);
+      EXPECT_EQ(c.n_kv_layers(), 6);
+    } else if (a.spec.arch == "gemma4") {  // E2B-shaped
+      EXPECT_EQ(c.swa_layers, "SSGSSGSSG");
+      EXPECT_EQ(c.head_dim, 32);
+      EXPECT_EQ(c.head_dim_swa, 16);
+      EXPECT_EQ(c.n_head_kv, 1);
+      EXPECT_EQ(c.n_head_kv_swa, 2);
+      EXPECT_EQ(c.rope_dim_swa, 16);
+      EXPECT_EQ(c.attn_scale, 1.0);
+      EXPECT_EQ(c.n_kv_layers(), 6);  // layers 6..8 read layers 4 (local) and 5 (global)
+      EXPECT_EQ(c.kv_layer(6), 4);
+      EXPECT_EQ(c.kv_layer(8), 5);
+      EXPECT_EQ(c.ffn_width(5), 96);
+      EXPECT_EQ(c.ffn_width(6), 192);
+      EXPECT_EQ(c.n_embd_per_layer, 32);
+      // K and V bytes per token: six layers of their own, four local (2 x 16) and two global (1 x 32), f32.
+      EXPECT_EQ(c.kv_bytes_per_token(4), 2 * (4 * 32 + 2 * 32) * 4);
     } else if (a.spec.arch == "qwen2") {
       EXPECT_TRUE(c.qkv_bias && c.rope_neox);
     } else if (a.spec.arch == "qwen3") {

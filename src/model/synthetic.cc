@@ -12,7 +12,7 @@
 namespace cachet {
 
 // The keys every synthetic file starts with: the architecture, its name and alignment, and its sizes.
-void add_common_keys(GgufWriter* w, const SyntheticSpec& s) {
+void add_common_keys(GgufWriter* w, const SyntheticSpec& s, bool ff_key) {
   const std::string a = s.arch + ".";
   w->set_string("general.architecture", s.arch);
   w->set_string("general.name", "cachet synthetic");
@@ -21,7 +21,7 @@ void add_common_keys(GgufWriter* w, const SyntheticSpec& s) {
   if (s.pooling_type >= 0) w->set_u32(a + "pooling_type", static_cast<uint32_t>(s.pooling_type));
   w->set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
   w->set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
-  w->set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  if (ff_key) w->set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
 }
 
 void add_rope_keys(GgufWriter* w, const SyntheticSpec& s, int64_t rope_dim) {

@@ -71,6 +71,7 @@ struct SyntheticSpec {
   int64_t n_kv_shared = 0;
   int64_t n_embd_per_layer = 0;
   bool k_eq_v = false;
+  bool double_wide_mlp = false;  // gemma4: the shared-KV layers' dense FFN twice n_ff wide (E2B)
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

@@ -31,8 +31,15 @@ Status write_synthetic_gemma4(const SyntheticSpec& s, const std::string& path) {
   const std::string a = s.arch + ".";
   GgufWriter w;
   SyntheticSpec common = s;
-  common.n_ff = ff;  // feed_forward_length: the dense MLP's width
-  add_common_keys(&w, common);
+  common.n_ff = ff;  // feed_forward_length: the dense MLP's width ...
+  add_common_keys(&w, common, !s.double_wide_mlp);
+  const auto ff_at = [&](int64_t l) { return s.double_wide_mlp && l >= kv_from ? 2 * ff : ff; };
+  if (s.double_wide_mlp) {  // ... or one per layer, twice as wide on the shared-KV layers
+    if (moe || s.n_kv_shared == 0) return invalid_argument("synthetic model: a double-wide MLP needs shared KV layers");
+    std::vector<int32_t> widths;
+    for (int64_t l = 0; l < s.n_layer; ++l) widths.push_back(static_cast<int32_t>(ff_at(l)));
+    w.set_i32_array(a + "feed_forward_length", widths);
+  }
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
   w.set_i32_array(a + "attention.head_count_kv", kv_heads);
   w.set_u32(a + "attention.key_length", static_cast<uint32_t>(ghd));
@@ -87,9 +94,10 @@ Status write_synthetic_gemma4(const SyntheticSpec& s, const std::string& path) {
     CACHET_RETURN_IF_ERROR(norm(p + "post_attention_norm.weight", s.n_embd));
     CACHET_RETURN_IF_ERROR(add(p + "layer_output_scale.weight", DType::kF32, 1, 1, 0.3f, 0.8f));
     CACHET_RETURN_IF_ERROR(norm(p + "ffn_norm.weight", s.n_embd));
-    CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, s.n_embd, ff, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, ff, lim(s.n_embd), 0.0f));
-    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, ff, s.n_embd, lim(ff), 0.0f));
+    const int64_t f = ff_at(l);
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, s.n_embd, f, lim(s.n_embd), 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, f, lim(s.n_embd), 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, f, s.n_embd, lim(f), 0.0f));
     CACHET_RETURN_IF_ERROR(norm(p + "post_ffw_norm.weight", s.n_embd));
     if (moe) {
       // Router logits of a few units' spread (its input is rms(x) / sqrt(d)): the weights decide the experts.

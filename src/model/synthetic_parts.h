@@ -48,8 +48,9 @@ class RandomTensors {
 // The uniform limit that keeps a matmul's outputs near unit scale: sqrt(3 / fan_in).
 inline float fan_in_limit(int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); }
 
-// general.* keys and the {arch}.* sizes every decoder file has.
-void add_common_keys(GgufWriter* w, const SyntheticSpec& s);
+// general.* keys and the {arch}.* sizes every decoder file has (feed_forward_length unless the writer gives
+// one per layer).
+void add_common_keys(GgufWriter* w, const SyntheticSpec& s, bool ff_key = true);
 // rope.dimension_count, rope.freq_base and, when the spec scales RoPE, its rope.scaling.* keys.
 void add_rope_keys(GgufWriter* w, const SyntheticSpec& s, int64_t rope_dim);
 // The decoders' placeholder SentencePiece vocabulary.

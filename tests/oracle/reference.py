@@ -134,7 +134,7 @@ class Model:
             n_head_kv=int(max(kv_heads) if isinstance(kv_heads := get("attention.head_count_kv", n_head), list)
                           else kv_heads),
             head_dim=head_dim,
-            n_ff=int(get("feed_forward_length")),
+            n_ff=int(max(ff) if isinstance(ff := get("feed_forward_length"), list) else ff),
             rope_dim=int(get("rope.dimension_count", head_dim)),
             rope_theta=float(get("rope.freq_base", 10000.0)),
             rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch not in ("llama", "smollm3", "mistral3"),
