@@ -10,13 +10,19 @@ std::string kv_math(const KvShape& s, int64_t context, int64_t batch, int64_t bl
                     int64_t weight_bytes, KvMath* out) {
   if (s.n_layer <= 0 || s.n_head_kv <= 0 || s.head_dim <= 0) return "layers, KV heads and head dim must be positive";
   if (context <= 0 || batch <= 0 || block_size <= 0) return "context, batch and block size must be positive";
-  for (KvType t : {s.k, s.v})
-    if (s.head_dim % kv_block(t) != 0)
-      return std::string("a head of ") + std::to_string(s.head_dim) + " values is not a whole number of " +
-             kv_type_name(t) + " blocks";
+  if (s.n_layer_b < 0 || (s.n_layer_b > 0 && (s.n_head_kv_b <= 0 || s.head_dim_b <= 0)))
+    return "the second kind of layer needs positive KV heads and head dim";
+  for (int64_t hd : {s.head_dim, s.n_layer_b > 0 ? s.head_dim_b : s.head_dim})
+    for (KvType t : {s.k, s.v})
+      if (hd % kv_block(t) != 0)
+        return std::string("a head of ") + std::to_string(hd) + " values is not a whole number of " +
+               kv_type_name(t) + " blocks";
   // K and V: per layer, per KV head, one row of head_dim values each, in their own types.
-  const uint64_t per_token =
+  uint64_t per_token =
       static_cast<uint64_t>(s.n_layer) * s.n_head_kv * (kv_row_bytes(s.k, s.head_dim) + kv_row_bytes(s.v, s.head_dim));
+  if (s.n_layer_b > 0)
+    per_token += static_cast<uint64_t>(s.n_layer_b) * s.n_head_kv_b *
+                 (kv_row_bytes(s.k, s.head_dim_b) + kv_row_bytes(s.v, s.head_dim_b));
   auto mul = [](uint64_t a, uint64_t b) { return checked_mul(a, b).value_or(UINT64_MAX); };
   out->bytes_per_token = static_cast<int64_t>(per_token);
   if (s.state_bytes_per_sequence < 0) return "state bytes must not be negative";

@@ -17,6 +17,9 @@ struct KvShape {
   // Hybrid models: n_layer counts the attention layers only; each sequence also holds this many bytes of
   // recurrent state (conv windows and delta-net matrices, f32), whatever its length.
   int64_t state_bytes_per_sequence = 0;
+  // A second kind of layer with heads of its own (Gemma 4's sliding-window layers: more, narrower KV heads):
+  // n_layer_b more layers of n_head_kv_b x head_dim_b.
+  int64_t n_layer_b = 0, n_head_kv_b = 0, head_dim_b = 0;
 };
 
 struct KvMath {

@@ -1,13 +1,17 @@
 // Byte-level BPE ("gpt2" in GGUF): the text is split into words by the pre-tokenizer regexes that
 // `tokenizer.ggml.pre` names (PCRE2, Unicode properties), each word's bytes are mapped to printable code
 // points (GPT-2's byte-to-unicode table), and adjacent symbols are merged in the order of the merge list.
+// SentencePiece-style BPE ("gemma4"): spaces become U+2581, lines are the words (a run of newlines is one),
+// symbols are raw UTF-8 characters, and a character no token holds falls back to its <0xXX> byte tokens.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include <array>
+#include <cstdio>
 #include <list>
 #include <mutex>
 #include <queue>
+#include <string>
 #include <unordered_map>
 
 #include "base/utf8.h"
@@ -40,6 +44,7 @@ const char* const kDeepseekCoder[] = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)
 const char* const kDeepseekLlm[] = {R"([\r\n])", R"(\s?[\p{Lu}\p{Ll}\p{Lt}]+)",
                                     R"(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)",
                                     R"(\s+$)", R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N}+)"};
+const char* const kLines[] = {R"([^\n]+|[\n]+)"};
 const char* const kFalcon[] = {R"([\p{P}\$\+<=>\^~\|`]+)",
                                R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
                                R"([0-9][0-9][0-9])"};
@@ -63,7 +68,7 @@ const PreTokenizer kPreTokenizers[] = {
     CACHET_PRE("lfm2", kLlama3, true),  // LFM2: llama3's rules (llama.cpp maps it so)
     CACHET_PRE("gpt-4o", kGpt4o, false),
     CACHET_PRE("deepseek-coder", kDeepseekCoder, false), CACHET_PRE("deepseek-llm", kDeepseekLlm, false),
-    CACHET_PRE("falcon", kFalcon, false),
+    CACHET_PRE("falcon", kFalcon, false),      CACHET_PRE("gemma4", kLines, false),
 };
 #undef CACHET_PRE
 
@@ -109,9 +114,10 @@ struct Regex {
 
 class BpeTokenizer final : public Tokenizer {
  public:
-  Status init(const GgufFile& f) {
+  Status init(const GgufFile& f, bool spm_style) {
     CACHET_RETURN_IF_ERROR(init_common(f, Kind::kBpe));
-    std::string pre = "default";
+    spm_style_ = spm_style;
+    std::string pre = spm_style ? "gemma4" : "default";
     if (f.find("tokenizer.ggml.pre")) {
       CACHET_ASSIGN_OR_RETURN(pre, f.get_string("tokenizer.ggml.pre"));
     }
@@ -152,6 +158,20 @@ class BpeTokenizer final : public Tokenizer {
     const TokenType type = types_[id];
     if (type == TokenType::kControl || type == TokenType::kUnknown) return special ? t : std::string();
     if (type == TokenType::kUserDefined) return t;
+    if (spm_style_) {
+      if (type == TokenType::kByte && t.size() == 6 && t.compare(0, 3, "<0x") == 0)
+        return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+      std::string out;
+      for (size_t i = 0; i < t.size();) {  // U+2581 is a space
+        if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
+          out += ' ';
+          i += 3;
+        } else {
+          out += t[i++];
+        }
+      }
+      return out;
+    }
     std::string out;
     const auto& bm = byte_map();
     for (size_t i = 0; i < t.size();) {
@@ -165,7 +185,13 @@ class BpeTokenizer final : public Tokenizer {
   }
 
  protected:
-  void encode_fragment(std::string_view frag, bool, std::vector<int32_t>* out) const override {
+  void encode_fragment(std::string_view raw, bool, std::vector<int32_t>* out) const override {
+    std::string escaped;
+    if (spm_style_) {  // spaces as U+2581 before anything else
+      for (char ch : raw) escaped += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
+      raw = escaped;
+    }
+    const std::string_view frag = raw;
     std::vector<std::pair<size_t, size_t>> words{{0, frag.size()}};
     pcre2_match_data* md = pcre2_match_data_create(4, nullptr);
     for (const auto& re : regexes_) {
@@ -213,23 +239,29 @@ class BpeTokenizer final : public Tokenizer {
     }
     const auto& bm = byte_map();
     std::string mapped;
-    for (char c : word) mapped += bm.to_text[static_cast<unsigned char>(c)];
+    if (spm_style_) {
+      mapped = word;
+    } else {
+      for (char c : word) mapped += bm.to_text[static_cast<unsigned char>(c)];
+    }
     std::vector<int32_t> ids;
     auto whole = index_.find(mapped);
-    if (ignore_merges_ && whole != index_.end()) {
+    const bool newlines = spm_style_ && mapped.find_first_not_of('\n') == std::string::npos;
+    if ((ignore_merges_ || newlines) && whole != index_.end()) {
       ids.push_back(whole->second);
     } else {
       // Symbols as a linked list of token ids; a queue of adjacent pairs by merge rank (then position).
       struct Sym {
         int32_t id;
         int prev, next;
+        size_t at, n;  // the character's bytes in `mapped`
       };
       std::vector<Sym> sym;
       for (size_t i = 0; i < mapped.size();) {
         size_t n = std::min(utf8_seq_len(static_cast<unsigned char>(mapped[i])), mapped.size() - i);
         auto it = index_.find(mapped.substr(i, n));
-        int32_t id = it != index_.end() ? it->second : (unk_ ? *unk_ : -1);
-        sym.push_back({id, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
+        int32_t id = it != index_.end() ? it->second : (unk_ && !spm_style_ ? *unk_ : -1);
+        sym.push_back({id, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1, i, n});
         i += n;
       }
       sym.back().next = -1;
@@ -259,8 +291,17 @@ class BpeTokenizer final : public Tokenizer {
         push(l.prev, c.left);
         push(c.left, l.next);
       }
-      for (int i = 0; i >= 0; i = sym[i].next)
-        if (sym[i].id >= 0) ids.push_back(sym[i].id);
+      for (int i = 0; i >= 0; i = sym[i].next) {
+        if (sym[i].id >= 0) {
+          ids.push_back(sym[i].id);
+        } else if (spm_style_) {  // a character no token holds: its bytes' <0xXX> tokens
+          for (size_t b = sym[i].at; b < sym[i].at + sym[i].n; ++b) {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "<0x%02X>", static_cast<unsigned char>(mapped[b]));
+            if (auto it = index_.find(hex); it != index_.end()) ids.push_back(it->second);
+          }
+        }
+      }
     }
     out->insert(out->end(), ids.begin(), ids.end());
     std::lock_guard<std::mutex> lock(cache_mu_);
@@ -271,15 +312,16 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::unique_ptr<Regex>> regexes_;
   std::unordered_map<uint64_t, Merge> merges_;
   bool ignore_merges_ = false;
+  bool spm_style_ = false;  // "gemma4": U+2581 spaces, raw UTF-8 symbols, <0xXX> byte fallback
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;  // word -> ids
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Tokenizer>> make_bpe_tokenizer(const GgufFile& f) {
+Result<std::unique_ptr<Tokenizer>> make_bpe_tokenizer(const GgufFile& f, bool spm_style) {
   auto t = std::make_unique<BpeTokenizer>();
-  CACHET_RETURN_IF_ERROR(t->init(f));
+  CACHET_RETURN_IF_ERROR(t->init(f, spm_style));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 

@@ -21,8 +21,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& f) {
   CACHET_ASSIGN_OR_RETURN(std::string model, f.get_string("tokenizer.ggml.model"));
   if (model == "llama") return make_spm_tokenizer(f);
   if (model == "gpt2") return make_bpe_tokenizer(f);
+  if (model == "gemma4") return make_bpe_tokenizer(f, /*spm_style=*/true);
   if (model == "bert") return make_wpm_tokenizer(f);
-  return unimplemented("tokenizer model '" + model + "' is not supported (supported: llama, gpt2, bert)");
+  return unimplemented("tokenizer model '" + model + "' is not supported (supported: llama, gpt2, gemma4, bert)");
 }
 
 Status Tokenizer::init_common(const GgufFile& f, Kind kind) {

@@ -36,6 +36,7 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
     KvShape s;
     int64_t weight_bytes = 0;
     int64_t window = 0, window_layers = 0;  // sliding-window attention layers of a model file
+    int64_t shared_layers = 0, all_layers = 0;  // layers reading an earlier layer's KV, of all
     if (!a->model.empty() || (!a->layers && !a->d_model)) {  // no dimensions given: the (default) model's
       auto m = load(a->model, 1);
       if (!m.is_ok()) {
@@ -47,8 +48,24 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
       s.state_bytes_per_sequence = cfg.state_bytes_per_seq();
       s.n_head_kv = cfg.n_head_kv;
       s.head_dim = cfg.head_dim;
+      if (cfg.head_dim_swa > 0 || cfg.n_head_kv_swa > 0) {
+        // Gemma 4: the sliding-window layers' heads differ from the global ones'; two kinds of layer.
+        s.n_layer = 0;
+        for (int64_t l = 0; l < cfg.n_layer; ++l) {
+          if (!cfg.has_own_kv(l)) continue;
+          if (cfg.is_swa(l)) {
+            ++s.n_layer_b;
+          } else {
+            ++s.n_layer;
+          }
+        }
+        s.n_head_kv_b = cfg.n_head_kv_swa > 0 ? cfg.n_head_kv_swa : cfg.n_head_kv;
+        s.head_dim_b = cfg.head_dim_swa > 0 ? cfg.head_dim_swa : cfg.head_dim;
+      }
+      all_layers = cfg.n_layer;
+      for (int64_t l = 0; l < cfg.n_layer; ++l) shared_layers += !cfg.is_recurrent(l) && !cfg.has_own_kv(l);
       window = cfg.sliding_window;
-      for (int64_t l = 0; l < cfg.n_layer; ++l) window_layers += cfg.is_swa(l) ? 1 : 0;
+      for (int64_t l = 0; l < cfg.n_layer; ++l) window_layers += cfg.is_swa(l) && cfg.has_own_kv(l) ? 1 : 0;
       for (const auto& t : (*m)->tensors()) weight_bytes += static_cast<int64_t>(t.n_bytes());
     }
     if (a->layers) s.n_layer = a->layers;
@@ -82,14 +99,25 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
                           {"paged_bytes_per_sequence", r.paged_bytes_per_sequence},
                           {"paged_waste_bytes", r.paged_waste_bytes}, {"weight_bytes", weight_bytes},
                           {"max_sequences", r.max_sequences}, {"max_sequences_paged", r.max_sequences_paged},
-                          {"sliding_window", window}, {"sliding_window_layers", window_layers}};
+                          {"sliding_window", window}, {"sliding_window_layers", window_layers},
+                          {"shared_kv_layers", shared_layers}};
+      if (s.n_layer_b > 0)
+        j["local_layers"] = {{"layers", s.n_layer_b}, {"kv_heads", s.n_head_kv_b}, {"head_dim", s.head_dim_b}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("KV cache: %lld layers x %lld KV heads x %lld head dim, %s\n", static_cast<long long>(s.n_layer),
                   static_cast<long long>(s.n_head_kv), static_cast<long long>(s.head_dim),
                   s.k == s.v ? kv_type_name(s.k) : (std::string("K ") + kv_type_name(s.k) + ", V " + kv_type_name(s.v)).c_str());
+      if (s.n_layer_b > 0)
+        std::printf("  local layers:  %lld more layers x %lld KV heads x %lld head dim (the sliding-window ones)\n",
+                    static_cast<long long>(s.n_layer_b), static_cast<long long>(s.n_head_kv_b),
+                    static_cast<long long>(s.head_dim_b));
       std::printf("  per token:     %s  (2 x layers x KV heads x head dim x element size)\n",
                   format_bytes(r.bytes_per_token).c_str());
+      if (shared_layers > 0)
+        std::printf("  shared:        %lld of %lld layers read the KV of an earlier layer of their kind and keep "
+                    "none of their own\n",
+                    static_cast<long long>(shared_layers), static_cast<long long>(all_layers));
       if (s.state_bytes_per_sequence > 0)
         std::printf("  state:         %s per sequence, whatever its length (recurrent layers' conv windows and, "
                     "in gated delta nets, their matrices; f32)\n",
@@ -97,7 +125,7 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
       if (window_layers > 0)
         std::printf("  window:        %lld of %lld layers attend within the last %lld positions; their KV is kept for "
                     "every position, as the others' (the prefix cache reuses it whole)\n",
-                    static_cast<long long>(window_layers), static_cast<long long>(s.n_layer),
+                    static_cast<long long>(window_layers), static_cast<long long>(s.n_layer + s.n_layer_b),
                     static_cast<long long>(window));
       std::printf("  per sequence:  %s  at %lld tokens\n", format_bytes(r.bytes_per_sequence).c_str(),
                   static_cast<long long>(a->context));
