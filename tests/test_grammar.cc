@@ -7,6 +7,8 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "chat/output_parser.h"
+#include "chat/tool_format.h"
 #include "grammar/grammar.h"
 #include "grammar/schema_check.h"
 #include "io/gguf.h"
@@ -182,6 +184,39 @@ TEST(Grammar, MasksFollowAJsonSchemaOnARealVocabulary) {
   std::vector<float> logits(static_cast<size_t>(tok->n_vocab()), 1.0f);
   apply_token_mask(before, logits.data(), tok->n_vocab());
   for (int32_t id = 0; id < tok->n_vocab(); ++id) ASSERT_EQ(std::isinf(logits[id]), !allowed(before, id));
+}
+
+// Gemma 4's calls in its own syntax (bare keys, <|"|>-quoted strings): a required call's grammar admits the call
+// the model writes, refuses a wrong type or an unknown key, and the parser reads it back as JSON arguments.
+TEST(Grammar, Gemma4RequiredCallFollowsTheSchemaInItsOwnSyntax) {
+  auto tok = gpt2();
+  GrammarCompiler gc(*tok, {kEos}, tok->n_vocab());
+  OutputShape sh;
+  sh.format = detect_chat_format("<|tool_call>call:{{ n }}<tool_call|><|\"|>");
+  ASSERT_EQ(sh.format.tools, ToolSyntax::kGemma4);
+  sh.tools = {{"get_weather", nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+      "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city", "days"],
+      "additionalProperties": false})")}};
+  sh.choice = ToolChoice::kRequired;
+  auto g = gc.structural_tag(*structural_tag_for(sh));
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  auto walk = [&](const std::string& text) {
+    auto m = (*g)->matcher();
+    for (int32_t id : tok->encode(text, false, false))
+      if (!m->accept(id)) return false;
+    return m->completed();
+  };
+  const std::string call = "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3}<tool_call|>";
+  EXPECT_TRUE(walk(call));
+  EXPECT_FALSE(walk("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:<|\"|>3<|\"|>}<tool_call|>"));
+  EXPECT_FALSE(walk("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:3,x:1}<tool_call|>"));
+  EXPECT_FALSE(walk("<|tool_call>call:get_time{}<tool_call|>"));
+  ChatOutputParser p(sh.format, false, false, sh.tools, "c");
+  OutputDelta d = p.push(call);
+  d.append(p.finish());
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].name, "get_weather");
+  EXPECT_EQ(d.calls[0].arguments, R"({"city":"Paris","days":3})");
 }
 
 TEST(Grammar, GbnfLarkRegexAndTheirErrors) {

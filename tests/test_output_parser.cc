@@ -226,6 +226,37 @@ TEST(OutputParser, HarmonyChannelsAndCalls) {
   EXPECT_EQ(s.n_calls(), 1);
 }
 
+// Gemma 4: reasoning on the thought channel, calls as call:NAME{...} with bare keys and <|"|>-quoted strings (which
+// may hold braces, commas and the close marker), converted to JSON arguments; text around calls is the answer.
+TEST(OutputParser, Gemma4ThoughtChannelAndCalls) {
+  const ChatFormat g = detect_chat_format("{{ '<|turn>model\n' }}{{ tools }}<|tool_call>call:{{ n }}{}<tool_call|>"
+                                          "<|\"|>{{ '<|channel>thought\n<channel|>' }}");
+  ASSERT_EQ(g.tools, ToolSyntax::kGemma4);
+  Parsed p = parse_every_way(g, true, false, kTools,
+                             "<|channel>thought\nThe user wants weather.<channel|>Let me check."
+                             "<|tool_call>call:get_weather{city:<|\"|>Paris, {France} <tool_call|><|\"|>,days:2,"
+                             "metric:true,where:{lat:48.85,tags:[<|\"|>a<|\"|>,<|\"|>b<|\"|>]},note:null}<tool_call|>");
+  EXPECT_EQ(p.reasoning, "The user wants weather.");
+  EXPECT_EQ(p.content, "Let me check.");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "get_weather");
+  EXPECT_EQ(std::get<2>(p.calls[0]),
+            R"({"city":"Paris, {France} <tool_call|>","days":2,"metric":true,"where":{"lat":48.85,"tags":["a","b"]},"note":null})");
+  // Two calls in a row, the second without arguments; no reasoning asked for.
+  p = parse_every_way(g, false, false, kTools,
+                      "<|tool_call>call:search{q:<|\"|>x<|\"|>}<tool_call|><|tool_call>call:get_weather{}<tool_call|>");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"q":"x"})");
+  EXPECT_EQ(std::get<1>(p.calls[1]), "get_weather");
+  EXPECT_EQ(std::get<2>(p.calls[1]), "{}");
+  EXPECT_EQ(p.content, "");
+  // A call cut short (max tokens) keeps its name with empty arguments, never shows markup as content.
+  p = parse_every_way(g, false, false, kTools, "<|tool_call>call:search{q:<|\"|>unfinish");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(std::get<2>(p.calls[0]), "{}");
+  EXPECT_EQ(p.content, "");
+}
+
 TEST(ToolFormat, DetectsEachFamilyFromItsTemplate) {
   EXPECT_EQ(detect_chat_format("{% for tool in tools %}<tool_call>{% endfor %}<think>").tools, ToolSyntax::kHermes);
   EXPECT_EQ(detect_chat_format("{{ tools }}<tool_call><function=x><parameter=y>").tools, ToolSyntax::kQwenXml);

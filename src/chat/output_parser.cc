@@ -1,6 +1,7 @@
 #include "chat/output_parser.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace cachet {
 
@@ -222,6 +223,7 @@ bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
     case ToolSyntax::kQwenXml: return scan_xml_call(out, at_end);
     case ToolSyntax::kDeepSeek: return scan_deepseek_calls(out, at_end);
     case ToolSyntax::kHarmony: return scan_harmony_call(out, at_end);
+    case ToolSyntax::kGemma4: return scan_gemma4_call(out, at_end);
     default: return scan_json_calls(out, at_end);
   }
 }
@@ -417,6 +419,7 @@ bool ChatOutputParser::body_looks_like_call() const {
     case ToolSyntax::kQwenXml: return body_.compare(i, 10, "<function=") == 0 || std::string("<function=").rfind(body_.substr(i), 0) == 0;
     case ToolSyntax::kDeepSeek: return false;
     case ToolSyntax::kHarmony: return true;  // a name, a header, then the arguments, up to <|call|>
+    case ToolSyntax::kGemma4: return body_.compare(i, 5, "call:") == 0 || std::string("call:").rfind(body_.substr(i), 0) == 0;
     default: return body_[i] == '{' || body_[i] == '[';
   }
 }
@@ -485,6 +488,103 @@ bool ChatOutputParser::scan_harmony_call(OutputDelta* out, bool at_end) {
   }
   if (!at_end) return false;
   if (args_emitted_ == 0) emit_args("{}", out);
+  ++n_calls_;
+  call_started_ = false;
+  body_.clear();
+  return true;
+}
+
+namespace {
+
+const char* kGemmaQuote = "<|\"|>";
+
+// One value of Gemma 4's argument syntax at s[i] (after whitespace): {key:value,...} with bare keys, [a,b],
+// <|"|>text<|"|>, or a bare token (a number, true, false, null; other text is a string). Sets *end past it;
+// nullopt when the text ends first.
+std::optional<json> gemma_value(const std::string& s, size_t i, size_t* end) {
+  i = skip_ws(s, i);
+  if (i >= s.size()) return std::nullopt;
+  if (s.compare(i, 5, kGemmaQuote) == 0) {
+    const size_t close = s.find(kGemmaQuote, i + 5);
+    if (close == npos) return std::nullopt;
+    *end = close + 5;
+    return json(s.substr(i + 5, close - i - 5));
+  }
+  if (s[i] == '{' || s[i] == '[') {
+    const bool object = s[i] == '{';
+    json v = object ? json::object() : json::array();
+    size_t p = skip_ws(s, i + 1);
+    if (p < s.size() && s[p] == (object ? '}' : ']')) {
+      *end = p + 1;
+      return v;
+    }
+    while (p < s.size()) {
+      std::string key;
+      if (object) {
+        if (s.compare(p, 5, kGemmaQuote) == 0) {  // a quoted key
+          const size_t close = s.find(kGemmaQuote, p + 5);
+          if (close == npos) return std::nullopt;
+          key = s.substr(p + 5, close - p - 5);
+          p = close + 5;
+        } else {
+          const size_t colon = s.find(':', p);
+          if (colon == npos) return std::nullopt;
+          key = s.substr(p, colon - p);
+          p = colon;
+        }
+        p = skip_ws(s, p);
+        if (p >= s.size() || s[p] != ':') return std::nullopt;
+        ++p;
+      }
+      size_t e = 0;
+      std::optional<json> item = gemma_value(s, p, &e);
+      if (!item) return std::nullopt;
+      if (object) v[key] = std::move(*item);
+      else v.push_back(std::move(*item));
+      p = skip_ws(s, e);
+      if (p >= s.size()) return std::nullopt;
+      if (s[p] == ',') {
+        p = skip_ws(s, p + 1);
+        continue;
+      }
+      if (s[p] != (object ? '}' : ']')) return std::nullopt;
+      *end = p + 1;
+      return v;
+    }
+    return std::nullopt;
+  }
+  size_t e = i;
+  while (e < s.size() && s[e] != ',' && s[e] != '}' && s[e] != ']') ++e;
+  if (e == s.size()) return std::nullopt;
+  size_t t = e;
+  while (t > i && is_ws(s[t - 1])) --t;
+  const std::string token = s.substr(i, t - i);
+  *end = e;
+  try {
+    json v = json::parse(token);
+    if (v.is_number() || v.is_boolean() || v.is_null()) return v;
+  } catch (...) {
+  }
+  return json(token);
+}
+
+}  // namespace
+
+// call:NAME{ARGS} (the open marker ended at <|tool_call>): the name goes out when its brace is seen, the arguments,
+// converted to JSON, when their closing brace is (a string argument may hold braces, commas or the close marker).
+bool ChatOutputParser::scan_gemma4_call(OutputDelta* out, bool at_end) {
+  const size_t c = skip_ws(body_, 0);
+  const size_t brace = body_.compare(c, 5, "call:") == 0 ? body_.find('{', c + 5) : npos;
+  if (brace == npos) {
+    if (at_end) body_.clear();  // no call's head: markup, dropped
+    return at_end;
+  }
+  if (!call_started_) start_call(body_.substr(c + 5, brace - c - 5), out);
+  size_t end = 0;
+  const std::optional<json> args = gemma_value(body_, brace, &end);
+  if (args) call_end_ = end;
+  if (!at_end) return false;
+  emit_args(args && args->is_object() ? args->dump() : "{}", out);
   ++n_calls_;
   call_started_ = false;
   body_.clear();

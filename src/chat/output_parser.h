@@ -53,6 +53,7 @@ class ChatOutputParser {
   bool scan_xml_call(OutputDelta* out, bool at_end);
   bool scan_deepseek_calls(OutputDelta* out, bool at_end);
   bool scan_harmony_call(OutputDelta* out, bool at_end);
+  bool scan_gemma4_call(OutputDelta* out, bool at_end);
   // The region so far could still be a call of the family's syntax (else it ends at the first close marker).
   bool body_looks_like_call() const;
   void emit_text(const std::string& s, OutputDelta* out);

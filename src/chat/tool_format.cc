@@ -16,6 +16,7 @@ const char* tool_syntax_name(ToolSyntax s) {
     case ToolSyntax::kMistral: return "mistral";
     case ToolSyntax::kDeepSeek: return "deepseek";
     case ToolSyntax::kHarmony: return "harmony";
+    case ToolSyntax::kGemma4: return "gemma4";
     case ToolSyntax::kGeneric: return "generic";
   }
   return "generic";
@@ -45,6 +46,12 @@ ChatFormat detect_chat_format(const std::string& t) {
     f.always_reasons = true;
     return f;
   }
+  if (has(t, "<|tool_call>") && has(t, "<tool_call|>")) {  // Gemma 4: its own call syntax and thought channel
+    f.tools = ToolSyntax::kGemma4;
+    f.think_start = "<|channel>thought\n";
+    f.think_end = "<channel|>";
+    return f;
+  }
   if (has(t, "<function=") && has(t, "<parameter=")) f.tools = ToolSyntax::kQwenXml;
   else if (has(t, "<tool_call>")) f.tools = ToolSyntax::kHermes;
   else if (has(t, "tool▁calls▁begin") || has(t, "tool_calls_begin")) f.tools = ToolSyntax::kDeepSeek;
@@ -69,6 +76,7 @@ CallMarkers call_markers(ToolSyntax s) {
     case ToolSyntax::kDeepSeek: return {{kDsCallsBegin}, kDsCallsEnd};
     // The recipient may also come first: <|start|>assistant to=functions.f<|channel|>commentary json<|message|>.
     case ToolSyntax::kHarmony: return {{kHarmonyCall, " to=functions."}, "<|call|>"};
+    case ToolSyntax::kGemma4: return {{"<|tool_call>"}, "<tool_call|>"};
   }
   return {{"<tool_call>"}, "</tool_call>"};
 }
@@ -101,6 +109,9 @@ json call_tag(ToolSyntax s, const ToolSpec& t) {
     case ToolSyntax::kHarmony:  // the call's end is <|call|>, an end of generation the grammar's end admits
       return {{"type", "tag"}, {"begin", std::string(kHarmonyCall) + t.name + " <|constrain|>json<|message|>"},
               {"content", args}, {"end", ""}};
+    case ToolSyntax::kGemma4:  // XGrammar's "gemma" style: {key:<|"|>text<|"|>,n:5} at every level
+      args["style"] = "gemma";
+      return {{"type", "tag"}, {"begin", "<|tool_call>call:" + t.name}, {"content", args}, {"end", "<tool_call|>"}};
     case ToolSyntax::kHermes:
     case ToolSyntax::kGeneric:
       break;
@@ -116,6 +127,7 @@ std::string trigger(ToolSyntax s) {
     case ToolSyntax::kMistral: return "[TOOL_CALLS]";
     case ToolSyntax::kDeepSeek: return kDsCallsBegin;
     case ToolSyntax::kHarmony: return kHarmonyCall;
+    case ToolSyntax::kGemma4: return "<|tool_call>";
     default: return "<tool_call>";
   }
 }

@@ -11,6 +11,8 @@
 //   harmony   <|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}<|call|>      gpt-oss
 //             (reasoning: <|channel|>analysis<|message|>...<|end|>; the answer: <|start|>assistant<|channel|>final
 //             <|message|>...; the framing never reaches the content)
+//   gemma4    <|tool_call>call:f{key:<|"|>text<|"|>,n:5,o:{...}}<tool_call|>                 Gemma 4
+//             (unquoted keys, strings between <|"|>; reasoning: <|channel>thought\n...<channel|>)
 //   generic   a template that knows no tools: the tools are described in a system message and calls are
 //             asked for (and constrained) in the hermes form.
 #pragma once
@@ -28,7 +30,7 @@ namespace cachet {
 // A structural tag's json_schema format for a (checked) schema.
 nlohmann::ordered_json json_schema_format(const nlohmann::ordered_json& schema);
 
-enum class ToolSyntax { kHermes, kQwenXml, kLlama3, kMistral, kDeepSeek, kHarmony, kGeneric };
+enum class ToolSyntax { kHermes, kQwenXml, kLlama3, kMistral, kDeepSeek, kHarmony, kGemma4, kGeneric };
 
 const char* tool_syntax_name(ToolSyntax s);
 
