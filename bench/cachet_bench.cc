@@ -213,6 +213,9 @@ int main(int argc, char** argv) {
   o.sampling.max_tokens = std::max(n_gen, 1);
   o.stop_at_eos = false;
   o.kv_type = KvTypes(*kv_type_from_name(kv));
+  int64_t kv_per_token = 0;  // K and V of every layer that keeps its own, each as wide as its heads
+  for (int kl = 0; kl < static_cast<int>(c.n_kv_layers()); ++kl)
+    kv_per_token += static_cast<int64_t>(o.kv_type.row_bytes(c.kv_dim_of_kv_layer(kl)));
   GenerateOptions warm = o;
   warm.sampling.max_tokens = 8;
   // Warm-up: page in the weights (a short prompt: a long context's prefill would only double the run's time).
@@ -237,7 +240,7 @@ int main(int argc, char** argv) {
                       {"n_gen", n_gen},
                       {"weight_bytes", weight_bytes},
                       {"weight_bytes_read_per_token", read_per_token},
-                      {"kv_bytes_per_token", c.n_kv_layers() * static_cast<int64_t>(o.kv_type.row_bytes(c.kv_dim()))},
+                      {"kv_bytes_per_token", kv_per_token},
                       // A hybrid's recurrent state, read and written by every decoded token.
                       {"state_bytes_per_token", 2 * c.state_bytes_per_seq()},
                       {"kv_type", kv_type_name(o.kv_type.k)},
