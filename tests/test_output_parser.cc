@@ -5,7 +5,13 @@
 
 #include <random>
 
+#include <cstdlib>
+#include <fstream>
+#include <filesystem>
+
+#include "chat/chat_template.h"
 #include "chat/output_parser.h"
+#include "io/gguf.h"
 #include "chat/tool_format.h"
 
 namespace cachet {
@@ -255,6 +261,45 @@ TEST(OutputParser, Gemma4ThoughtChannelAndCalls) {
   ASSERT_EQ(p.calls.size(), 1u);
   EXPECT_EQ(std::get<2>(p.calls[0]), "{}");
   EXPECT_EQ(p.content, "");
+}
+
+// Gemma 4's first template (the one in llama.cpp's gemma-4 vocab file) reads tool results from the calling turn's
+// tool_responses; its later one from role: tool messages. A round trip renders the result as the model was trained
+// to read it with either.
+TEST(ToolFormat, Gemma4ToolResultsRenderInTheCallingTurn) {
+  const char* src = std::getenv("CACHET_LLAMACPP_SRC");
+  const std::string root = src ? std::string(src) : std::string(std::getenv("HOME")) + "/.cache/cachet/llama.cpp/src-0.3.36";
+  const std::string llama = root + "/vendor/llama.cpp/models/";
+  auto f = GgufFile::open(llama + "ggml-vocab-gemma-4.gguf");
+  ASSERT_TRUE(f.is_ok()) << f.status().message() << " (bash scripts/setup_oracles.sh unpacks it)";
+  auto legacy = (*f)->get_string("tokenizer.chat_template");
+  ASSERT_TRUE(legacy.is_ok());
+  std::ifstream in(llama + "templates/google-gemma-4-31B-it.jinja");
+  ASSERT_TRUE(in.good());
+  const std::string current((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto messages = nlohmann::ordered_json::parse(R"([
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function",
+          "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+      {"role": "tool", "tool_call_id": "c0", "content": "{\"temp\": 21}"},
+      {"role": "user", "content": "Thanks"}])");
+  // The first template gets the result parsed (as llama.cpp passes it); the later one quotes a string result itself.
+  const std::string want_first = "<|tool_response>response:get_weather{temp:21}<tool_response|>";
+  const std::string want_current = "<|tool_response>response:get_weather{value:<|\"|>{\"temp\": 21}<|\"|>}<tool_response|>";
+  const std::string& first = *legacy;
+  for (const std::string* t : {&first, &current}) {
+    const ChatFormat fmt = detect_chat_format(*t);
+    ASSERT_EQ(fmt.tools, ToolSyntax::kGemma4);
+    EXPECT_EQ(fmt.results_in_calling_turn, t == &first);
+    ChatTemplateInputs ti;
+    ti.messages = fmt.results_in_calling_turn ? results_into_calling_turn(messages) : messages;
+    ti.bos_token = "<bos>";
+    auto text = render_chat_template(*t, ti);
+    ASSERT_TRUE(text.is_ok()) << text.status().message();
+    EXPECT_NE(text->find("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>"), std::string::npos) << *text;
+    EXPECT_NE(text->find(t == &first ? want_first : want_current), std::string::npos) << *text;
+    EXPECT_EQ(text->find("<|turn>tool"), std::string::npos) << *text;
+  }
 }
 
 TEST(ToolFormat, DetectsEachFamilyFromItsTemplate) {

@@ -50,6 +50,8 @@ ChatFormat detect_chat_format(const std::string& t) {
     f.tools = ToolSyntax::kGemma4;
     f.think_start = "<|channel>thought\n";
     f.think_end = "<channel|>";
+    f.results_in_calling_turn =
+        has(t, "tool_responses") && !has(t, "['role'] != 'tool'") && !has(t, "['role'] == 'tool'");
     return f;
   }
   if (has(t, "<function=") && has(t, "<parameter=")) f.tools = ToolSyntax::kQwenXml;
@@ -64,6 +66,49 @@ ChatFormat detect_chat_format(const std::string& t) {
     f.think_end = "</think>";
   }
   return f;
+}
+
+json results_into_calling_turn(const json& messages) {
+  json out = json::array();
+  for (size_t i = 0; i < messages.size();) {
+    const json& m = messages[i];
+    const bool calls = m.value("role", "") == "assistant" && m.contains("tool_calls") && m["tool_calls"].is_array() &&
+                       !m["tool_calls"].empty();
+    if (!calls) {
+      out.push_back(m);
+      ++i;
+      continue;
+    }
+    json turn = m;
+    turn.erase("content");
+    json responses = json::array();
+    for (++i; i < messages.size() && messages[i].value("role", "") == "tool"; ++i) {
+      const json& r = messages[i];
+      json response = r.contains("content") ? r["content"] : json();
+      if (response.is_string()) {
+        json parsed = json::parse(response.get<std::string>(), nullptr, false);
+        if (!parsed.is_discarded()) response = std::move(parsed);
+      }
+      const size_t k = responses.size();
+      std::string name;
+      if (k < m["tool_calls"].size() && m["tool_calls"][k].contains("function"))
+        name = m["tool_calls"][k]["function"].value("name", "");
+      if (name.empty()) name = r.value("tool_call_id", "");
+      responses.push_back({{"name", name}, {"response", response}});
+    }
+    if (!responses.empty()) turn["tool_responses"] = responses;
+    if (i < messages.size() && messages[i].value("role", "") == "assistant" && !messages[i].contains("tool_calls")) {
+      const json& next = messages[i];
+      const bool text = next.contains("content") && ((next["content"].is_string() && !next["content"].get<std::string>().empty()) ||
+                                                     (next["content"].is_array() && !next["content"].empty()));
+      if (text) {
+        turn["content"] = next["content"];
+        ++i;
+      }
+    }
+    out.push_back(std::move(turn));
+  }
+  return out;
 }
 
 CallMarkers call_markers(ToolSyntax s) {

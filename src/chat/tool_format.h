@@ -42,9 +42,16 @@ struct ChatFormat {
                                         // "<|start|>assistant"), part of the reasoning's end in a structural tag
   std::vector<std::string> framing;     // message framing that is neither content nor reasoning (harmony's)
   bool always_reasons = false;          // the model writes its reasoning whatever is asked (harmony's analysis)
+  bool results_in_calling_turn = false;  // the template reads tool results from the calling assistant message's
+                                         // `tool_responses` (Gemma 4's first templates), not from role: tool ones
 };
 
 ChatFormat detect_chat_format(const std::string& template_source);
+
+// Messages for a template that reads tool results from the calling turn: each assistant message with tool_calls
+// takes the role: tool messages after it as `tool_responses` ({name: the call's function, response: the result,
+// parsed as JSON when it is}) and the assistant text right after them as its content.
+nlohmann::ordered_json results_into_calling_turn(const nlohmann::ordered_json& messages);
 
 // The markers that open and close one call in the model's text (open: where the parser switches to a call).
 struct CallMarkers {

@@ -132,6 +132,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
   const bool offered = !tools.empty() && choice != ToolChoice::kNone;
   if (format.template_renders_tools) {
     if (!tools.empty()) ti.tools = r.tools;
+    if (format.results_in_calling_turn) ti.messages = results_into_calling_turn(r.messages);
   } else {
     ti.messages = generic_tool_messages(r.messages, tools);
   }
