@@ -159,18 +159,10 @@ class BpeTokenizer final : public Tokenizer {
     if (type == TokenType::kControl || type == TokenType::kUnknown) return special ? t : std::string();
     if (type == TokenType::kUserDefined) return t;
     if (spm_style_) {
-      if (type == TokenType::kByte && t.size() == 6 && t.compare(0, 3, "<0x") == 0)
-        return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
-      std::string out;
-      for (size_t i = 0; i < t.size();) {  // U+2581 is a space
-        if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
-          out += ' ';
-          i += 3;
-        } else {
-          out += t[i++];
-        }
-      }
-      return out;
+      unsigned v = 0;
+      if (type == TokenType::kByte && t.size() == 6 && std::sscanf(t.c_str(), "<0x%02X>", &v) == 1)
+        return std::string(1, static_cast<char>(v));
+      return u2581_to_spaces(t);
     }
     std::string out;
     const auto& bm = byte_map();
