@@ -105,8 +105,7 @@ Status ModelConfig::validate() const {
   if (kv_shared_layers < 0 || kv_shared_layers >= n_layer)
     return invalid_argument("kv_shared_layers must be in 0..n_layer - 1");
   for (int64_t l = n_layer - kv_shared_layers; l < n_layer; ++l) {
-    int64_t src = n_layer - kv_shared_layers - 1;
-    while (src >= 0 && (is_swa(src) != is_swa(l) || !has_own_kv(src))) --src;
+    const int64_t src = kv_source(l);
     if (src < 0 || kv_dim_at(src) != kv_dim_at(l) || head_dim_at(src) != head_dim_at(l))
       return invalid_argument("shared-KV layer " + std::to_string(l) + " has no earlier layer of its kind and shape");
   }
@@ -129,12 +128,15 @@ int64_t ModelConfig::n_kv_layers() const {
   return n;
 }
 
+int64_t ModelConfig::kv_source(int64_t l) const {
+  if (is_recurrent(l) || has_own_kv(l)) return l;
+  int64_t src = n_layer - kv_shared_layers - 1;  // the last earlier layer of its kind with KV of its own
+  while (src >= 0 && (is_swa(src) != is_swa(l) || !has_own_kv(src))) --src;
+  return src;
+}
+
 int ModelConfig::kv_layer(int64_t l) const {
-  if (!is_recurrent(l) && !has_own_kv(l)) {  // shared: the last earlier layer of its kind with KV of its own
-    int64_t src = n_layer - kv_shared_layers - 1;
-    while (src >= 0 && (is_swa(src) != is_swa(l) || !has_own_kv(src))) --src;
-    if (src >= 0) l = src;
-  }
+  if (const int64_t src = kv_source(l); src >= 0) l = src;
   int k = 0;
   for (int64_t i = 0; i < l; ++i) k += has_own_kv(i);
   return k;

@@ -124,6 +124,8 @@ struct ModelConfig {
   // last earlier layer of its kind, sliding-window or global, that keeps its own).
   int64_t n_kv_layers() const;
   int kv_layer(int64_t l) const;
+  // The layer whose KV layer l reads: itself, or for a shared layer that earlier layer (-1: none).
+  int64_t kv_source(int64_t l) const;
   // Gated delta net widths: key dims (q and k), value dims, the conv's channels (q | k | v).
   int64_t ssm_key_dim() const { return ssm_k_heads * ssm_head_dim; }
   int64_t ssm_value_dim() const { return ssm_v_heads * ssm_head_dim; }

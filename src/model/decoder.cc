@@ -118,6 +118,7 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> pl_in_;            // [n_tokens, n_layer, n_embd_per_layer] per-layer embedding inputs
   AlignedBuffer<float> pl_g_;             // [n_tokens, n_embd_per_layer] a layer's gated per-layer input
   AlignedBuffer<float> aux_;              // [n_tokens, n_embd] a dense MLP's output beside the experts
+  std::vector<float> pl_row_;             // [n_layer * n_embd_per_layer] one token's per-layer embedding row
   std::vector<StateSlot> snapshot_of_;    // [n_tokens] the checkpoint slot taking the state after it, or -1
   std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
   std::vector<int32_t> ends_;         // [n_tokens] bidirectional: the last position of each token's sequence
@@ -638,9 +639,10 @@ void DecoderModel::per_layer_inputs(const ForwardBatch& batch, int T) {
   rms_norm(pl_in_.data(), reinterpret_cast<const float*>(w_.pl_proj_norm.data), pl_in_.data(),
            static_cast<int>(T * cfg_.n_layer), pl, eps);
   const float tok_scale = std::sqrt(static_cast<float>(pl)), mix = 1.0f / std::sqrt(2.0f);
-  std::vector<float> row(static_cast<size_t>(all));
+  pl_row_.resize(static_cast<size_t>(all));
+  const std::vector<float>& row = pl_row_;
   for (int t = 0; t < T; ++t) {
-    kernels().dequantize_row(w_.pl_tok_embd.type, w_.pl_tok_embd.row(batch.token_ids[t]), row.data(), all);
+    kernels().dequantize_row(w_.pl_tok_embd.type, w_.pl_tok_embd.row(batch.token_ids[t]), pl_row_.data(), all);
     float* in = pl_in_.data() + t * all;
     for (int64_t i = 0; i < all; ++i) in[i] = (in[i] + row[i] * tok_scale) * mix;
   }
