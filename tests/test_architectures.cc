@@ -1,4 +1,4 @@
-// Every architecture (llama, qwen2/3, MoEs, gemma2/3/4, phi3, gpt-oss), on synthetic files: one-pass prefill == one token at a time and cached decode == the
+// Every attention-only architecture (llama, qwen2/3, MoEs, gemma2/3/4, phi3, gpt-oss, granite), on synthetic files: one-pass prefill == one token at a time and cached decode == the
 // no-cache recompute, bitwise; the paged cache == the contiguous one, bitwise; a batch of several sequences ==
 // each alone (MoE: tokens picking different experts); routing against a brute-force reference; and files that
 // say something cachet would not apply refuse to load, naming it.
@@ -70,6 +70,9 @@ std::vector<Arch> archs() {
     s.n_layer = 6, s.head_dim = 16, s.global_head_dim = 32, s.n_head_kv_global = 1, s.full_attn_interval = 3;
     s.sliding_window = 11, s.k_eq_v = true, s.n_expert = 4, s.n_expert_used = 2, s.n_ff = 64, s.n_ff_dense = 96;
   });
+  // Granite 3.x: its four scalars (embedding, residual, attention, logit); the MoE with a shared expert.
+  add("granite", "granite", [](SyntheticSpec&) {});
+  add("granitemoe", "granitemoe", [](SyntheticSpec& s) { s.n_expert = 4, s.n_expert_used = 2, s.n_ff_shared = 64; });
   return v;
 }
 

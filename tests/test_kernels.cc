@@ -14,6 +14,7 @@
 #include "kernels/quantize.h"
 #include "kv/kv_type.h"
 #include "tests/kv_rows.h"
+#include "tests/simd_tables.h"
 #include "tests/test_util.h"
 
 namespace cachet {
@@ -25,13 +26,6 @@ using testing::store_kv_row;
 const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                         DType::kQ5_0, DType::kQ5_1, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
                         DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
-
-std::vector<const Kernels*> simd_tables() {
-  std::vector<const Kernels*> v;
-  for (const Kernels* k : supported_kernels())
-    if (k->isa != Isa::kScalar) v.push_back(k);
-  return v;
-}
 
 // Row lengths to test for a type: every length up to 2x the widest vector plus tails for element types,
 // 0..4 blocks plus a long row for block types.
@@ -392,57 +386,6 @@ TEST(Kernels, GeluMulMatchesScalarAndTheTanhForm) {
         const double tol = 2e-6 * std::max(1.0, std::fabs(want));
         ASSERT_NEAR(gg[i], rg[i], 1e-6f * std::max(1.0f, std::fabs(rg[i]))) << isa_name(k->isa) << " g=" << g[i];
         if (std::fabs(x) < 1e6) ASSERT_NEAR(gg[i], want, tol) << isa_name(k->isa) << " g=" << g[i];
-      }
-    }
-  }
-}
-
-// The gated delta rule: every table against the scalar one, head sizes across every vector width and tail,
-// states that have run a few tokens (decay < 1, rows of mixed sign), within rounding of the dot products; and
-// on each table, n tokens in one call (the prefill form: blocks of rows through groups of tokens) equal n calls
-// of one token each bit for bit, for runs across the token groups' edges.
-TEST(Kernels, DeltaRuleMatchesScalar) {
-  for (const Kernels* k : simd_tables()) {
-    for (int d : {1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100, 128}) {
-      auto S0 = random_floats(static_cast<size_t>(d) * d + 1, 41 + d, -1.0f, 1.0f);
-      std::vector<float> rs(S0), ks(S0), ro(d + 1, 7.0f), ko(d + 1, 7.0f);
-      for (int t = 0; t < 4; ++t) {
-        auto q = random_floats(d, 50 + t, -0.3f, 0.3f);
-        auto kk = random_floats(d, 60 + t, -0.3f, 0.3f);
-        auto v = random_floats(d, 70 + t, -2.0f, 2.0f);
-        const float decay = 0.7f + 0.05f * t, beta = 0.3f + 0.1f * t;
-        ref::kKernels.delta_rule(rs.data() + 1, q.data(), kk.data(), v.data(), 0, &decay, &beta, ro.data(), 0, 1, d);
-        k->delta_rule(ks.data() + 1, q.data(), kk.data(), v.data(), 0, &decay, &beta, ko.data(), 0, 1, d);
-        ASSERT_EQ(ks[0], S0[0]) << "nothing before the state is touched";
-        ASSERT_EQ(ko[d], 7.0f) << "nothing after the output is touched";
-        for (int i = 1; i <= d * d; ++i)
-          ASSERT_NEAR(ks[i], rs[i], 2e-5f * std::max(1.0f, std::fabs(rs[i]))) << isa_name(k->isa) << " d=" << d;
-        for (int j = 0; j < d; ++j)
-          ASSERT_NEAR(ko[j], ro[j], 2e-5f * std::sqrt(static_cast<float>(d)) * std::max(1.0f, std::fabs(ro[j])))
-              << isa_name(k->isa) << " d=" << d << " row " << j;
-      }
-    }
-  }
-}
-
-TEST(Kernels, DeltaRuleManyTokensEqualsOneAtATimeBitwise) {
-  for (const Kernels* k : supported_kernels()) {
-    for (int d : {5, 16, 33, 128}) {
-      for (int n : {2, 15, 16, 17, 40}) {
-        const int64_t in_stride = 3 * d + 5, out_stride = d + 3;  // rows of a batch: q | k | v | other channels
-        auto in = random_floats(static_cast<size_t>(n * in_stride), 90 + n + d, -0.4f, 0.4f);
-        auto decay = random_floats(static_cast<size_t>(n), 91 + n, 0.5f, 1.0f);
-        auto beta = random_floats(static_cast<size_t>(n), 92 + n, 0.0f, 1.0f);
-        auto S0 = random_floats(static_cast<size_t>(d) * d, 93 + d, -1.0f, 1.0f);
-        std::vector<float> Sa(S0), Sb(S0), oa(static_cast<size_t>(n * out_stride), 7.0f), ob(oa);
-        k->delta_rule(Sa.data(), in.data(), in.data() + d, in.data() + 2 * d, in_stride, decay.data(), beta.data(),
-                      oa.data(), out_stride, n, d);
-        for (int t = 0; t < n; ++t) {
-          const float* x = in.data() + t * in_stride;
-          k->delta_rule(Sb.data(), x, x + d, x + 2 * d, 0, &decay[t], &beta[t], ob.data() + t * out_stride, 0, 1, d);
-        }
-        ASSERT_EQ(0, std::memcmp(Sa.data(), Sb.data(), Sa.size() * sizeof(float))) << isa_name(k->isa) << " d=" << d << " n=" << n;
-        ASSERT_EQ(0, std::memcmp(oa.data(), ob.data(), oa.size() * sizeof(float))) << isa_name(k->isa) << " d=" << d << " n=" << n;
       }
     }
   }

@@ -152,6 +152,15 @@ struct Kernels {
   // (docs/numerics.md), a table with itself bit for bit whatever the batch, the chunking or the threads.
   void (*delta_rule)(float* S, const float* q, const float* k, const float* v, int64_t in_stride, const float* decay,
                      const float* beta, float* o, int64_t out_stride, int n, int d);
+
+  // Mamba-2's selective scan for one head over n tokens in order (model/mamba2.h). S: the head's hd x ds state,
+  // row i (channel i of the head over the ds state dims) contiguous. Token t's channels x (hd), B and C (ds each)
+  // start at x, b, c + t * in_stride, its step dt[t] and decay da[t], its output goes to y + t * out_stride.
+  // Row by row, token by token: S_i = da S_i + (x_i dt) B;  y_i = S_i . C. As delta_rule: rows independent, a
+  // table may walk blocks of rows through groups of tokens, n tokens in one call equal n calls of one bit for
+  // bit; each dot product in the table's lane order.
+  void (*ssm_scan)(float* S, const float* x, const float* b, const float* c, int64_t in_stride, const float* dt,
+                   const float* da, float* y, int64_t out_stride, int n, int hd, int ds);
 };
 
 // 2 sqrt(2/pi) and 2 sqrt(2/pi) 0.044715: the GELU constants of gelu_mul.

@@ -35,6 +35,7 @@ void causal_conv(ThreadPool& pool, const CausalConvArgs& a) {
           y += x[c] * tap[K - 1];
           for (int64_t j = 0; j + 1 < K - 1; ++j) w[j] = w[j + 1];
           if (K > 1) w[K - 2] = x[c];
+          if (a.bias) y += a.bias[c];
           x[c] = a.silu ? y / (1.0f + std::exp(-y)) : y;
         }
         if (a.snapshot && a.snapshot[t] >= 0)  // this range of channels' window after token t

@@ -37,7 +37,8 @@ struct CausalConvArgs {
   const float* taps = nullptr;                           // [channels, kernel], oldest first
   float* x = nullptr;                                    // row t at x + t * stride: in, replaced by the conv
   int64_t stride = 0;
-  bool silu = false;                                     // SiLU of each output
+  const float* bias = nullptr;                           // [channels] or null: added to each output (Mamba-2)
+  bool silu = false;                                     // SiLU of each output (after the bias)
   const StateSlot* snapshot = nullptr;                   // [n_tokens] or null: a slot taking the window after it
 };
 

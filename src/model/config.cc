@@ -39,6 +39,8 @@ Status ModelConfig::validate() const {
   CACHET_RETURN_IF_ERROR(finite_nonneg(attn_softcap, "attn_softcap"));
   CACHET_RETURN_IF_ERROR(finite_nonneg(final_softcap, "final_softcap"));
   if (!(embd_scale > 0.0) || !std::isfinite(embd_scale)) return invalid_argument("embd_scale must be positive");
+  if (!(residual_scale > 0.0) || !std::isfinite(residual_scale) || !(logit_scale > 0.0) || !std::isfinite(logit_scale))
+    return invalid_argument("residual_scale and logit_scale must be positive");
   if (!(rope_freq_scale > 0.0) || !std::isfinite(rope_freq_scale))
     return invalid_argument("rope_freq_scale must be positive");
   if (rope_scaling != "none" && rope_scaling != "linear" && rope_scaling != "yarn")
@@ -75,13 +77,23 @@ Status ModelConfig::validate() const {
     if (static_cast<int64_t>(layer_kinds.size()) != n_layer)
       return invalid_argument("layer_kinds names " + std::to_string(layer_kinds.size()) + " layers, the model has " +
                               std::to_string(n_layer));
-    if (layer_kinds.find_first_not_of("ARC") != std::string::npos)
-      return invalid_argument("layer_kinds holds a letter other than A, R and C");
-    if (layer_kinds.find('R') != std::string::npos && has_short_conv())
-      return invalid_argument("layer_kinds mixes gated delta nets and short convs (one state shape per model)");
+    if (layer_kinds.find_first_not_of("ARCM") != std::string::npos)
+      return invalid_argument("layer_kinds holds a letter other than A, R, C and M");
+    const int kinds = (layer_kinds.find('R') != std::string::npos) + has_short_conv() + has_mamba2();
+    if (kinds > 1)
+      return invalid_argument("layer_kinds mixes recurrent layer kinds (one state shape per model)");
   }
   if (has_short_conv()) {
     CACHET_RETURN_IF_ERROR(positive(ssm_conv_kernel, "ssm_conv_kernel"));
+  } else if (has_mamba2()) {
+    CACHET_RETURN_IF_ERROR(positive(ssm_conv_kernel, "ssm_conv_kernel"));
+    CACHET_RETURN_IF_ERROR(positive(ssm_head_dim, "ssm_head_dim"));
+    CACHET_RETURN_IF_ERROR(positive(ssm_v_heads, "ssm_v_heads"));
+    CACHET_RETURN_IF_ERROR(positive(ssm_state_size, "ssm_state_size"));
+    CACHET_RETURN_IF_ERROR(positive(ssm_groups, "ssm_groups"));
+    if (ssm_v_heads % ssm_groups != 0)
+      return invalid_argument("Mamba-2: " + std::to_string(ssm_groups) + " groups do not divide " +
+                              std::to_string(ssm_v_heads) + " heads");
   } else if (n_recurrent_layers() > 0) {
     CACHET_RETURN_IF_ERROR(positive(ssm_conv_kernel, "ssm_conv_kernel"));
     CACHET_RETURN_IF_ERROR(positive(ssm_head_dim, "ssm_head_dim"));

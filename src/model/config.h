@@ -56,7 +56,7 @@ namespace cachet {
   X(int64_t, n_expert_used, 0, "experts each token is routed to")                                          \
   X(bool, expert_norm, true, "top-k router weights renormalized to sum 1")                                 \
   X(double, expert_weights_scale, 1.0, "routed expert weights multiplied by this")                        \
-  X(std::string, layer_kinds, "", "per layer: A = attention, R = gated delta net, C = short conv (LFM2)")   \
+  X(std::string, layer_kinds, "", "per layer: A = attention, R = gated delta net, C = short conv (LFM2), M = Mamba-2") \
   X(bool, attn_output_gate, false, "Q carries a per-head gate: attention output times sigmoid(gate)")     \
   X(std::string, rope_sections, "", "M-RoPE sections t,h,w,e (Qwen3.5, interleaved; text: t = h = w)")     \
   X(int64_t, ssm_conv_kernel, 0, "gated delta net: causal conv width")                                     \
@@ -85,6 +85,10 @@ namespace cachet {
   X(int64_t, n_ff_wide, 0, "dense FFN width of layers ffn_wide_from.. (Gemma 4 E2B's shared-KV layers; 0: none)") \
   X(int64_t, ffn_wide_from, 0, "the first layer whose dense FFN is n_ff_wide wide")                           \
   X(bool, moe_beside_dense, false, "MoE layers: a dense MLP n_ff_dense wide beside the experts (Gemma 4)")      \
+  X(double, residual_scale, 1.0, "attention and FFN outputs times this before the residual add (Granite)")   \
+  X(double, logit_scale, 1.0, "output logits divided by this (Granite)")                                     \
+  X(int64_t, ssm_state_size, 0, "Mamba-2: state width per head channel (d_state)")                           \
+  X(int64_t, ssm_groups, 0, "Mamba-2: groups of B and C the heads share")                                    \
   X(bool, mtp_head, false, "a multi-token-prediction head: input eh_proj(enorm(embedding) | hnorm(trunk's hidden))")
 
 struct ModelConfig {
@@ -114,8 +118,11 @@ struct ModelConfig {
   // Hybrid models: which layers carry a recurrent state per sequence and no KV (gated delta nets, LFM2's
   // short convs), which attend.
   bool is_recurrent(int64_t l) const {
-    return l < static_cast<int64_t>(layer_kinds.size()) && (layer_kinds[l] == 'R' || layer_kinds[l] == 'C');
+    return l < static_cast<int64_t>(layer_kinds.size()) &&
+           (layer_kinds[l] == 'R' || layer_kinds[l] == 'C' || layer_kinds[l] == 'M');
   }
+  bool is_mamba2(int64_t l) const { return l < static_cast<int64_t>(layer_kinds.size()) && layer_kinds[l] == 'M'; }
+  bool has_mamba2() const { return layer_kinds.find('M') != std::string::npos; }
   bool is_short_conv(int64_t l) const { return l < static_cast<int64_t>(layer_kinds.size()) && layer_kinds[l] == 'C'; }
   // LFM2's short conv layers: a gated depthwise conv over the width (no delta rule, no matrix state).
   bool has_short_conv() const { return layer_kinds.find('C') != std::string::npos; }
@@ -130,11 +137,19 @@ struct ModelConfig {
   int64_t ssm_key_dim() const { return ssm_k_heads * ssm_head_dim; }
   int64_t ssm_value_dim() const { return ssm_v_heads * ssm_head_dim; }
   int64_t ssm_conv_dim() const { return 2 * ssm_key_dim() + ssm_value_dim(); }
+  // Mamba-2's conv channels: x (heads x head width) | B | C (groups x state width each).
+  int64_t mamba2_conv_dim() const { return ssm_value_dim() + 2 * ssm_groups * ssm_state_size; }
   // f32 values of one sequence's recurrent state in one gated delta net layer: the conv's last
-  // (kernel - 1) inputs, then the d x d matrix of every value head.
-  // (Short conv layers: the conv's last (kernel - 1) inputs over the width, no matrix.)
-  int64_t conv_state_floats() const { return (ssm_conv_kernel - 1) * (has_short_conv() ? n_embd : ssm_conv_dim()); }
-  int64_t ssm_state_floats() const { return has_short_conv() ? 0 : ssm_v_heads * ssm_head_dim * ssm_head_dim; }
+  // (kernel - 1) inputs, then the d x d matrix of every value head. (Short conv layers: the conv's last
+  // (kernel - 1) inputs over the width, no matrix; Mamba-2: over x | B | C, then a head width x state width
+  // matrix per head.)
+  int64_t conv_state_floats() const {
+    return (ssm_conv_kernel - 1) * (has_short_conv() ? n_embd : has_mamba2() ? mamba2_conv_dim() : ssm_conv_dim());
+  }
+  int64_t ssm_state_floats() const {
+    if (has_short_conv()) return 0;
+    return has_mamba2() ? ssm_value_dim() * ssm_state_size : ssm_v_heads * ssm_head_dim * ssm_head_dim;
+  }
   int64_t state_bytes_per_seq() const {
     return n_recurrent_layers() * (conv_state_floats() + ssm_state_floats()) * static_cast<int64_t>(sizeof(float));
   }

@@ -9,10 +9,9 @@
 #include "base/check.h"
 #include "io/gguf.h"
 #include "kernels/kernels.h"
-#include "model/gated_delta_net.h"
-#include "model/short_conv.h"
 #include "model/moe.h"
 #include "model/ops.h"
+#include "model/recurrent_mixer.h"
 
 namespace cachet {
 
@@ -59,12 +58,8 @@ class DecoderModel final : public Model {
 
  private:
   void ensure_scratch(int n_tokens);
-  // A gated delta net layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
-  void recurrent_block(const ForwardBatch& batch, int64_t l, int r, int T);
   // The batch as its `r`-th recurrent layer reads it (positions, sequences, state slots, snapshot slots).
   RecurrentBatch recurrent_batch(const ForwardBatch& batch, int r, int T);
-  // LFM2's short conv layer on xn_ (its `r`-th recurrent layer): proj_ = its output projection.
-  void short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T);
   // The shared expert of a MoE layer on xn_, added to proj_.
   void shared_expert(const DecoderLayerWeights& L, int T);
   // Per-layer embeddings: every layer's input for the batch's tokens into pl_in_ (x_ holds the embeddings).
@@ -104,17 +99,11 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> cos_sin_swa_;  // [n_tokens, rope_dim] sliding-window layers (their own RoPE base)
   AlignedBuffer<float> router_;       // [n_tokens, n_expert]
   AlignedBuffer<float> qg_;           // [n_tokens, n_head, 2, head_dim] Q and its output gate, per head
-  AlignedBuffer<float> ssm_qkv_;      // [n_tokens, ssm conv_dim] gated delta net: q | k | v
-  AlignedBuffer<float> ssm_z_;        // [n_tokens, ssm value_dim] its output gate
-  AlignedBuffer<float> ssm_beta_;     // [n_tokens, ssm v_heads]
-  AlignedBuffer<float> ssm_alpha_;    // [n_tokens, ssm v_heads]
-  AlignedBuffer<float> ssm_o_;        // [n_tokens, ssm value_dim]
+  RecurrentMixer mixer_;              // a hybrid's recurrent layers (gated delta nets, short convs, Mamba-2)
   AlignedBuffer<float> sh_gate_, sh_up_;  // [n_tokens, n_ff_shared] shared expert
   AlignedBuffer<float> sh_out_;           // [n_tokens, n_embd]
   AlignedBuffer<float> sh_w_;             // [n_tokens] its gate logit
   AlignedBuffer<float> eh_in_;            // [n_tokens, 2 n_embd] an MTP head's input: enorm(embedding) | hnorm(h)
-  AlignedBuffer<float> sc_bcx_;           // [n_tokens, 3 n_embd] LFM2 short conv: B | C | x
-  AlignedBuffer<float> sc_y_;             // [n_tokens, n_embd] its output before the projection
   AlignedBuffer<float> pl_in_;            // [n_tokens, n_layer, n_embd_per_layer] per-layer embedding inputs
   AlignedBuffer<float> pl_g_;             // [n_tokens, n_embd_per_layer] a layer's gated per-layer input
   AlignedBuffer<float> aux_;              // [n_tokens, n_embd] a dense MLP's output beside the experts
@@ -213,18 +202,8 @@ void DecoderModel::ensure_scratch(int n) {
   if (cfg_.moe_beside_dense) aux_.resize(n * cfg_.n_embd);
   router_.resize(n * std::max<int64_t>(cfg_.n_expert, 1));
   if (cfg_.attn_output_gate) qg_.resize(n * 2 * cfg_.q_dim());
-  if (cfg_.n_recurrent_layers() > 0) {
-    ssm_qkv_.resize(n * cfg_.ssm_conv_dim());
-    ssm_z_.resize(n * cfg_.ssm_value_dim());
-    ssm_beta_.resize(n * cfg_.ssm_v_heads);
-    ssm_alpha_.resize(n * cfg_.ssm_v_heads);
-    ssm_o_.resize(n * cfg_.ssm_value_dim());
-  }
+  mixer_.reserve(cfg_, n);
   if (cfg_.mtp_head) eh_in_.resize(n * 2 * cfg_.n_embd);
-  if (cfg_.has_short_conv()) {
-    sc_bcx_.resize(n * 3 * cfg_.n_embd);
-    sc_y_.resize(n * cfg_.n_embd);
-  }
   if (cfg_.n_ff_shared > 0) {
     sh_gate_.resize(n * cfg_.n_ff_shared);
     sh_up_.resize(n * cfg_.n_ff_shared);
@@ -253,11 +232,7 @@ void DecoderModel::project(const TensorView& w, float* in, const std::vector<int
 }
 
 namespace {
-std::vector<int64_t> wshape(const TensorView& w) {
-  std::vector<int64_t> s(w.ne.begin(), w.ne.end());
-  while (s.size() > 1 && s.back() == 1) s.pop_back();
-  return s;
-}
+std::vector<int64_t> wshape(const TensorView& w) { return w.shape(); }
 }  // namespace
 
 Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hidden) {
@@ -289,6 +264,16 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
   };
   auto trace_mm = [&](int64_t l, const TensorView& w, int64_t n_in, int64_t n_out, const char* note) {
     trace(l, {"matmul", w.name, dtype_name(w.type), wshape(w), {T, n_in}, {T, n_out}, note});
+  };
+  // x += a block's output (Granite: times residual_scale).
+  const float rs = static_cast<float>(c.residual_scale);
+  const std::string residual_note = rs != 1.0f ? " * " + std::to_string(c.residual_scale) : "";
+  auto add_residual = [&](const float* y, int64_t n) {
+    if (rs == 1.0f) {
+      for (int64_t i = 0; i < n; ++i) x_[i] += y[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) x_[i] += y[i] * rs;
+    }
   };
   auto norm_rows = [&](const float* x, const TensorView& w, float* y, int64_t n_rows, int64_t n) {
     pool.parallel_for(n_rows, [&](int, int64_t b, int64_t e) {
@@ -339,10 +324,10 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     // Attention block (or a gated delta net in a hybrid model's recurrent layers).
     norm_rows(x_.data(), L.attn_norm, xn_.data(), T, d);
     trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
-    if (c.is_short_conv(l)) {
-      short_conv_block(batch, l, recurrent++, T);
-    } else if (c.is_recurrent(l)) {
-      recurrent_block(batch, l, recurrent++, T);
+    if (c.is_recurrent(l)) {
+      mixer_.run(pool, c, L, recurrent_batch(batch, recurrent, T), xn_.data(), proj_.data(),
+                 recurrent == 0 ? tracer_ : nullptr);
+      ++recurrent;
     } else {
     const int kl = c.kv_layer(l);
     // This layer's heads (Gemma 4's global layers are wider, with fewer KV heads than its local ones).
@@ -438,8 +423,8 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       trace(l, {"rms_norm", L.post_attn_norm.name, "F32", wshape(L.post_attn_norm), {T, d}, {T, d},
                 "attention output"});
     }
-    for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
-    trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + attention"});
+    add_residual(proj_.data(), T * d);
+    trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + attention" + residual_note});
 
     // Feed-forward block: gated (SiLU or GELU), dense or a mixture of experts.
     norm_rows(x_.data(), L.ffn_norm, xn_.data(), T, d);
@@ -490,8 +475,8 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       trace(l, {"rms_norm", L.post_ffn_norm.name, "F32", wshape(L.post_ffn_norm), {T, d}, {T, d},
                 "feed-forward output"});
     }
-    for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
-    trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + feed-forward"});
+    add_residual(proj_.data(), T * d);
+    trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + feed-forward" + residual_note});
     if (c.n_embd_per_layer > 0) {
       per_layer_block(l, T);
       trace(l, {"per_layer_embd", L.pl_gate.name, dtype_name(L.pl_gate.type), wshape(L.pl_gate), {T, d}, {T, d},
@@ -516,8 +501,12 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
   int n_out = 0;
   for (int t = 0; t < T; ++t) {
     if (!batch.want_logits[t]) continue;
-    rms_norm(x_.data() + t * d, reinterpret_cast<const float*>(w_.output_norm.data), xn_.data() + n_out * d, 1, d,
-             eps);
+    float* row = xn_.data() + n_out * d;
+    rms_norm(x_.data() + t * d, reinterpret_cast<const float*>(w_.output_norm.data), row, 1, d, eps);
+    if (c.logit_scale != 1.0) {  // Granite: logits / logit_scale, as the head's input / logit_scale
+      const float inv = static_cast<float>(1.0 / c.logit_scale);
+      for (int64_t i = 0; i < d; ++i) row[i] *= inv;
+    }
     ++n_out;
   }
   if (n_out > 0 && !reducer_ && logit_rows_ > 0) {
@@ -551,44 +540,10 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     tracer_->op({"lm_head", w_.output.name, dtype_name(w_.output.type), wshape(w_.output), {n_out, d},
                  {n_out, c.n_vocab},
                  std::string(c.tied_output ? "tied to the token embedding" : "separate head") +
+                     (c.logit_scale != 1.0 ? ", divided by " + std::to_string(c.logit_scale) : "") +
                      (c.final_softcap != 0.0 ? ", soft-capped at " + std::to_string(c.final_softcap) : "")});
   }
   return Status::ok();
-}
-
-void DecoderModel::recurrent_block(const ForwardBatch& batch, int64_t l, int r, int T) {
-  const DecoderLayerWeights& L = w_.layers[l];
-  const ModelConfig& c = cfg_;
-  matmul_multi(*pool_, {{&L.ssm_qkv, ssm_qkv_.data()}, {&L.ssm_z, ssm_z_.data()}, {&L.ssm_beta, ssm_beta_.data()},
-                        {&L.ssm_alpha, ssm_alpha_.data()}}, xn_.data(), T);
-  GatedDeltaNetArgs a;
-  static_cast<RecurrentBatch&>(a) = recurrent_batch(batch, r, T);
-  a.head_dim = c.ssm_head_dim;
-  a.k_heads = c.ssm_k_heads;
-  a.v_heads = c.ssm_v_heads;
-  a.conv_kernel = c.ssm_conv_kernel;
-  a.grouped_heads = c.ssm_grouped_heads;
-  a.eps = static_cast<float>(c.rms_eps);
-  a.conv_w = reinterpret_cast<const float*>(L.ssm_conv.data);
-  a.dt_bias = reinterpret_cast<const float*>(L.ssm_dt.data);
-  a.a = reinterpret_cast<const float*>(L.ssm_a.data);
-  a.norm = reinterpret_cast<const float*>(L.ssm_norm.data);
-  a.qkv = ssm_qkv_.data();
-  a.z = ssm_z_.data();
-  a.beta = ssm_beta_.data();
-  a.alpha = ssm_alpha_.data();
-  a.out = ssm_o_.data();
-  gated_delta_net(*pool_, a);
-  matmul(*pool_, L.ssm_out, ssm_o_.data(), T, proj_.data());
-  if (tracer_ && r == 0) {
-    tracer_->op({"gated_delta_net", L.ssm_qkv.name, dtype_name(L.ssm_qkv.type), wshape(L.ssm_qkv), {T, c.n_embd},
-                 {T, c.ssm_value_dim()},
-                 "q|k|v, z, beta, alpha projections; causal conv " + std::to_string(c.ssm_conv_kernel) +
-                     " + SiLU; L2-normed q, k; delta rule over a " + std::to_string(c.ssm_head_dim) + "^2 state per " +
-                     "value head (" + std::to_string(c.ssm_v_heads) + "); gated RMSNorm"});
-    tracer_->op({"matmul", L.ssm_out.name, dtype_name(L.ssm_out.type), wshape(L.ssm_out), {T, c.ssm_value_dim()},
-                 {T, c.n_embd}, "gated delta net output projection"});
-  }
 }
 
 RecurrentBatch DecoderModel::recurrent_batch(const ForwardBatch& batch, int r, int T) {
@@ -606,28 +561,6 @@ RecurrentBatch DecoderModel::recurrent_batch(const ForwardBatch& batch, int r, i
     b.snapshot = snapshot_of_.data();
   }
   return b;
-}
-
-void DecoderModel::short_conv_block(const ForwardBatch& batch, int64_t l, int r, int T) {
-  const DecoderLayerWeights& L = w_.layers[l];
-  matmul(*pool_, L.sc_in, xn_.data(), T, sc_bcx_.data());
-  ShortConvArgs a;
-  static_cast<RecurrentBatch&>(a) = recurrent_batch(batch, r, T);
-  a.width = cfg_.n_embd;
-  a.kernel = cfg_.ssm_conv_kernel;
-  a.taps = reinterpret_cast<const float*>(L.sc_conv.data);
-  a.bcx = sc_bcx_.data();
-  a.out = sc_y_.data();
-  short_conv(*pool_, a);
-  matmul(*pool_, L.sc_out, sc_y_.data(), T, proj_.data());
-  if (tracer_ && r == 0) {
-    tracer_->op({"short_conv", L.sc_in.name, dtype_name(L.sc_in.type), wshape(L.sc_in), {T, cfg_.n_embd},
-                 {T, cfg_.n_embd},
-                 "B | C | x projection; causal depthwise conv " + std::to_string(cfg_.ssm_conv_kernel) +
-                     " over B * x; times C"});
-    tracer_->op({"matmul", L.sc_out.name, dtype_name(L.sc_out.type), wshape(L.sc_out), {T, cfg_.n_embd},
-                 {T, cfg_.n_embd}, "short conv output projection"});
-  }
 }
 
 void DecoderModel::per_layer_inputs(const ForwardBatch& batch, int T) {

@@ -68,6 +68,11 @@ struct DecoderLayerWeights {
   TensorView ssm_alpha;   // [n_embd, v_heads]
   TensorView ssm_norm;    // [ssm_head_dim] f32
   TensorView ssm_out;     // [value_dim, n_embd]
+  // Mamba-2 (cfg.is_mamba2(l)) in place of attention (model/mamba2.h): ssm_conv over x | B | C, ssm_dt, ssm_a,
+  // ssm_norm (d_inner wide, per group) and ssm_out as above, and these.
+  TensorView ssm_in;      // [n_embd, 2 d_inner + 2 groups state + heads] z | x B C | dt
+  TensorView ssm_conv_b;  // optional [conv_dim] f32 the conv's bias
+  TensorView ssm_d;       // [heads] f32 the skip D
   // LFM2's short conv (cfg.is_short_conv(l)) in place of attention (model/short_conv.h).
   TensorView sc_in;       // [n_embd, 3 n_embd] B | C | x (shortconv.in_proj)
   TensorView sc_conv;     // [conv_kernel, n_embd] f32 taps, oldest first (shortconv.conv)

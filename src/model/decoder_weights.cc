@@ -169,6 +169,29 @@ static Status validate_gated_delta_net(const ModelConfig& c, DecoderLayerWeights
   return conv_taps_to_f32(c, &L->ssm_conv, c.ssm_conv_dim(), owned, l, "ssm_conv1d");
 }
 
+// A vector the file stores as a matrix ([1, heads] for Mamba-2's A and D, [d_inner / groups, groups] for its
+// norm), read as one row of its elements.
+static void flatten_vector(TensorView* t) {
+  if (!t->data || traits(t->type).block_size != 1) return;
+  t->ne = {t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3], 1, 1, 1};
+  t->row_bytes = t->ne[0] * traits(t->type).block_bytes;
+}
+
+// A Mamba-2 layer's tensors against the config; its small vectors and conv taps as f32.
+static Status validate_mamba2(const ModelConfig& c, DecoderLayerWeights* L, std::vector<AlignedBuffer<float>>* owned,
+                              int64_t l) {
+  for (TensorView* t : {&L->ssm_a, &L->ssm_d, &L->ssm_norm}) flatten_vector(t);
+  const int64_t inner = c.ssm_value_dim(), cd = c.mamba2_conv_dim(), H = c.ssm_v_heads;
+  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_in, "ssm_in", c.n_embd, inner + cd + H, l));
+  CACHET_RETURN_IF_ERROR(check_tensor(L->ssm_out, "ssm_out", inner, c.n_embd, l));
+  if (L->ssm_conv_b.data) CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_conv_b, cd, owned, l, "ssm_conv1d.bias"));
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_dt, H, owned, l, "ssm_dt.bias"));
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_a, H, owned, l, "ssm_a"));
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_d, H, owned, l, "ssm_d"));
+  CACHET_RETURN_IF_ERROR(vector_to_f32(&L->ssm_norm, inner, owned, l, "ssm_norm"));
+  return conv_taps_to_f32(c, &L->ssm_conv, cd, owned, l, "ssm_conv1d");
+}
+
 Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed) {
   DecoderWeights w;
   w.tok_embd = r.tensor("token_embd.weight");
@@ -208,6 +231,15 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
       L.sc_in = get("shortconv.in_proj.weight");
       L.sc_conv = get("shortconv.conv.weight");
       L.sc_out = get("shortconv.out_proj.weight");
+    } else if (cfg->is_mamba2(l)) {
+      L.ssm_in = get("ssm_in.weight");
+      L.ssm_conv = get("ssm_conv1d.weight");
+      L.ssm_conv_b = get("ssm_conv1d.bias");
+      L.ssm_dt = get("ssm_dt.bias");
+      L.ssm_a = get("ssm_a");
+      L.ssm_d = get("ssm_d");
+      L.ssm_norm = get("ssm_norm.weight");
+      L.ssm_out = get("ssm_out.weight");
     } else if (cfg->is_recurrent(l)) {
       L.ssm_qkv = get("attn_qkv.weight");
       L.ssm_z = get("attn_gate.weight");
@@ -378,6 +410,8 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
       CACHET_RETURN_IF_ERROR(check_tensor(L.sc_in, "shortconv.in_proj", c.n_embd, 3 * c.n_embd, l));
       CACHET_RETURN_IF_ERROR(check_tensor(L.sc_out, "shortconv.out_proj", c.n_embd, c.n_embd, l));
       CACHET_RETURN_IF_ERROR(conv_taps_to_f32(c, &L.sc_conv, c.n_embd, owned, l, "shortconv.conv"));
+    } else if (c.is_mamba2(l)) {
+      CACHET_RETURN_IF_ERROR(validate_mamba2(c, &L, owned, l));
     } else if (c.is_recurrent(l)) {
       CACHET_RETURN_IF_ERROR(validate_gated_delta_net(c, &L, owned, l));
     } else {

@@ -13,8 +13,8 @@
 namespace cachet {
 
 struct SyntheticSpec {
-  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next lfm2 lfm2moe gpt-oss gemma2 gemma3 phi3 smollm3
-  // mistral3; embedding models: gemma-embedding, and the encoders bert
+  // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next lfm2 lfm2moe gpt-oss gemma2 gemma3 gemma4 phi3 smollm3
+  // mistral3 granite granitemoe granitehybrid; embedding models: gemma-embedding, and the encoders bert
   // (a WordPiece vocabulary), nomic-bert, modern-bert
   std::string arch = "llama";
   int64_t n_vocab = 256;
@@ -53,7 +53,11 @@ struct SyntheticSpec {
   int64_t ssm_v_heads = 4;
   int64_t ssm_conv_kernel = 4;
   int64_t full_attn_interval = 4;
-  int64_t n_ff_shared = 0;         // qwen35moe / qwen3next: the shared expert's width (0: none)
+  int64_t n_ff_shared = 0;         // qwen35moe / qwen3next / granite*: the shared expert's width (0: none)
+  // granitehybrid: Mamba-2 layers of ssm_v_heads heads (2 n_embd / heads wide each), B and C in ssm_groups
+  // groups of ssm_state.
+  int64_t ssm_state = 16;
+  int64_t ssm_groups = 1;
   bool legacy_ssm_in = false;      // qwen3next: q, k, v, z fused per key head in ssm_in (its first files)
   int64_t n_dense_lead = 0;        // lfm2moe: leading layers with a dense FFN ...
   int64_t n_ff_dense = 0;          // ... this wide (the file's feed_forward_length; n_ff is the experts')

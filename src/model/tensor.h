@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/dtype.h"
 
@@ -24,6 +25,12 @@ struct TensorView {
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
   size_t n_bytes() const { return row_bytes * n_rows(); }
+  // Its dims, innermost first, without trailing 1s (as traces print it).
+  std::vector<int64_t> shape() const {
+    std::vector<int64_t> s(ne.begin(), ne.end());
+    while (s.size() > 1 && s.back() == 1) s.pop_back();
+    return s;
+  }
 };
 
 }  // namespace cachet

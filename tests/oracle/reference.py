@@ -1,6 +1,7 @@
 """An independent numpy reference forward for the decoder architectures cachet runs (llama incl. rope_freqs and
 Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3; qwen35 and qwen35moe in
-reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py, gemma4 in reference_gemma4.py).
+reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py, gemma4 in reference_gemma4.py,
+granite / granitemoe / granitehybrid in reference_granite.py).
 
 Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
 with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
@@ -137,7 +138,7 @@ class Model:
             n_ff=int(max(ff) if isinstance(ff := get("feed_forward_length"), list) else ff),
             rope_dim=int(get("rope.dimension_count", head_dim)),
             rope_theta=float(get("rope.freq_base", 10000.0)),
-            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch not in ("llama", "smollm3", "mistral3"),
+            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch not in ("llama", "smollm3", "mistral3", "granite", "granitemoe", "granitehybrid"),
             eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
             embd_scale=float(np.sqrt(np.float32(n_embd))) if gemma else 1.0,
             attn_softcap=float(get("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0,
@@ -181,6 +182,9 @@ class Model:
         if arch == "gemma4":  # per-layer head shapes, shared KV, per-layer embeddings, MoE: reference_gemma4.py
             from reference_gemma4 import setup_gemma4
             setup_gemma4(m, get)
+        if arch in ("granite", "granitemoe", "granitehybrid"):  # scales, Mamba-2: reference_granite.py
+            from reference_granite import setup_granite
+            setup_granite(m, arch, get)
         if arch in ("lfm2", "lfm2moe"):  # short conv layers: reference_lfm2.py
             m.conv_layers = [k == 0 for k in get("attention.head_count_kv")]
             w["output_norm.weight"] = w.pop("token_embd_norm.weight")
@@ -331,6 +335,8 @@ class Model:
             from reference_gemma4 import gemma4_logits
             return gemma4_logits(self, ids)
         conv_layers = getattr(self, "conv_layers", None)
+        mamba_layers = getattr(self, "mamba_layers", None)
+        rs = getattr(self, "residual_scale", 1.0)  # Granite: block outputs times this before the residual add
         c, w = self.cfg, self.w
         T = len(ids)
         x = w["token_embd.weight"][np.asarray(ids)] * c.embd_scale
@@ -348,6 +354,11 @@ class Model:
                 from reference_lfm2 import short_conv
                 x = x + short_conv(self, h, p)
                 x = x + self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
+                continue
+            if mamba_layers and mamba_layers[l]:  # Granite 4.0-H's Mamba-2 in place of attention
+                from reference_granite import mamba2
+                x = x + rs * mamba2(self, h, p)
+                x = x + rs * self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
                 continue
             q, k, v = (self._mm(h, p + f"attn_{n}.weight") for n in "qkv")
             if p + "attn_q.bias" in w:
@@ -384,12 +395,12 @@ class Model:
             a = self._mm(out.reshape(T, -1), p + "attn_output.weight") + w.get(p + "attn_output.bias", 0.0)
             if p + "post_attention_norm.weight" in w and getattr(self, "attn_post_norm", True):
                 a = self._rms(a, w[p + "post_attention_norm.weight"])
-            x = x + a
+            x = x + rs * a
             f = self._ffn(self._rms(x, w[p + getattr(self, "ffn_norm_name", "ffn_norm.weight")]), p)
             if p + "post_ffw_norm.weight" in w:
                 f = self._rms(f, w[p + "post_ffw_norm.weight"])
-            x = x + f
-        z = self._mm(self._rms(x, w["output_norm.weight"]), "output.weight")
+            x = x + rs * f
+        z = self._mm(self._rms(x, w["output_norm.weight"]), "output.weight") / getattr(self, "logit_scale", 1.0)
         if c.final_softcap:
             z = c.final_softcap * np.tanh(z / c.final_softcap)
         return z

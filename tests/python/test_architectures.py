@@ -74,8 +74,21 @@ ARCHS = {
                   "--global-kv-heads", "1", "--full-attn-interval", "3", "--sliding-window", "12",
                   "--final-softcap", "3", "--k-eq-v", "--experts", "4", "--experts-used", "2", "--n-ff", "256",
                   "--dense-ff", "512"],
+    # Granite 3.x: embedding, residual, attention and logit scales; the MoE with an ungated shared expert.
+    # Granite 4.0-H: Mamba-2 (8 heads of 64, B and C in 2 groups of 64 state dims, a 4-tap conv with a bias)
+    # with every third layer attending without RoPE; and its MoE (every layer's FFN 4 experts, 2 used, beside a
+    # shared one).
+    "granite": ["--arch", "granite"],
+    "granitemoe": ["--arch", "granitemoe", "--experts", "4", "--experts-used", "2", "--n-ff", "256",
+                   "--shared-ff", "256"],
+    "granitehybrid": ["--arch", "granitehybrid", "--n-layer", "6", "--ssm-v-heads", "8", "--ssm-state", "64",
+                      "--ssm-groups", "2", "--full-attn-interval", "3"],
+    "granitehybrid-moe": ["--arch", "granitehybrid", "--n-layer", "3", "--ssm-v-heads", "8", "--ssm-state", "64",
+                          "--full-attn-interval", "3", "--experts", "4", "--experts-used", "2", "--n-ff", "256",
+                          "--shared-ff", "256"],
 }
-HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa", "lfm2moe"]
+HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa", "lfm2moe", "granitehybrid",
+           "granitehybrid-moe"]
 N_VOCAB = 320
 
 
@@ -221,6 +234,45 @@ def test_gpt_oss_sinks_and_biases_are_not_vacuous(cachet_bin, tmp_path):
         moved = np.abs(m.logits(ids) - full).max()
         m.w.update(saved)
         assert moved > 50 * tol, (drop, moved)
+
+
+def test_granite_scales_and_mamba2_parts_are_not_vacuous(cachet_bin, tmp_path):
+    """The agreement above would hold vacuously if Granite's scalars or Mamba-2's parts did nothing here: each,
+    taken out of the numpy reference, moves the logits by more than 10x the tolerance (5x the llama.cpp
+    comparison's 2e-3 of the largest logit)."""
+    path = synth(cachet_bin, tmp_path, "granitehybrid", "F32")
+    ids = prompt()
+    m = Model.load(str(path))
+    m.quantize_activations = False
+    full = m.logits(ids)
+    tol = 1e-3 * np.abs(full).max()
+
+    def moved(**change):
+        saved = {k: getattr(m, k) for k in change}
+        for k, v in change.items():
+            setattr(m, k, v)
+        out = np.abs(m.logits(ids) - full).max()
+        for k, v in saved.items():
+            setattr(m, k, v)
+        return out
+
+    assert moved(residual_scale=1.0) > 10 * tol
+    assert moved(nope_interval=0) > 10 * tol  # RoPE off in the attention layers (rope.scaling.finetuned false)
+    for drop in ("ssm_conv1d.bias", "ssm_d"):
+        saved = {k: m.w[k] for k in m.w if k.endswith(drop)}
+        assert saved, drop
+        for k in saved:
+            m.w[k] = np.zeros_like(saved[k])
+        out = np.abs(m.logits(ids) - full).max()
+        m.w.update(saved)
+        assert out > 10 * tol, (drop, out)
+    # The state carries the past: decay A -> -inf forgets it at every step.
+    saved = {k: m.w[k] for k in m.w if k.endswith("ssm_a")}
+    for k in saved:
+        m.w[k] = np.full_like(saved[k], -1e9)
+    out = np.abs(m.logits(ids) - full).max()
+    m.w.update(saved)
+    assert out > 10 * tol, ("ssm_a", out)
 
 
 # Q2_K (2-bit quants under 4-bit scales and mins per 16 elements) runs on the integer kernels since the 2026-11-27 run (edea933);

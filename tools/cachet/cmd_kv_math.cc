@@ -120,7 +120,7 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
                     static_cast<long long>(shared_layers), static_cast<long long>(all_layers));
       if (s.state_bytes_per_sequence > 0)
         std::printf("  state:         %s per sequence, whatever its length (recurrent layers' conv windows and, "
-                    "in gated delta nets, their matrices; f32)\n",
+                    "in gated delta nets and Mamba-2, their matrices; f32)\n",
                     format_bytes(s.state_bytes_per_sequence).c_str());
       if (window_layers > 0)
         std::printf("  window:        %lld of %lld layers attend within the last %lld positions; their KV is kept for "

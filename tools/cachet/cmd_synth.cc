@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small",
                              "qwen3.5-2b", "qwen3.5-9b", "qwen3.6-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding",
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding", "granite", "granitemoe", "granitehybrid",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
@@ -29,6 +29,8 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--ssm-k-heads", a->spec.ssm_k_heads, "qwen35: gated delta net key heads");
   c->add_option("--ssm-v-heads", a->spec.ssm_v_heads, "qwen35: gated delta net value heads");
   c->add_option("--ssm-conv", a->spec.ssm_conv_kernel, "qwen35: causal conv width");
+  c->add_option("--ssm-state", a->spec.ssm_state, "granitehybrid: Mamba-2 state width");
+  c->add_option("--ssm-groups", a->spec.ssm_groups, "granitehybrid: Mamba-2 groups of B and C");
   c->add_option("--full-attn-interval", a->spec.full_attn_interval, "qwen35, lfm2: every n-th layer attends; gemma4: every n-th is global");
   c->add_flag("--legacy-ssm-in", a->spec.legacy_ssm_in, "qwen3next: q, k, v, z fused per key head (ssm_in)");
   c->add_option("--shared-ff", a->spec.n_ff_shared, "qwen35moe: the shared expert's width");

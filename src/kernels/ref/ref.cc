@@ -351,6 +351,24 @@ void delta_rule(float* S, const float* q0, const float* k0, const float* v0, int
   }
 }
 
+void ssm_scan(float* S, const float* x0, const float* b0, const float* c0, int64_t in_stride, const float* dt,
+              const float* da, float* y0, int64_t out_stride, int n, int hd, int ds) {
+  for (int t = 0; t < n; ++t) {
+    const float *x = x0 + t * in_stride, *b = b0 + t * in_stride, *c = c0 + t * in_stride;
+    float* y = y0 + t * out_stride;
+    for (int i = 0; i < hd; ++i) {
+      float* s = S + static_cast<int64_t>(i) * ds;
+      const float xdt = x[i] * dt[t];
+      float yi = 0.0f;
+      for (int j = 0; j < ds; ++j) {
+        s[j] = std::fma(b[j], xdt, s[j] * da[t]);
+        yi = std::fma(s[j], c[j], yi);
+      }
+      y[i] = yi;
+    }
+  }
+}
+
 void kv_store(DType t, const float* src, void* dst, int n) {
   if (t == DType::kF32) {
     if (n > 0) std::memcpy(dst, src, n * sizeof(float));
@@ -541,6 +559,6 @@ constinit const Kernels kKernels = {Isa::kScalar,       1,          dequantize_r
                                     KSums::kPerBlock,
                                     FloatPack::kHalfRows, round_bf16, packed_dot_bf16, packed_dot_half, attn_tile,
                                     attn_chunk,
-                                    silu_mul,           gelu_mul,        delta_rule};
+                                    silu_mul,           gelu_mul,        delta_rule,      ssm_scan};
 
 }  // namespace cachet::ref
