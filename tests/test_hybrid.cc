@@ -53,13 +53,13 @@ TEST(StateStore, RandomAllocateAndFreeKeepsEveryInvariant) {
 }
 
 // Every engine test runs on the three hybrid families: Qwen3.5's gated delta nets, LFM2's short convs and
-// Granite 4.0-H's Mamba-2.
+// Granite 4.0-H's and Nemotron-H's Mamba-2.
 std::unique_ptr<Model> hybrid_model(const std::string& arch) {
   return testing::hybrid_test_model(42, "hybrid_engine_" + arch + ".gguf", false, false, arch);
 }
 
 class HybridEngine : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Archs, HybridEngine, ::testing::Values("qwen35", "lfm2", "granitehybrid"));
+INSTANTIATE_TEST_SUITE_P(Archs, HybridEngine, ::testing::Values("qwen35", "lfm2", "granitehybrid", "nemotron_h"));
 
 std::unique_ptr<Engine> make_engine(Model& m, EngineConfig cfg) {
   auto e = Engine::create(m, std::move(cfg));

@@ -130,10 +130,10 @@ void expect_same(const Served& s, const Served& base, const std::vector<Job>& js
   EXPECT_GT(compared, static_cast<int>(js.size())) << what << ": states compared";
 }
 
-// The three hybrid families: Qwen3.5's gated delta nets, LFM2's short convs, Granite 4.0-H's Mamba-2 (their conv
+// The three hybrid families: Qwen3.5's gated delta nets, LFM2's short convs, Granite 4.0-H's and Nemotron-H's Mamba-2 (their conv
 // windows roll back alike).
 class HybridSpeculationGreedy : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Archs, HybridSpeculationGreedy, ::testing::Values("qwen35", "lfm2", "granitehybrid"));
+INSTANTIATE_TEST_SUITE_P(Archs, HybridSpeculationGreedy, ::testing::Values("qwen35", "lfm2", "granitehybrid", "nemotron_h"));
 
 TEST_P(HybridSpeculationGreedy, IdsLogitsAndStatesEqualNoSpeculationBitwise) {
   auto target = hybrid(42, "hybrid_spec_target.gguf", GetParam());

@@ -91,12 +91,14 @@ Result<ModelConfig> ArchReader::base_config() {
     keys_read_.insert(arch_ + ".feed_forward_length");
     if (!gguf_type_is_integer(v->elem_type) || static_cast<int64_t>(v->count) != c.n_layer)
       return invalid_argument(arch_ + ".feed_forward_length must hold one integer per layer");
+    // (0: a layer without an FFN, Nemotron-H's mixers; n_ff is the first FFN's width.)
     for (size_t i = 0; i < v->count; ++i) {
-      if (v->int_at(i) <= 0 || v->int_at(i) > (int64_t{1} << 31))
-        return invalid_argument(arch_ + ".feed_forward_length holds a width that is not positive");
+      if (v->int_at(i) < 0 || v->int_at(i) > (int64_t{1} << 31))
+        return invalid_argument(arch_ + ".feed_forward_length holds a negative width");
       ff_per_layer_.push_back(v->int_at(i));
+      if (c.n_ff == 0) c.n_ff = v->int_at(i);
     }
-    c.n_ff = ff_per_layer_[0];
+    if (c.n_ff == 0) return invalid_argument(arch_ + ".feed_forward_length gives no layer an FFN");
   } else {
     CACHET_ASSIGN_OR_RETURN(c.n_ff, positive("feed_forward_length", std::nullopt));
   }
@@ -194,6 +196,23 @@ Status ArchReader::experts(ModelConfig* c, const char* expert_ff_key) {
   if (c->n_expert > 0 && expert_ff_key) {
     CACHET_ASSIGN_OR_RETURN(c->n_ff, dim(expert_ff_key, c->n_ff));
   }
+  return Status::ok();
+}
+
+Status ArchReader::mamba2(ModelConfig* c) {
+  CACHET_ASSIGN_OR_RETURN(c->ssm_conv_kernel, dim("ssm.conv_kernel"));
+  CACHET_ASSIGN_OR_RETURN(c->ssm_state_size, dim("ssm.state_size"));
+  CACHET_ASSIGN_OR_RETURN(c->ssm_groups, dim("ssm.group_count"));
+  CACHET_ASSIGN_OR_RETURN(c->ssm_v_heads, dim("ssm.time_step_rank"));
+  CACHET_ASSIGN_OR_RETURN(int64_t inner, dim("ssm.inner_size"));
+  const std::string a = arch_ + ".";
+  if (c->ssm_conv_kernel < 1 || c->ssm_state_size <= 0)
+    return invalid_argument(a + "ssm.conv_kernel and ssm.state_size must be positive");
+  if (c->ssm_v_heads <= 0 || inner <= 0 || inner % c->ssm_v_heads != 0)
+    return invalid_argument(a + "ssm.inner_size " + std::to_string(inner) + " is not a multiple of ssm.time_step_rank");
+  if (c->ssm_groups <= 0 || c->ssm_v_heads % c->ssm_groups != 0)
+    return invalid_argument(a + "ssm.group_count must divide ssm.time_step_rank (the heads)");
+  c->ssm_head_dim = inner / c->ssm_v_heads;
   return Status::ok();
 }
 

@@ -50,6 +50,10 @@ class ArchReader {
   // experts' own FFN width): sets c->n_expert etc. when the file has experts, else leaves c dense.
   Status experts(ModelConfig* c, const char* expert_ff_key = nullptr);
 
+  // Mamba-2's widths (ssm.conv_kernel, state_size, group_count, time_step_rank = heads, inner_size = heads x
+  // head width), checked: sets c->ssm_* (Granite 4.0-H, Nemotron-H).
+  Status mamba2(ModelConfig* c);
+
   // Which layers use the sliding window, as ModelConfig::swa_layers: `attention.sliding_window_pattern` is
   // either a period n (layer l is local unless l % n == n - 1; 0 or 1 = every layer local) or one bool per layer;
   // without it, `default_period`. dense_first: a period's first layer is the global one (l % n == 0).

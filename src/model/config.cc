@@ -63,8 +63,8 @@ Status ModelConfig::validate() const {
     if (swa_layers.find_first_not_of("SG") != std::string::npos)
       return invalid_argument("swa_layers holds a letter other than S and G");
   }
-  if (ffn_act != "silu" && ffn_act != "gelu" && ffn_act != "swiglu_oai")
-    return invalid_argument("ffn_act '" + ffn_act + "' is not silu, gelu or swiglu_oai");
+  if (ffn_act != "silu" && ffn_act != "gelu" && ffn_act != "swiglu_oai" && ffn_act != "relu2")
+    return invalid_argument("ffn_act '" + ffn_act + "' is not silu, gelu, swiglu_oai or relu2");
   if (!rank_input.empty() && rank_input != "cls" && rank_input != "last" && rank_input != "mean")
     return invalid_argument("rank_input '" + rank_input + "' is not cls, last or mean");
   if (n_cls_out < 0) return invalid_argument("n_cls_out must be >= 0");
@@ -77,8 +77,8 @@ Status ModelConfig::validate() const {
     if (static_cast<int64_t>(layer_kinds.size()) != n_layer)
       return invalid_argument("layer_kinds names " + std::to_string(layer_kinds.size()) + " layers, the model has " +
                               std::to_string(n_layer));
-    if (layer_kinds.find_first_not_of("ARCM") != std::string::npos)
-      return invalid_argument("layer_kinds holds a letter other than A, R, C and M");
+    if (layer_kinds.find_first_not_of("ARCMF") != std::string::npos)
+      return invalid_argument("layer_kinds holds a letter other than A, R, C, M and F");
     const int kinds = (layer_kinds.find('R') != std::string::npos) + has_short_conv() + has_mamba2();
     if (kinds > 1)
       return invalid_argument("layer_kinds mixes recurrent layer kinds (one state shape per model)");
@@ -107,7 +107,7 @@ Status ModelConfig::validate() const {
   if (head_dim_swa < 0 || n_head_kv_swa < 0 || rope_dim_swa < 0 || n_embd_per_layer < 0)
     return invalid_argument("head_dim_swa, n_head_kv_swa, rope_dim_swa and n_embd_per_layer must be >= 0");
   for (int64_t l = 0; l < n_layer; ++l) {
-    if (is_recurrent(l)) continue;
+    if (!attends(l)) continue;
     const int64_t hd = head_dim_at(l), kvh = kv_heads_at(l), rd = rope_dim_at(l);
     if (hd % 2 != 0 || n_head % kvh != 0 || rd % 2 != 0 || rd > hd)
       return invalid_argument("layer " + std::to_string(l) + ": head width " + std::to_string(hd) + ", " +
@@ -141,7 +141,7 @@ int64_t ModelConfig::n_kv_layers() const {
 }
 
 int64_t ModelConfig::kv_source(int64_t l) const {
-  if (is_recurrent(l) || has_own_kv(l)) return l;
+  if (!attends(l) || has_own_kv(l)) return l;
   int64_t src = n_layer - kv_shared_layers - 1;  // the last earlier layer of its kind with KV of its own
   while (src >= 0 && (is_swa(src) != is_swa(l) || !has_own_kv(src))) --src;
   return src;

@@ -46,7 +46,7 @@ namespace cachet {
   X(bool, qkv_bias, false, "Q, K and V projections have biases")                                           \
   X(bool, qk_norm, false, "per-head RMSNorm of Q and K before RoPE")                                        \
   X(bool, post_norms, false, "RMSNorm of the attention and FFN outputs before the residual add")           \
-  X(std::string, ffn_act, "silu", "gated FFN activation: silu, gelu (tanh approximation) or swiglu_oai (gpt-oss)") \
+  X(std::string, ffn_act, "silu", "FFN activation: gated silu, gelu (tanh approximation), swiglu_oai (gpt-oss); relu2 (not gated)") \
   X(std::string, pooling, "", "embedding pooling the file names: none, mean, cls, last, rank (empty: none named)") \
   X(bool, causal, true, "causal attention (false: every token of a sequence sees all of it, an encoder)")     \
   X(bool, swa_symmetric, false, "the sliding window is centred: positions within window / 2 either side")    \
@@ -56,7 +56,7 @@ namespace cachet {
   X(int64_t, n_expert_used, 0, "experts each token is routed to")                                          \
   X(bool, expert_norm, true, "top-k router weights renormalized to sum 1")                                 \
   X(double, expert_weights_scale, 1.0, "routed expert weights multiplied by this")                        \
-  X(std::string, layer_kinds, "", "per layer: A = attention, R = gated delta net, C = short conv (LFM2), M = Mamba-2") \
+  X(std::string, layer_kinds, "", "per layer: A = attention, R = gated delta net, C = short conv (LFM2), M = Mamba-2, F = FFN only") \
   X(bool, attn_output_gate, false, "Q carries a per-head gate: attention output times sigmoid(gate)")     \
   X(std::string, rope_sections, "", "M-RoPE sections t,h,w,e (Qwen3.5, interleaved; text: t = h = w)")     \
   X(int64_t, ssm_conv_kernel, 0, "gated delta net: causal conv width")                                     \
@@ -89,6 +89,7 @@ namespace cachet {
   X(double, logit_scale, 1.0, "output logits divided by this (Granite)")                                     \
   X(int64_t, ssm_state_size, 0, "Mamba-2: state width per head channel (d_state)")                           \
   X(int64_t, ssm_groups, 0, "Mamba-2: groups of B and C the heads share")                                    \
+  X(bool, one_block_layers, false, "each layer one block behind one norm: a mixer (A, M) or an FFN (F) (Nemotron-H)") \
   X(bool, mtp_head, false, "a multi-token-prediction head: input eh_proj(enorm(embedding) | hnorm(trunk's hidden))")
 
 struct ModelConfig {
@@ -109,7 +110,11 @@ struct ModelConfig {
   int64_t max_q_dim() const;
   int64_t max_kv_dim() const;
   // Whether layer l keeps K and V of its own (attends, and is not one of the last kv_shared_layers).
-  bool has_own_kv(int64_t l) const { return !is_recurrent(l) && l < n_layer - kv_shared_layers; }
+  bool has_own_kv(int64_t l) const { return attends(l) && l < n_layer - kv_shared_layers; }
+  // Whether layer l attends (not a recurrent mixer, not an FFN-only layer), and whether it has an FFN.
+  bool attends(int64_t l) const { return !is_recurrent(l) && !is_ffn_only(l); }
+  bool is_ffn_only(int64_t l) const { return l < static_cast<int64_t>(layer_kinds.size()) && layer_kinds[l] == 'F'; }
+  bool has_ffn(int64_t l) const { return !one_block_layers || is_ffn_only(l); }
   // Layer l's K/V width in the cache's kl-th layer.
   int64_t kv_dim_of_kv_layer(int kl) const;
   // Bytes of K and V for one token across all layers, for a cache element size.

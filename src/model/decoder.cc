@@ -321,7 +321,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const DecoderLayerWeights& L = w_.layers[l];
     const bool swa = c.is_swa(l);
-    // Attention block (or a gated delta net in a hybrid model's recurrent layers).
+    // Attention block (or a recurrent mixer in a hybrid model's recurrent layers; none in Nemotron-H's FFN
+    // layers).
+    if (!c.is_ffn_only(l)) {
     norm_rows(x_.data(), L.attn_norm, xn_.data(), T, d);
     trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
     if (c.is_recurrent(l)) {
@@ -425,8 +427,11 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     }
     add_residual(proj_.data(), T * d);
     trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + attention" + residual_note});
+    }
 
-    // Feed-forward block: gated (SiLU or GELU), dense or a mixture of experts.
+    // Feed-forward block: gated (SiLU or GELU) or not (ReLU^2), dense or a mixture of experts (none in
+    // Nemotron-H's mixer layers).
+    if (c.has_ffn(l)) {
     norm_rows(x_.data(), L.ffn_norm, xn_.data(), T, d);
     trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
     if (c.is_moe(l) && c.moe_beside_dense) {
@@ -456,8 +461,12 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                     " experts per token; tokens grouped per expert; weighted sum"});
     } else {
       const int64_t ff = c.ffn_width(l);  // a MoE model's leading dense layers have their own width
-      matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xn_.data(), T);
-      trace_mm(l, L.w_gate, d, ff, "gate");
+      if (L.w_gate.data) {
+        matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xn_.data(), T);
+        trace_mm(l, L.w_gate, d, ff, "gate");
+      } else {  // not gated: the activation of up into gate_ (Nemotron-H's ReLU^2)
+        matmul(pool, L.w_up, xn_.data(), T, up_.data());
+      }
       trace_mm(l, L.w_up, d, ff, "up");
       const auto glu = [&](int, int64_t b, int64_t e) { glu_mul(act, gate_.data() + b, up_.data() + b, e - b); };
       // A decode step's few thousand elements take about as long as handing half of them to another thread.
@@ -466,7 +475,8 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       } else {
         pool.parallel_for(T * ff, glu, 64);
       }
-      trace(l, {c.ffn_act + "_mul", "", "", {}, {T, ff}, {T, ff}, c.ffn_act + "(gate) * up"});
+      trace(l, {c.ffn_act + "_mul", "", "", {}, {T, ff}, {T, ff},
+                L.w_gate.data ? c.ffn_act + "(gate) * up" : "relu(up)^2"});
       project(L.w_down, gate_.data(), tp_.ff_widths, act_full_.data(), T);
       trace_mm(l, L.w_down, ff, d, "down");
     }
@@ -477,6 +487,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     }
     add_residual(proj_.data(), T * d);
     trace(l, {"residual", "", "", {}, {T, d}, {T, d}, "x = x + feed-forward" + residual_note});
+    }
     if (c.n_embd_per_layer > 0) {
       per_layer_block(l, T);
       trace(l, {"per_layer_embd", L.pl_gate.name, dtype_name(L.pl_gate.type), wshape(L.pl_gate), {T, d}, {T, d},

@@ -254,7 +254,7 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
       L.ssm_out = get("ssm_out.weight");
       CACHET_RETURN_IF_ERROR(regroup_qwen3next(r, *cfg, l, allowed.fused_ba, allowed.legacy_ssm_in, &L, &w.regrouped));
     }
-    const bool attends = !cfg->is_recurrent(l);
+    const bool attends = cfg->attends(l);
     const TensorView qkv = allowed.fused_qkv && attends ? get("attn_qkv.weight") : TensorView{};
     if (qkv.data) {
       if (qkv.ne[1] != q + 2 * kv)
@@ -290,12 +290,17 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
     if (attends && allowed.out_bias) L.bo = get("attn_output.bias");
     if (attends && allowed.attn_sinks) L.sinks = get("attn_sinks.weight");
     if (allowed.post_norms) L.post_attn_norm = get("post_attention_norm.weight");
-    L.ffn_norm = get(allowed.ffn_norm);
+    // (Nemotron-H: an FFN-only layer's one norm is attn_norm; its mixer layers have no FFN.)
+    L.ffn_norm = cfg->is_ffn_only(l) ? L.attn_norm : cfg->has_ffn(l) ? get(allowed.ffn_norm) : TensorView{};
     if (allowed.layer_out_scale) L.out_scale = get("layer_output_scale.weight");
     if (allowed.per_layer_embd) {
       L.pl_gate = get("inp_gate.weight");
       L.pl_proj = get("proj.weight");
       L.pl_post_norm = get("post_norm.weight");
+    }
+    if (!cfg->has_ffn(l)) {
+      w.layers.push_back(std::move(L));
+      continue;
     }
     const int64_t ffw = cfg->ffn_width(l);
     if (cfg->is_moe(l) && allowed.moe_beside_dense) {
@@ -357,7 +362,7 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
   }
   // Features are read off the first attention layer.
   int64_t first_attn = 0;
-  while (first_attn + 1 < cfg->n_layer && cfg->is_recurrent(first_attn)) ++first_attn;
+  while (first_attn + 1 < cfg->n_layer && !cfg->attends(first_attn)) ++first_attn;
   cfg->qkv_bias = !w.layers.empty() && w.layers[first_attn].bq.data;
   cfg->qk_norm = !w.layers.empty() && w.layers[first_attn].q_norm.data;
   cfg->post_norms = !w.layers.empty() && w.layers[0].post_attn_norm.data;
@@ -405,7 +410,7 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
   for (int64_t l = 0; l < c.n_layer; ++l) {
     DecoderLayerWeights& L = w->layers[l];
     CACHET_RETURN_IF_ERROR(vector_to_f32(&L.attn_norm, c.n_embd, owned, l, "attn_norm"));
-    CACHET_RETURN_IF_ERROR(vector_to_f32(&L.ffn_norm, c.n_embd, owned, l, "ffn_norm"));
+    if (c.has_ffn(l)) CACHET_RETURN_IF_ERROR(vector_to_f32(&L.ffn_norm, c.n_embd, owned, l, "ffn_norm"));
     if (c.is_short_conv(l)) {
       CACHET_RETURN_IF_ERROR(check_tensor(L.sc_in, "shortconv.in_proj", c.n_embd, 3 * c.n_embd, l));
       CACHET_RETURN_IF_ERROR(check_tensor(L.sc_out, "shortconv.out_proj", c.n_embd, c.n_embd, l));
@@ -414,7 +419,7 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
       CACHET_RETURN_IF_ERROR(validate_mamba2(c, &L, owned, l));
     } else if (c.is_recurrent(l)) {
       CACHET_RETURN_IF_ERROR(validate_gated_delta_net(c, &L, owned, l));
-    } else {
+    } else if (c.attends(l)) {
       CACHET_RETURN_IF_ERROR(check_tensor(L.wq, "attn_q", c.n_embd, c.q_dim_at(l) * (c.attn_output_gate ? 2 : 1), l));
       if (c.has_own_kv(l)) {
         CACHET_RETURN_IF_ERROR(check_tensor(L.wk, "attn_k", c.n_embd, c.kv_dim_at(l), l));
@@ -424,7 +429,7 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
       }
       CACHET_RETURN_IF_ERROR(check_tensor(L.wo, "attn_output", c.q_dim_at(l), c.n_embd, l));
     }
-    const bool attends = !c.is_recurrent(l), own_kv = c.has_own_kv(l);
+    const bool attends = c.attends(l), own_kv = c.has_own_kv(l);
     // A feature is all or nothing across layers: a file with it in some layers only is malformed.
     auto all_or_none = [&](TensorView* t, bool on, int64_t n, const char* what) -> Status {
       if (!on && t->data)
@@ -446,6 +451,7 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
     CACHET_RETURN_IF_ERROR(all_or_none(&L.post_ffn_norm, c.post_norms, c.n_embd, "post_ffw_norm"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.sinks, c.attn_sinks && attends, c.n_head, "attn_sinks"));
     CACHET_RETURN_IF_ERROR(all_or_none(&L.bo, c.out_bias && attends, c.n_embd, "attn_output.bias"));
+    if (!c.has_ffn(l)) continue;
     if (c.is_moe(l) && c.moe_beside_dense) {
       CACHET_RETURN_IF_ERROR(vector_to_f32(&L.router_scale, c.n_embd, owned, l, "ffn_gate_inp.scale"));
       if (L.down_exps_scale.data)
@@ -485,7 +491,9 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
       }
     } else {
       const int64_t ffw = c.ffn_width(l);
-      CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", c.n_embd, ffw, l));
+      if (c.ffn_act == "relu2" && L.w_gate.data)  // not gated
+        return invalid_argument("layer " + std::to_string(l) + " has ffn_gate, which a ReLU^2 FFN does not take");
+      if (c.ffn_act != "relu2") CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, "ffn_gate", c.n_embd, ffw, l));
       CACHET_RETURN_IF_ERROR(check_tensor(L.w_up, "ffn_up", c.n_embd, ffw, l));
       CACHET_RETURN_IF_ERROR(check_tensor(L.w_down, "ffn_down", ffw, c.n_embd, l));
     }

@@ -40,17 +40,7 @@ Status granite(ArchReader& r, ModelConfig* c, DecoderTensors*, bool hybrid) {
   c->layer_kinds.assign(static_cast<size_t>(c->n_layer), 'A');
   for (size_t l = 0; l < kv.size(); ++l)
     if (kv[l] == 0) c->layer_kinds[l] = 'M';
-  CACHET_ASSIGN_OR_RETURN(c->ssm_conv_kernel, r.dim("ssm.conv_kernel"));
-  CACHET_ASSIGN_OR_RETURN(c->ssm_state_size, r.dim("ssm.state_size"));
-  CACHET_ASSIGN_OR_RETURN(c->ssm_groups, r.dim("ssm.group_count"));
-  CACHET_ASSIGN_OR_RETURN(c->ssm_v_heads, r.dim("ssm.time_step_rank"));
-  CACHET_ASSIGN_OR_RETURN(int64_t inner, r.dim("ssm.inner_size"));
-  if (c->ssm_conv_kernel < 1 || c->ssm_v_heads <= 0 || inner <= 0 || inner % c->ssm_v_heads != 0)
-    return invalid_argument(a + "ssm.inner_size " + std::to_string(inner) + " is not a multiple of ssm.time_step_rank");
-  if (c->ssm_groups <= 0 || c->ssm_v_heads % c->ssm_groups != 0)
-    return invalid_argument(a + "ssm.group_count must divide ssm.time_step_rank (the heads)");
-  c->ssm_head_dim = inner / c->ssm_v_heads;
-  return Status::ok();
+  return r.mamba2(c);
 }
 
 }  // namespace

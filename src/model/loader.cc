@@ -17,6 +17,7 @@ void register_qwen3_arch();
 void register_qwen35_arch();
 void register_lfm2_arch();
 void register_granite_arch();
+void register_nemotron_h_arch();
 void register_gemma2_arch();
 void register_gemma3_arch();
 void register_gemma4_arch();
@@ -43,6 +44,7 @@ void register_builtin_archs() {
     register_qwen35_arch();
     register_lfm2_arch();
     register_granite_arch();
+    register_nemotron_h_arch();
     register_gemma2_arch();
     register_gemma3_arch();
     register_gemma4_arch();

@@ -92,6 +92,7 @@ void swiglu_oai_mul(float* g, float* u, int64_t n) {
 }
 
 Glu glu_of(const std::string& ffn_act) {
+  if (ffn_act == "relu2") return Glu::kRelu2;
   return ffn_act == "gelu" ? Glu::kGelu : ffn_act == "swiglu_oai" ? Glu::kSwigluOai : Glu::kSilu;
 }
 
@@ -100,6 +101,12 @@ void glu_mul(Glu act, float* g, float* u, int64_t n) {
     case Glu::kSilu: return silu_mul(g, u, n);
     case Glu::kGelu: return gelu_mul(g, u, n);
     case Glu::kSwigluOai: return swiglu_oai_mul(g, u, n);
+    case Glu::kRelu2:
+      for (int64_t i = 0; i < n; ++i) {
+        const float r = u[i] > 0.0f ? u[i] : 0.0f;
+        g[i] = r * r;
+      }
+      return;
   }
 }
 

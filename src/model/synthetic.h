@@ -14,7 +14,7 @@ namespace cachet {
 
 struct SyntheticSpec {
   // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next lfm2 lfm2moe gpt-oss gemma2 gemma3 gemma4 phi3 smollm3
-  // mistral3 granite granitemoe granitehybrid; embedding models: gemma-embedding, and the encoders bert
+  // mistral3 granite granitemoe granitehybrid nemotron_h; embedding models: gemma-embedding, and the encoders bert
   // (a WordPiece vocabulary), nomic-bert, modern-bert
   std::string arch = "llama";
   int64_t n_vocab = 256;
@@ -55,7 +55,7 @@ struct SyntheticSpec {
   int64_t full_attn_interval = 4;
   int64_t n_ff_shared = 0;         // qwen35moe / qwen3next / granite*: the shared expert's width (0: none)
   // granitehybrid: Mamba-2 layers of ssm_v_heads heads (2 n_embd / heads wide each), B and C in ssm_groups
-  // groups of ssm_state.
+  // groups of ssm_state; nemotron_h: the same, heads ssm_head_dim wide.
   int64_t ssm_state = 16;
   int64_t ssm_groups = 1;
   bool legacy_ssm_in = false;      // qwen3next: q, k, v, z fused per key head in ssm_in (its first files)

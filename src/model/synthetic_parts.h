@@ -62,8 +62,9 @@ Status write_synthetic_qwen35(const SyntheticSpec& s, const std::string& path);
 Status write_synthetic_lfm2(const SyntheticSpec& s, const std::string& path);
 // gpt-oss (model/synthetic_gpt_oss.cc).
 Status write_synthetic_gpt_oss(const SyntheticSpec& s, const std::string& path);
-// granite, granitemoe, granitehybrid (model/synthetic_granite.cc).
+// granite, granitemoe, granitehybrid and nemotron_h (model/synthetic_mamba_hybrid.cc).
 Status write_synthetic_granite(const SyntheticSpec& s, const std::string& path);
+Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& path);
 // gemma4 (model/synthetic_gemma4.cc).
 Status write_synthetic_gemma4(const SyntheticSpec& s, const std::string& path);
 

@@ -1,7 +1,7 @@
 """An independent numpy reference forward for the decoder architectures cachet runs (llama incl. rope_freqs and
 Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3; qwen35 and qwen35moe in
 reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py, gemma4 in reference_gemma4.py,
-granite / granitemoe / granitehybrid in reference_granite.py).
+granite / granitemoe / granitehybrid / nemotron_h in reference_mamba_hybrid.py).
 
 Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
 with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
@@ -138,7 +138,7 @@ class Model:
             n_ff=int(max(ff) if isinstance(ff := get("feed_forward_length"), list) else ff),
             rope_dim=int(get("rope.dimension_count", head_dim)),
             rope_theta=float(get("rope.freq_base", 10000.0)),
-            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch not in ("llama", "smollm3", "mistral3", "granite", "granitemoe", "granitehybrid"),
+            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch not in ("llama", "smollm3", "mistral3", "granite", "granitemoe", "granitehybrid", "nemotron_h"),
             eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
             embd_scale=float(np.sqrt(np.float32(n_embd))) if gemma else 1.0,
             attn_softcap=float(get("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0,
@@ -182,9 +182,12 @@ class Model:
         if arch == "gemma4":  # per-layer head shapes, shared KV, per-layer embeddings, MoE: reference_gemma4.py
             from reference_gemma4 import setup_gemma4
             setup_gemma4(m, get)
-        if arch in ("granite", "granitemoe", "granitehybrid"):  # scales, Mamba-2: reference_granite.py
-            from reference_granite import setup_granite
+        if arch in ("granite", "granitemoe", "granitehybrid"):  # scales, Mamba-2: reference_mamba_hybrid.py
+            from reference_mamba_hybrid import setup_granite
             setup_granite(m, arch, get)
+        if arch == "nemotron_h":  # one block per layer, Mamba-2, ReLU^2: reference_mamba_hybrid.py
+            from reference_mamba_hybrid import setup_nemotron_h
+            setup_nemotron_h(m, get)
         if arch in ("lfm2", "lfm2moe"):  # short conv layers: reference_lfm2.py
             m.conv_layers = [k == 0 for k in get("attention.head_count_kv")]
             w["output_norm.weight"] = w.pop("token_embd_norm.weight")
@@ -355,10 +358,16 @@ class Model:
                 x = x + short_conv(self, h, p)
                 x = x + self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
                 continue
-            if mamba_layers and mamba_layers[l]:  # Granite 4.0-H's Mamba-2 in place of attention
-                from reference_granite import mamba2
+            one_block = getattr(self, "one_block", None)  # Nemotron-H: a mixer or an FFN, one residual add
+            if mamba_layers and mamba_layers[l]:  # Granite 4.0-H's and Nemotron-H's Mamba-2 in place of attention
+                from reference_mamba_hybrid import mamba2
                 x = x + rs * mamba2(self, h, p)
-                x = x + rs * self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
+                if not one_block:
+                    x = x + rs * self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
+                continue
+            if one_block and one_block[l] == "F":
+                from reference_mamba_hybrid import relu2_ffn
+                x = x + relu2_ffn(self, h, p)
                 continue
             q, k, v = (self._mm(h, p + f"attn_{n}.weight") for n in "qkv")
             if p + "attn_q.bias" in w:
@@ -396,6 +405,8 @@ class Model:
             if p + "post_attention_norm.weight" in w and getattr(self, "attn_post_norm", True):
                 a = self._rms(a, w[p + "post_attention_norm.weight"])
             x = x + rs * a
+            if one_block:
+                continue
             f = self._ffn(self._rms(x, w[p + getattr(self, "ffn_norm_name", "ffn_norm.weight")]), p)
             if p + "post_ffw_norm.weight" in w:
                 f = self._rms(f, w[p + "post_ffw_norm.weight"])

@@ -86,9 +86,13 @@ ARCHS = {
     "granitehybrid-moe": ["--arch", "granitehybrid", "--n-layer", "3", "--ssm-v-heads", "8", "--ssm-state", "64",
                           "--full-attn-interval", "3", "--experts", "4", "--experts-used", "2", "--n-ff", "256",
                           "--shared-ff", "256"],
+    # Nemotron-H: one block per layer, every third attending (no RoPE), the others Mamba-2 (8 heads of 32, 2
+    # groups) and ReLU^2 FFNs in turn.
+    "nemotron_h": ["--arch", "nemotron_h", "--n-layer", "6", "--ssm-v-heads", "8", "--ssm-head-dim", "32",
+                   "--ssm-state", "64", "--ssm-groups", "2", "--full-attn-interval", "3"],
 }
 HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa", "lfm2moe", "granitehybrid",
-           "granitehybrid-moe"]
+           "granitehybrid-moe", "nemotron_h"]
 N_VOCAB = 320
 
 

@@ -63,7 +63,7 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
         s.head_dim_b = cfg.head_dim_swa > 0 ? cfg.head_dim_swa : cfg.head_dim;
       }
       all_layers = cfg.n_layer;
-      for (int64_t l = 0; l < cfg.n_layer; ++l) shared_layers += !cfg.is_recurrent(l) && !cfg.has_own_kv(l);
+      for (int64_t l = 0; l < cfg.n_layer; ++l) shared_layers += cfg.attends(l) && !cfg.has_own_kv(l);
       window = cfg.sliding_window;
       for (int64_t l = 0; l < cfg.n_layer; ++l) window_layers += cfg.is_swa(l) && cfg.has_own_kv(l) ? 1 : 0;
       for (const auto& t : (*m)->tensors()) weight_bytes += static_cast<int64_t>(t.n_bytes());

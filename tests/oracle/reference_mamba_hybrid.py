@@ -1,6 +1,8 @@
-"""IBM Granite in the numpy reference (float64, no cache): the four scalars (embedding, residual, attention and
-logit scales) on reference.py's block, and Granite 4.0-H's Mamba-2 mixer, written from the Mamba-2 paper's
-recurrence and Granite's modeling code (as llama.cpp's converter lays the tensors out), not from cachet's code:
+"""IBM Granite and NVIDIA Nemotron-H in the numpy reference (float64, no cache): Granite's four scalars
+(embedding, residual, attention and logit scales) on reference.py's block; Nemotron-H's one block per layer (a
+Mamba-2 mixer, attention without RoPE, or an FFN down(relu(up h)^2)); and the Mamba-2 mixer both hybrids use,
+written from the Mamba-2 paper's recurrence and the models' modeling code (as llama.cpp's converter lays the
+tensors out), not from cachet's code:
 
   zxbcdt = ssm_in h;  xBC = silu(causal_conv(xBC) + bias)  (taps oldest first, zeros before the first token)
   per head h (group g = h // (heads / groups)):  dt = softplus(dt_raw + dt_bias);  S = exp(dt A) S + dt x B^T
@@ -26,6 +28,23 @@ def setup_granite(m, arch, get):
         m.ssm = dict(kernel=int(get("ssm.conv_kernel")), state=int(get("ssm.state_size")),
                      groups=int(get("ssm.group_count")), heads=int(get("ssm.time_step_rank")),
                      inner=int(get("ssm.inner_size")))
+
+
+def setup_nemotron_h(m, get):
+    kv, ff = get("attention.head_count_kv"), get("feed_forward_length")
+    m.one_block = ["A" if k > 0 else "F" if f > 0 else "M" for k, f in zip(kv, ff)]
+    m.mamba_layers = [k == "M" for k in m.one_block]
+    m.nope_interval = 1
+    m.cfg.n_ff = max(ff)
+    m.cfg.eps = float(get("attention.layer_norm_rms_epsilon", get("attention.layer_norm_epsilon", 1e-5)))
+    m.ssm = dict(kernel=int(get("ssm.conv_kernel")), state=int(get("ssm.state_size")),
+                 groups=int(get("ssm.group_count")), heads=int(get("ssm.time_step_rank")),
+                 inner=int(get("ssm.inner_size")))
+
+
+def relu2_ffn(m, h, p):
+    u = np.maximum(m._mm(h, p + "ffn_up.weight"), 0.0)
+    return m._mm(u * u, p + "ffn_down.weight")
 
 
 def softplus(x):
