@@ -2,7 +2,8 @@
 // tests, written once per name and loaded with two threads; with arch "lfm2", an LFM2-shaped one (three short
 // convs of kernel 3, then attention); with "granitehybrid", a Granite-4.0-H-shaped one (three Mamba-2 mixers,
 // then attention without RoPE); with "nemotron_h", a Nemotron-H-shaped one (Mamba-2, a ReLU^2 FFN, Mamba-2,
-// attention without RoPE, each its layer's one block). `mtp`: the file also carries a multi-token-prediction
+// attention without RoPE, each its layer's one block), and with "nemotron_h_moe" its FFN a mixture of 4 experts
+// (2 used) beside a shared one. `mtp`: the file also carries a multi-token-prediction
 // block (SyntheticSpec::mtp_echo with `echo`), and the model loaded is that head (LoadOptions::mtp_head).
 #pragma once
 
@@ -24,6 +25,7 @@ inline std::unique_ptr<Model> hybrid_test_model(uint64_t seed, const std::string
   if (arch == "lfm2") s.ssm_conv_kernel = 3;
   s.ssm_v_heads = 4;  // Mamba-2: 4 heads (of 64 in granitehybrid, 32 in nemotron_h), B and C in 2 groups
   s.ssm_groups = 2;
+  if (arch == "nemotron_h_moe") s.n_expert = 4, s.n_expert_used = 2, s.n_ff_shared = 64;
 
   s.type = DType::kQ8_0;
   s.embd_type = DType::kQ8_0;

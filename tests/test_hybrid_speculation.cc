@@ -133,7 +133,8 @@ void expect_same(const Served& s, const Served& base, const std::vector<Job>& js
 // The three hybrid families: Qwen3.5's gated delta nets, LFM2's short convs, Granite 4.0-H's and Nemotron-H's Mamba-2 (their conv
 // windows roll back alike).
 class HybridSpeculationGreedy : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Archs, HybridSpeculationGreedy, ::testing::Values("qwen35", "lfm2", "granitehybrid", "nemotron_h"));
+INSTANTIATE_TEST_SUITE_P(Archs, HybridSpeculationGreedy,
+                         ::testing::Values("qwen35", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe"));
 
 TEST_P(HybridSpeculationGreedy, IdsLogitsAndStatesEqualNoSpeculationBitwise) {
   auto target = hybrid(42, "hybrid_spec_target.gguf", GetParam());

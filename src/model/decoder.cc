@@ -448,13 +448,14 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                                          static_cast<float>(c.expert_weights_scale), c.expert_gating == "sigmoid",
                                          reinterpret_cast<const float*>(L.router_bias.data));
       moe_ffn(pool,
-              {&L.gate_exps, &L.up_exps, &L.down_exps, act, reinterpret_cast<const float*>(L.gate_exps_b.data),
+              {L.gate_exps.empty() ? nullptr : &L.gate_exps, &L.up_exps, &L.down_exps, act,
+               reinterpret_cast<const float*>(L.gate_exps_b.data),
                reinterpret_cast<const float*>(L.up_exps_b.data), reinterpret_cast<const float*>(L.down_exps_b.data)},
               r, xn_.data(), d, ff, proj_.data());
       if (reducer_) reducer_->sum(proj_.data(), T * d);  // this rank's FFN columns of every expert
       if (c.n_ff_shared > 0) shared_expert(L, T);
       trace_mm(l, L.router, d, c.n_expert, "router logits");
-      trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), wshape(L.gate_exps[0]), {T, d}, {T, d},
+      trace(l, {"moe", L.up_exps[0].name, dtype_name(L.up_exps[0].type), wshape(L.up_exps[0]), {T, d}, {T, d},
                 c.expert_gating + " router" + (L.router_bias.data ? " (selection bias)" : "") +
                     (L.router_logit_bias.data ? " (logit bias; expert biases)" : "") + ", top " +
                     std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
@@ -464,8 +465,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       if (L.w_gate.data) {
         matmul_multi(pool, {{&L.w_gate, gate_.data()}, {&L.w_up, up_.data()}}, xn_.data(), T);
         trace_mm(l, L.w_gate, d, ff, "gate");
-      } else {  // not gated: the activation of up into gate_ (Nemotron-H's ReLU^2)
-        matmul(pool, L.w_up, xn_.data(), T, up_.data());
+      } else {  // not gated (Nemotron-H's ReLU^2): act(up x) * 1
+        matmul(pool, L.w_up, xn_.data(), T, gate_.data());
+        std::fill_n(up_.data(), T * ff, 1.0f);
       }
       trace_mm(l, L.w_up, d, ff, "up");
       const auto glu = [&](int, int64_t b, int64_t e) { glu_mul(act, gate_.data() + b, up_.data() + b, e - b); };
@@ -640,8 +642,13 @@ void DecoderModel::moe_beside_dense(const DecoderLayerWeights& L, int T) {
 
 void DecoderModel::shared_expert(const DecoderLayerWeights& L, int T) {
   const int64_t d = cfg_.n_embd, f = cfg_.n_ff_shared;
-  matmul_multi(*pool_, {{&L.shexp_w_gate, sh_gate_.data()}, {&L.shexp_w_up, sh_up_.data()}}, xn_.data(), T);
-  silu_mul(sh_gate_.data(), sh_up_.data(), T * f);
+  if (L.shexp_w_gate.data) {
+    matmul_multi(*pool_, {{&L.shexp_w_gate, sh_gate_.data()}, {&L.shexp_w_up, sh_up_.data()}}, xn_.data(), T);
+  } else {  // not gated (Nemotron-H): act(up x) * 1
+    matmul(*pool_, L.shexp_w_up, xn_.data(), T, sh_gate_.data());
+    std::fill_n(sh_up_.data(), T * f, 1.0f);
+  }
+  glu_mul(glu_of(cfg_.ffn_act), sh_gate_.data(), sh_up_.data(), T * f);
   matmul(*pool_, L.shexp_w_down, sh_gate_.data(), T, sh_out_.data());
   if (L.shexp_gate.data) matmul(*pool_, L.shexp_gate, xn_.data(), T, sh_w_.data());
   for (int t = 0; t < T; ++t) {

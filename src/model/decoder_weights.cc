@@ -332,13 +332,14 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
           L.up_exps.push_back(row_slice(f, ff, ff, "up"));
         }
       } else {
-        CACHET_RETURN_IF_ERROR(split_experts(get("ffn_gate_exps.weight"), "ffn_gate_exps", d, ff, E, l, &L.gate_exps));
+        if (cfg->ffn_act != "relu2")  // (Nemotron-H's experts are not gated)
+          CACHET_RETURN_IF_ERROR(split_experts(get("ffn_gate_exps.weight"), "ffn_gate_exps", d, ff, E, l, &L.gate_exps));
         CACHET_RETURN_IF_ERROR(split_experts(get("ffn_up_exps.weight"), "ffn_up_exps", d, ff, E, l, &L.up_exps));
       }
       CACHET_RETURN_IF_ERROR(split_experts(get("ffn_down_exps.weight"), "ffn_down_exps", ff, d, E, l, &L.down_exps));
       if (cfg->n_ff_shared > 0) {
         L.shexp_gate = get("ffn_gate_inp_shexp.weight");
-        L.shexp_w_gate = get("ffn_gate_shexp.weight");
+        if (cfg->ffn_act != "relu2") L.shexp_w_gate = get("ffn_gate_shexp.weight");
         L.shexp_w_up = get("ffn_up_shexp.weight");
         L.shexp_w_down = get("ffn_down_shexp.weight");
       }
@@ -479,13 +480,15 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
       CACHET_RETURN_IF_ERROR(expert_bias(&L.down_exps_b, c.n_embd, "ffn_down_exps.bias"));
       if (L.router_bias.data) CACHET_RETURN_IF_ERROR(vector_to_f32(&L.router_bias, c.n_expert, owned, l, "ffn_exp_probs_b"));
       for (int64_t e = 0; e < c.n_expert; ++e) {
-        CACHET_RETURN_IF_ERROR(check_tensor(L.gate_exps[e], "ffn_gate_exps", c.n_embd, c.n_ff, l));
+        if (!L.gate_exps.empty())
+          CACHET_RETURN_IF_ERROR(check_tensor(L.gate_exps[e], "ffn_gate_exps", c.n_embd, c.n_ff, l));
         CACHET_RETURN_IF_ERROR(check_tensor(L.up_exps[e], "ffn_up_exps", c.n_embd, c.n_ff, l));
         CACHET_RETURN_IF_ERROR(check_tensor(L.down_exps[e], "ffn_down_exps", c.n_ff, c.n_embd, l));
       }
       if (c.n_ff_shared > 0) {
         if (L.shexp_gate.data) CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_gate, "ffn_gate_inp_shexp", c.n_embd, 1, l));
-        CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_w_gate, "ffn_gate_shexp", c.n_embd, c.n_ff_shared, l));
+        if (c.ffn_act != "relu2")
+          CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_w_gate, "ffn_gate_shexp", c.n_embd, c.n_ff_shared, l));
         CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_w_up, "ffn_up_shexp", c.n_embd, c.n_ff_shared, l));
         CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_w_down, "ffn_down_shexp", c.n_ff_shared, c.n_embd, l));
       }

@@ -2,7 +2,12 @@
 // one RMSNorm and one residual add: a Mamba-2 mixer (model/mamba2.h; attention.head_count_kv and
 // feed_forward_length both 0), attention without RoPE (head_count_kv > 0), or an FFN that is not gated,
 // down(relu(up x)^2) (feed_forward_length > 0). Queries times attention.scale where the file gives one. The files
-// carry attention.layer_norm_epsilon beside (or instead of) the RMS epsilon.
+// carry attention.layer_norm_epsilon beside (or instead of) the RMS epsilon. `nemotron_h_moe` (Nemotron 3 Nano
+// 30B-A3B): the FFN layers are mixtures of ungated ReLU^2 experts (expert_feed_forward_length wide) routed by
+// each expert's sigmoid probability, chosen with a selection bias (exp_probs_b), the top-k weights renormalized
+// (expert_weights_norm) and scaled (expert_weights_scale), beside an ungated ReLU^2 shared expert.
+#include <string>
+
 #include "io/gguf.h"
 #include "model/arch_reader.h"
 #include "model/decoder.h"
@@ -11,7 +16,7 @@ namespace cachet {
 
 namespace {
 
-Status nemotron_h(ArchReader& r, ModelConfig* c, DecoderTensors*) {
+Status nemotron_h(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe) {
   const std::string a = r.arch() + ".";
   c->one_block_layers = true;
   c->ffn_act = "relu2";
@@ -22,9 +27,26 @@ Status nemotron_h(ArchReader& r, ModelConfig* c, DecoderTensors*) {
   } else {
     CACHET_ASSIGN_OR_RETURN(c->rms_eps, r.real("attention.layer_norm_epsilon", 1e-5));
   }
-  CACHET_RETURN_IF_ERROR(r.experts(c));
-  if (c->n_expert > 0)
-    return unimplemented(a + "expert_count: Nemotron-H's mixture-of-experts layers (nemotron_h_moe) are not run yet");
+  CACHET_RETURN_IF_ERROR(r.experts(c, moe ? "expert_feed_forward_length" : nullptr));
+  if (!moe && c->n_expert > 0) return invalid_argument(a + "expert_count: a nemotron_h file has no experts");
+  if (moe) {
+    if (c->n_expert == 0 || c->n_expert_used <= 0)
+      return invalid_argument("a nemotron_h_moe file without " + a + "expert_count / expert_used_count");
+    if (r.has("moe_latent_size"))
+      return unimplemented(a + "moe_latent_size: experts in a latent width (Nemotron 3 Super) are not run yet");
+    CACHET_ASSIGN_OR_RETURN(int64_t groups, r.dim("expert_group_count", int64_t{1}));
+    if (groups > 1) return unimplemented(a + "expert_group_count > 1: group-limited routing is not run yet");
+    r.consume("expert_shared_count");
+    CACHET_ASSIGN_OR_RETURN(c->n_ff_shared, r.dim("expert_shared_feed_forward_length"));
+    r.consume("expert_weights_norm");
+    if (r.file().find(a + "expert_weights_norm")) {
+      CACHET_ASSIGN_OR_RETURN(c->expert_norm, r.file().get_bool(a + "expert_weights_norm"));
+    } else {
+      c->expert_norm = false;  // llama.cpp's default
+    }
+    c->expert_gating = "sigmoid";
+    allowed->router_bias = true;
+  }
   const std::vector<int64_t>& kv = r.kv_heads_per_layer();
   const std::vector<int64_t>& ff = r.ff_per_layer();
   if (kv.empty() || ff.empty())
@@ -44,9 +66,15 @@ Status nemotron_h(ArchReader& r, ModelConfig* c, DecoderTensors*) {
 }  // namespace
 
 void register_nemotron_h_arch() {
-  register_arch("nemotron_h", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
-    return load_decoder_from_gguf(std::move(f), std::move(pool), opts, nemotron_h);
-  });
+  for (const char* name : {"nemotron_h", "nemotron_h_moe"}) {
+    const bool moe = std::string(name) == "nemotron_h_moe";
+    register_arch(name, [moe](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
+      return load_decoder_from_gguf(std::move(f), std::move(pool), opts,
+                                    [moe](ArchReader& r, ModelConfig* c, DecoderTensors* t) {
+                                      return nemotron_h(r, c, t, moe);
+                                    });
+    });
+  }
 }
 
 }  // namespace cachet

@@ -103,8 +103,8 @@ void glu_mul(Glu act, float* g, float* u, int64_t n) {
     case Glu::kSwigluOai: return swiglu_oai_mul(g, u, n);
     case Glu::kRelu2:
       for (int64_t i = 0; i < n; ++i) {
-        const float r = u[i] > 0.0f ? u[i] : 0.0f;
-        g[i] = r * r;
+        const float r = g[i] > 0.0f ? g[i] : 0.0f;
+        g[i] = r * r * u[i];
       }
       return;
   }

@@ -40,7 +40,7 @@ void gelu_mul(float* g, const float* u, int64_t n);
 // computed as silu(1.702 x) (y + 1) / 1.702 on the kernel's silu (u is overwritten); g, u: [n]
 void swiglu_oai_mul(float* g, float* u, int64_t n);
 // The gated activations, by ModelConfig::ffn_act ("silu", "gelu", "swiglu_oai").
-// kRelu2 is not gated: g = max(u, 0)^2, whatever g held (Nemotron-H).
+// kRelu2: g = max(g, 0)^2 * u (Nemotron-H's FFNs are not gated: their up projection in g, ones in u).
 enum class Glu { kSilu, kGelu, kSwigluOai, kRelu2 };
 Glu glu_of(const std::string& ffn_act);
 // g[i] = act(g[i]) * u[i] (kSwigluOai overwrites u).

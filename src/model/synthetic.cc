@@ -109,7 +109,7 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   if (s.arch == "gpt-oss") return write_synthetic_gpt_oss(s, path);
   if (s.arch == "granite" || s.arch == "granitemoe" || s.arch == "granitehybrid")
     return write_synthetic_granite(s, path);
-  if (s.arch == "nemotron_h") return write_synthetic_nemotron_h(s, path);
+  if (s.arch == "nemotron_h" || s.arch == "nemotron_h_moe") return write_synthetic_nemotron_h(s, path);
   if (s.arch == "gemma4") return write_synthetic_gemma4(s, path);
   if (s.arch == "bert" || s.arch == "nomic-bert" || s.arch == "nomic-bert-moe" || s.arch == "modern-bert")
     return write_synthetic_encoder(s, path);

@@ -14,7 +14,7 @@ namespace cachet {
 
 struct SyntheticSpec {
   // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next lfm2 lfm2moe gpt-oss gemma2 gemma3 gemma4 phi3 smollm3
-  // mistral3 granite granitemoe granitehybrid nemotron_h; embedding models: gemma-embedding, and the encoders bert
+  // mistral3 granite granitemoe granitehybrid nemotron_h nemotron_h_moe; embedding models: gemma-embedding, and the encoders bert
   // (a WordPiece vocabulary), nomic-bert, modern-bert
   std::string arch = "llama";
   int64_t n_vocab = 256;

@@ -124,7 +124,10 @@ Status write_synthetic_granite(const SyntheticSpec& s, const std::string& path) 
 
 Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& path) {
   const int64_t inner = s.ssm_v_heads * s.ssm_head_dim;
-  if (s.n_expert > 0) return invalid_argument("synthetic model: nemotron_h is written without experts");
+  const bool moe = s.arch == "nemotron_h_moe";
+  if (moe != (s.n_expert > 0)) return invalid_argument("synthetic model: nemotron_h_moe, and only it, has experts");
+  if (moe && (s.n_expert_used < 1 || s.n_expert_used > s.n_expert || s.n_ff_shared <= 0))
+    return invalid_argument("synthetic model: nemotron_h_moe needs 1..experts used and a shared expert");
   if (s.n_head % s.n_head_kv != 0 || s.full_attn_interval < 1 || bad_mamba2(s, inner))
     return invalid_argument("synthetic model: bad nemotron_h shape");
   const int64_t hd = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
@@ -147,6 +150,16 @@ Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& pat
   w.set_f32(a + "attention.layer_norm_epsilon", 1e-5f);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   add_mamba2_keys(&w, s, inner);
+  if (moe) {  // Nemotron 3 Nano's: one group, weights renormalized then scaled
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff));
+    w.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shared));
+    w.set_u32(a + "expert_shared_count", 1);
+    w.set_bool(a + "expert_weights_norm", true);
+    w.set_f32(a + "expert_weights_scale", 2.5f);
+    w.set_u32(a + "expert_group_count", 1);
+  }
   if (s.with_vocab) add_spm_vocab(&w, s.n_vocab);
 
   RandomTensors add(&w, s.seed);
@@ -162,6 +175,14 @@ Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& pat
       CACHET_RETURN_IF_ERROR(add(p + "attn_k.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, qd, s.n_embd, lim(qd), 0.0f));
+    } else if (kind(l) == 'F' && moe) {  // ungated ReLU^2 experts behind a biased sigmoid router; a shared one
+      const int64_t E = s.n_expert, sf = s.n_ff_shared;
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, E, 3.0f * lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "exp_probs_b.bias", DType::kF32, E, 1, 0.1f, 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, E}, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, E}, lim(s.n_ff), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_up_shexp.weight", s.type, s.n_embd, sf, lim(s.n_embd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "ffn_down_shexp.weight", s.type, sf, s.n_embd, lim(sf), 0.0f));
     } else if (kind(l) == 'F') {  // not gated: down(relu(up x)^2)
       CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, s.n_embd, s.n_ff, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, s.n_embd, lim(s.n_ff), 0.0f));

@@ -101,6 +101,8 @@ Status shard_decoder_weights(const TpOptions& tp, ModelConfig* cfg, DecoderWeigh
   if (tp.size <= 1) return Status::ok();
   if (cfg->expert_biases)  // each rank's partial down projection would carry the whole bias
     return unimplemented("tensor parallel: experts with biases (gpt-oss) are not split across ranks yet");
+  if (cfg->ffn_act == "relu2")  // its FFNs have no gate to cut alongside up
+    return unimplemented("tensor parallel: ungated FFNs (Nemotron-H) are not split across ranks yet");
   const bool exact = tp.exact && cfg->n_expert == 0;
   const int64_t unit = exact ? 32 : ff_unit(*cfg, *w);  // exact: down is cut by rows, any 32 columns will do
   std::vector<TpSplit> all;

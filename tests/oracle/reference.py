@@ -138,7 +138,8 @@ class Model:
             n_ff=int(max(ff) if isinstance(ff := get("feed_forward_length"), list) else ff),
             rope_dim=int(get("rope.dimension_count", head_dim)),
             rope_theta=float(get("rope.freq_base", 10000.0)),
-            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch not in ("llama", "smollm3", "mistral3", "granite", "granitemoe", "granitehybrid", "nemotron_h"),
+            rope_neox=(bool(neox_field.contents()) if neox_field is not None else False) or arch not in ("llama", "smollm3", "mistral3", "granite", "granitemoe", "granitehybrid", "nemotron_h",
+                                                                                           "nemotron_h_moe"),
             eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
             embd_scale=float(np.sqrt(np.float32(n_embd))) if gemma else 1.0,
             attn_softcap=float(get("attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0,
@@ -185,7 +186,7 @@ class Model:
         if arch in ("granite", "granitemoe", "granitehybrid"):  # scales, Mamba-2: reference_mamba_hybrid.py
             from reference_mamba_hybrid import setup_granite
             setup_granite(m, arch, get)
-        if arch == "nemotron_h":  # one block per layer, Mamba-2, ReLU^2: reference_mamba_hybrid.py
+        if arch in ("nemotron_h", "nemotron_h_moe"):  # one block per layer, Mamba-2, ReLU^2: reference_mamba_hybrid.py
             from reference_mamba_hybrid import setup_nemotron_h
             setup_nemotron_h(m, get)
         if arch in ("lfm2", "lfm2moe"):  # short conv layers: reference_lfm2.py
@@ -281,6 +282,8 @@ class Model:
         return g / (1.0 + np.exp(-g))
 
     def _glu(self, g, u):
+        if self.cfg.act == "relu2":  # Nemotron-H: ungated, u is ones
+            return np.maximum(g, 0.0) ** 2 * u
         if self.cfg.act == "swiglu_oai":
             from reference_gpt_oss import swiglu_oai
             return swiglu_oai(g, u)
@@ -289,8 +292,10 @@ class Model:
     def _ffn(self, h, p):
         c = self.cfg
         if p + "ffn_gate_inp.weight" not in self.w:  # dense (a MoE model's leading dense layers too)
-            return self._mm(self._glu(self._mm(h, p + "ffn_gate.weight"), self._mm(h, p + "ffn_up.weight")),
-                            p + "ffn_down.weight")
+            up = self._mm(h, p + "ffn_up.weight")
+            if p + "ffn_gate.weight" not in self.w:  # ungated (Nemotron-H): act(up h)
+                return self._mm(self._glu(up, np.ones_like(up)), p + "ffn_down.weight")
+            return self._mm(self._glu(self._mm(h, p + "ffn_gate.weight"), up), p + "ffn_down.weight")
         z = self._mm(h, p + "ffn_gate_inp.weight") + self.w.get(p + "ffn_gate_inp.bias", 0.0)
         # gpt-oss: each expert's projections biased ([n_expert, width] each).
         bias = {n: self.w.get(f"{p}ffn_{n}_exps.bias") for n in ("gate", "up", "down")}
@@ -315,13 +320,20 @@ class Model:
             wsum = max(sum(prob[t, e] for e in top), 6.103515625e-5)
             for e in top:
                 x = h[t:t + 1]
-                g = self._mm(x, f"{p}ffn_gate_exps.weight.{e}") + b("gate", e)
                 u = self._mm(x, f"{p}ffn_up_exps.weight.{e}") + b("up", e)
+                if f"{p}ffn_gate_exps.weight.{e}" in self.w:
+                    g = self._mm(x, f"{p}ffn_gate_exps.weight.{e}") + b("gate", e)
+                else:  # ungated (Nemotron-H): act(up x)
+                    g, u = u, np.ones_like(u)
                 down = self._mm(self._glu(g, u), f"{p}ffn_down_exps.weight.{e}")[0] + b("down", e)
-                out[t] += prob[t, e] / wsum * down
-        if p + "ffn_gate_shexp.weight" in self.w:  # a shared expert, gated by sigmoid(h . gate_inp_shexp)
-            shared = self._mm(self._glu(self._mm(h, p + "ffn_gate_shexp.weight"), self._mm(h, p + "ffn_up_shexp.weight")),
-                              p + "ffn_down_shexp.weight")
+                weight = prob[t, e] / wsum if getattr(self, "expert_norm", True) else prob[t, e]
+                out[t] += weight * getattr(self, "expert_scale", 1.0) * down
+        if p + "ffn_up_shexp.weight" in self.w:  # a shared expert, gated by sigmoid(h . gate_inp_shexp)
+            up = self._mm(h, p + "ffn_up_shexp.weight")
+            if p + "ffn_gate_shexp.weight" in self.w:
+                shared = self._mm(self._glu(self._mm(h, p + "ffn_gate_shexp.weight"), up), p + "ffn_down_shexp.weight")
+            else:  # ungated (Nemotron-H)
+                shared = self._mm(self._glu(up, np.ones_like(up)), p + "ffn_down_shexp.weight")
             if p + "ffn_gate_inp_shexp.weight" in self.w:
                 shared = shared / (1.0 + np.exp(-self._mm(h, p + "ffn_gate_inp_shexp.weight").reshape(-1, 1)))
             out += shared
@@ -365,9 +377,8 @@ class Model:
                 if not one_block:
                     x = x + rs * self._ffn(self._rms(x, w[p + "ffn_norm.weight"]), p)
                 continue
-            if one_block and one_block[l] == "F":
-                from reference_mamba_hybrid import relu2_ffn
-                x = x + relu2_ffn(self, h, p)
+            if one_block and one_block[l] == "F":  # Nemotron-H's FFN layers (MoE: experts and a shared one)
+                x = x + self._ffn(h, p)
                 continue
             q, k, v = (self._mm(h, p + f"attn_{n}.weight") for n in "qkv")
             if p + "attn_q.bias" in w:

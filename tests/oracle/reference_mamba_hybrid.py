@@ -35,16 +35,16 @@ def setup_nemotron_h(m, get):
     m.one_block = ["A" if k > 0 else "F" if f > 0 else "M" for k, f in zip(kv, ff)]
     m.mamba_layers = [k == "M" for k in m.one_block]
     m.nope_interval = 1
+    m.cfg.act = "relu2"
     m.cfg.n_ff = max(ff)
+    if m.cfg.n_expert:  # nemotron_h_moe: sigmoid router with a selection bias, weights renormalized and scaled
+        m.sigmoid_router = True
+        m.expert_norm = bool(get("expert_weights_norm", False))
+        m.expert_scale = float(get("expert_weights_scale", 1.0)) or 1.0
     m.cfg.eps = float(get("attention.layer_norm_rms_epsilon", get("attention.layer_norm_epsilon", 1e-5)))
     m.ssm = dict(kernel=int(get("ssm.conv_kernel")), state=int(get("ssm.state_size")),
                  groups=int(get("ssm.group_count")), heads=int(get("ssm.time_step_rank")),
                  inner=int(get("ssm.inner_size")))
-
-
-def relu2_ffn(m, h, p):
-    u = np.maximum(m._mm(h, p + "ffn_up.weight"), 0.0)
-    return m._mm(u * u, p + "ffn_down.weight")
 
 
 def softplus(x):

@@ -90,9 +90,14 @@ ARCHS = {
     # groups) and ReLU^2 FFNs in turn.
     "nemotron_h": ["--arch", "nemotron_h", "--n-layer", "6", "--ssm-v-heads", "8", "--ssm-head-dim", "32",
                    "--ssm-state", "64", "--ssm-groups", "2", "--full-attn-interval", "3"],
+    # Nemotron 3 Nano-shaped: its FFN layers (1 and 3 of 4) are 4 ungated ReLU^2 experts (2 used) behind a biased
+    # sigmoid router, weights renormalized and scaled by 2.5, beside a shared expert.
+    "nemotron_h_moe": ["--arch", "nemotron_h_moe", "--n-layer", "4", "--ssm-v-heads", "8", "--ssm-head-dim", "32",
+                       "--ssm-state", "64", "--ssm-groups", "2", "--full-attn-interval", "3", "--experts", "4",
+                       "--experts-used", "2", "--n-ff", "256", "--shared-ff", "256"],
 }
 HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa", "lfm2moe", "granitehybrid",
-           "granitehybrid-moe", "nemotron_h"]
+           "granitehybrid-moe", "nemotron_h", "nemotron_h_moe"]
 N_VOCAB = 320
 
 

@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small",
                              "qwen3.5-2b", "qwen3.5-9b", "qwen3.6-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding", "granite", "granitemoe", "granitehybrid", "nemotron_h",
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding", "granite", "granitemoe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
