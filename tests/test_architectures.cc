@@ -17,6 +17,7 @@
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "model/moe.h"
+#include "model/ops.h"
 #include "model/synthetic.h"
 #include "tests/test_util.h"
 
@@ -111,6 +112,23 @@ TEST(Architectures, PrefillEqualsOneTokenAtATimeBitwise) {
         ASSERT_TRUE(m->forward(ForwardBatch::single(step, {p[i]}, i, true), lb.data() + i * c.n_vocab).is_ok());
       EXPECT_TRUE(same(la, lb)) << a.label << " kv " << dtype_name(kv);
     }
+  }
+}
+
+// Every matrix of a quantized file runs on the repacked integer path: one the loader forgot to repack would run
+// on the slow row-by-row one, right but several times slower (it happened to Mamba-2's input projection).
+TEST(Architectures, EveryQuantizedMatmulRunsPacked) {
+  for (const Arch& a : archs()) {
+    if (a.spec.type == DType::kF32) continue;
+    auto m = load(a);
+    const ModelConfig& c = m->config();
+    const auto p = prompt(*m, 40, 2);
+    ContiguousKvCache cache(c, static_cast<int>(p.size()) + 1, DType::kF16);
+    std::vector<float> logits(c.n_vocab);
+    const int64_t before = unpacked_matmuls();
+    ASSERT_TRUE(m->forward(ForwardBatch::single(cache, p, 0, false), logits.data()).is_ok());
+    ASSERT_TRUE(m->forward(ForwardBatch::single(cache, {p[0]}, static_cast<int>(p.size()), false), logits.data()).is_ok());
+    EXPECT_EQ(unpacked_matmuls(), before) << a.label;
   }
 }
 

@@ -14,6 +14,7 @@
 #include "engine/generate.h"
 #include "kv/state_store.h"
 #include "model/model.h"
+#include "model/ops.h"
 #include "model/synthetic.h"
 #include "tests/hybrid_fixture.h"
 #include "tests/test_util.h"
@@ -116,6 +117,16 @@ Out run(Model& m, EngineConfig cfg, const std::vector<Job>& js, std::vector<Requ
   EXPECT_EQ(e->counters().state_slots_used, e->counters().state_checkpoints) << "a state slot leaked";
   out.preemptions = e->counters().preemptions;
   return out;
+}
+
+// Every matrix of the (Q8_0) file runs on the repacked integer path, in prefill and decode (tests/
+// test_architectures.cc holds the attention-only architectures to it).
+TEST_P(HybridEngine, EveryQuantizedMatmulRunsPacked) {
+  auto m = hybrid_model(GetParam());
+  std::vector<RequestId> ids;
+  const int64_t before = unpacked_matmuls();
+  run(*m, EngineConfig{}, jobs(m->config().n_vocab, 3), &ids);
+  EXPECT_EQ(unpacked_matmuls(), before);
 }
 
 void expect_same_as_alone(Model& m, EngineConfig cfg, int64_t min_preemptions) {

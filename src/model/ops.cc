@@ -1,6 +1,7 @@
 #include "model/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -249,8 +250,15 @@ void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> g_unpacked_matmuls{0};
+}  // namespace
+
+int64_t unpacked_matmuls() { return g_unpacked_matmuls.load(std::memory_order_relaxed); }
+
 void matmul(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
   if (w.packed) return matmul_packed(pool, w, x, n_tokens, y);
+  if (packable(w.type)) g_unpacked_matmuls.fetch_add(1, std::memory_order_relaxed);
   const Kernels& k = kernels();
   const int64_t K = w.ne[0];
   const int64_t N = w.n_rows();

@@ -57,6 +57,10 @@ void pack_weight(ThreadPool& pool, TensorView* w, AlignedBuffer<uint8_t>* storag
 // Bitwise independent of n_tokens (see the reduction contract in kernels/kernels.h).
 void matmul(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y);
 
+// Matmuls so far (process-wide) over a weight of a type the loader repacks that ran unpacked: the slow path, which a
+// model loaded without --precise never takes (tests hold every architecture to it).
+int64_t unpacked_matmuls();
+
 // Several matmuls of the same input (Q, K and V; gate and up): Y_i = X W_i^T. When every weight is packed,
 // X is quantized once and one parallel region covers all their row groups (fewer synchronizations, better
 // balance); each output is bitwise what matmul() gives.
