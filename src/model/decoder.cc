@@ -231,10 +231,6 @@ void DecoderModel::project(const TensorView& w, float* in, const std::vector<int
   }
 }
 
-namespace {
-std::vector<int64_t> wshape(const TensorView& w) { return w.shape(); }
-}  // namespace
-
 Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hidden) {
   CACHET_RETURN_IF_ERROR(check_forward_batch(cfg_, batch));
   for (const KvBlockCopy& cp : batch.copies) batch.kv->copy_block(cp);  // copy-on-write, before any write
@@ -254,7 +250,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
 
   if (tracer_) {
     tracer_->begin_forward(T, batch.positions[0], static_cast<int>(c.n_layer));
-    tracer_->op({"embed", w_.tok_embd.name, dtype_name(w_.tok_embd.type), wshape(w_.tok_embd), {T}, {T, d},
+    tracer_->op({"embed", w_.tok_embd.name, dtype_name(w_.tok_embd.type), w_.tok_embd.shape(), {T}, {T, d},
                  c.embd_scale != 1.0 ? "token ids -> rows of the embedding, times " + std::to_string(c.embd_scale)
                                      : "token ids -> rows of the embedding"});
   }
@@ -263,7 +259,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     if (tracer_ && l == 0) tracer_->op(std::move(op));
   };
   auto trace_mm = [&](int64_t l, const TensorView& w, int64_t n_in, int64_t n_out, const char* note) {
-    trace(l, {"matmul", w.name, dtype_name(w.type), wshape(w), {T, n_in}, {T, n_out}, note});
+    trace(l, {"matmul", w.name, dtype_name(w.type), w.shape(), {T, n_in}, {T, n_out}, note});
   };
   // x += a block's output (Granite: times residual_scale).
   const float rs = static_cast<float>(c.residual_scale);
@@ -298,7 +294,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       rms_norm(batch.input_hidden.data() + t * d, hn, row + d, 1, d, eps);
     }
     matmul(pool, w_.eh_proj, eh_in_.data(), T, x_.data());
-    trace(0, {"matmul", w_.eh_proj.name, dtype_name(w_.eh_proj.type), wshape(w_.eh_proj), {T, 2 * d}, {T, d},
+    trace(0, {"matmul", w_.eh_proj.name, dtype_name(w_.eh_proj.type), w_.eh_proj.shape(), {T, 2 * d}, {T, d},
               "multi-token prediction: enorm(embedding) | hnorm(trunk hidden) -> the layer's input"});
   }
   if (c.n_embd_per_layer > 0) per_layer_inputs(batch, T);
@@ -325,7 +321,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     // layers).
     if (!c.is_ffn_only(l)) {
     norm_rows(x_.data(), L.attn_norm, xn_.data(), T, d);
-    trace(l, {"rms_norm", L.attn_norm.name, "F32", wshape(L.attn_norm), {T, d}, {T, d}, "attention input"});
+    trace(l, {"rms_norm", L.attn_norm.name, "F32", L.attn_norm.shape(), {T, d}, {T, d}, "attention input"});
     if (c.is_recurrent(l)) {
       mixer_.run(pool, c, L, recurrent_batch(batch, recurrent, T), xn_.data(), proj_.data(),
                  recurrent == 0 ? tracer_ : nullptr);
@@ -357,12 +353,12 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       add_bias(q_.data(), reinterpret_cast<const float*>(L.bq.data), T, qd);
       add_bias(k_.data(), reinterpret_cast<const float*>(L.bk.data), T, kvd);
       add_bias(v_.data(), reinterpret_cast<const float*>(L.bv.data), T, kvd);
-      trace(l, {"bias", L.bq.name, "F32", wshape(L.bq), {T, qd + 2 * kvd}, {T, qd + 2 * kvd}, "Q, K and V biases"});
+      trace(l, {"bias", L.bq.name, "F32", L.bq.shape(), {T, qd + 2 * kvd}, {T, qd + 2 * kvd}, "Q, K and V biases"});
     }
     if (L.q_norm.data) {
       norm_rows(q_.data(), L.q_norm, q_.data(), T * H, hd);
       if (own_kv) norm_rows(k_.data(), L.k_norm, k_.data(), T * KH, hd);
-      trace(l, {"rms_norm", L.q_norm.name, "F32", wshape(L.q_norm), {T, H + KH, hd}, {T, H + KH, hd},
+      trace(l, {"rms_norm", L.q_norm.name, "F32", L.q_norm.shape(), {T, H + KH, hd}, {T, H + KH, hd},
                 "per-head norm of Q and K"});
     }
     if (c.v_norm && own_kv) {
@@ -422,7 +418,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     }
     if (L.post_attn_norm.data) {
       norm_rows(proj_.data(), L.post_attn_norm, proj_.data(), T, d);
-      trace(l, {"rms_norm", L.post_attn_norm.name, "F32", wshape(L.post_attn_norm), {T, d}, {T, d},
+      trace(l, {"rms_norm", L.post_attn_norm.name, "F32", L.post_attn_norm.shape(), {T, d}, {T, d},
                 "attention output"});
     }
     add_residual(proj_.data(), T * d);
@@ -433,10 +429,10 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     // Nemotron-H's mixer layers).
     if (c.has_ffn(l)) {
     norm_rows(x_.data(), L.ffn_norm, xn_.data(), T, d);
-    trace(l, {"rms_norm", L.ffn_norm.name, "F32", wshape(L.ffn_norm), {T, d}, {T, d}, "feed-forward input"});
+    trace(l, {"rms_norm", L.ffn_norm.name, "F32", L.ffn_norm.shape(), {T, d}, {T, d}, "feed-forward input"});
     if (c.is_moe(l) && c.moe_beside_dense) {
       moe_beside_dense(L, T);
-      trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), wshape(L.gate_exps[0]), {T, d}, {T, d},
+      trace(l, {"moe", L.gate_exps[0].name, dtype_name(L.gate_exps[0].type), L.gate_exps[0].shape(), {T, d}, {T, d},
                 "dense MLP (" + std::to_string(c.n_ff_dense) + " wide) beside top " + std::to_string(c.n_expert_used) +
                     " of " + std::to_string(c.n_expert) + " experts routed by rms(x) / sqrt(d) * scale; each post-normed; summed"});
     } else if (c.is_moe(l)) {
@@ -455,7 +451,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       if (reducer_) reducer_->sum(proj_.data(), T * d);  // this rank's FFN columns of every expert
       if (c.n_ff_shared > 0) shared_expert(L, T);
       trace_mm(l, L.router, d, c.n_expert, "router logits");
-      trace(l, {"moe", L.up_exps[0].name, dtype_name(L.up_exps[0].type), wshape(L.up_exps[0]), {T, d}, {T, d},
+      trace(l, {"moe", L.up_exps[0].name, dtype_name(L.up_exps[0].type), L.up_exps[0].shape(), {T, d}, {T, d},
                 c.expert_gating + " router" + (L.router_bias.data ? " (selection bias)" : "") +
                     (L.router_logit_bias.data ? " (logit bias; expert biases)" : "") + ", top " +
                     std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
@@ -484,7 +480,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     }
     if (L.post_ffn_norm.data) {
       norm_rows(proj_.data(), L.post_ffn_norm, proj_.data(), T, d);
-      trace(l, {"rms_norm", L.post_ffn_norm.name, "F32", wshape(L.post_ffn_norm), {T, d}, {T, d},
+      trace(l, {"rms_norm", L.post_ffn_norm.name, "F32", L.post_ffn_norm.shape(), {T, d}, {T, d},
                 "feed-forward output"});
     }
     add_residual(proj_.data(), T * d);
@@ -492,7 +488,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     }
     if (c.n_embd_per_layer > 0) {
       per_layer_block(l, T);
-      trace(l, {"per_layer_embd", L.pl_gate.name, dtype_name(L.pl_gate.type), wshape(L.pl_gate), {T, d}, {T, d},
+      trace(l, {"per_layer_embd", L.pl_gate.name, dtype_name(L.pl_gate.type), L.pl_gate.shape(), {T, d}, {T, d},
                 "x += post_norm(proj(gelu(inp_gate x) * the layer's per-layer input))"});
     }
     if (L.out_scale.data) {
@@ -548,9 +544,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     reducer_->gather(head_part_.data(), n_out, tp_.v_widths, logits, /*root_only=*/true);
   }
   if (tracer_) {
-    tracer_->op({"rms_norm", w_.output_norm.name, "F32", wshape(w_.output_norm), {n_out, d}, {n_out, d},
+    tracer_->op({"rms_norm", w_.output_norm.name, "F32", w_.output_norm.shape(), {n_out, d}, {n_out, d},
                  "final norm, only rows that need logits"});
-    tracer_->op({"lm_head", w_.output.name, dtype_name(w_.output.type), wshape(w_.output), {n_out, d},
+    tracer_->op({"lm_head", w_.output.name, dtype_name(w_.output.type), w_.output.shape(), {n_out, d},
                  {n_out, c.n_vocab},
                  std::string(c.tied_output ? "tied to the token embedding" : "separate head") +
                      (c.logit_scale != 1.0 ? ", divided by " + std::to_string(c.logit_scale) : "") +
