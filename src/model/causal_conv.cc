@@ -36,7 +36,7 @@ void causal_conv(ThreadPool& pool, const CausalConvArgs& a) {
           for (int64_t j = 0; j + 1 < K - 1; ++j) w[j] = w[j + 1];
           if (K > 1) w[K - 2] = x[c];
           if (a.bias) y += a.bias[c];
-          x[c] = a.silu ? y / (1.0f + std::exp(-y)) : y;
+          x[c] = a.silu ? silu(y) : y;
         }
         if (a.snapshot && a.snapshot[t] >= 0)  // this range of channels' window after token t
           std::copy(win + c0 * (K - 1), win + c1 * (K - 1), st.conv(a.snapshot[t], a.layer) + c0 * (K - 1));

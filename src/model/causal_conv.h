@@ -6,6 +6,7 @@
 // or token by token gives the same bits.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct CausalConvArgs {
 };
 
 void causal_conv(ThreadPool& pool, const CausalConvArgs& a);
+
+// The scalar activations the recurrent mixers apply per element (f32, libm's exp: the same bits on every table).
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // Per sequence of a batch, its rows in order; the layer's state (window and matrix) of each sequence whose first
 // row here is at position 0 is zeroed first (a sequence that starts, or starts over).

@@ -9,13 +9,6 @@
 
 namespace cachet {
 
-namespace {
-
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
-}  // namespace
-
 void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
   const int T = a.n_tokens;
   const int64_t d = a.head_dim, KH = a.k_heads, VH = a.v_heads, K = a.conv_kernel;

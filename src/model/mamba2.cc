@@ -9,13 +9,6 @@
 
 namespace cachet {
 
-namespace {
-
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
-}  // namespace
-
 void mamba2(ThreadPool& pool, const Mamba2Args& a) {
   const int T = a.n_tokens;
   const int64_t H = a.heads, hd = a.head_dim, ds = a.state, G = a.groups, K = a.conv_kernel;

@@ -94,10 +94,7 @@ Status write_synthetic_granite(const SyntheticSpec& s, const std::string& path) 
     const std::string p = "blk." + std::to_string(l) + ".";
     CACHET_RETURN_IF_ERROR(add(p + "attn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
     if (attends(l)) {
-      CACHET_RETURN_IF_ERROR(add(p + "attn_q.weight", s.type, s.n_embd, qd, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "attn_k.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, qd, s.n_embd, lim(qd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add_attention(add, s, p, qd, kvd));
     } else {
       CACHET_RETURN_IF_ERROR(add_mamba2(add, s, p, inner));
     }
@@ -171,10 +168,7 @@ Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& pat
     const std::string p = "blk." + std::to_string(l) + ".";
     CACHET_RETURN_IF_ERROR(add(p + "attn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
     if (kind(l) == 'A') {
-      CACHET_RETURN_IF_ERROR(add(p + "attn_q.weight", s.type, s.n_embd, qd, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "attn_k.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add(p + "attn_output.weight", s.type, qd, s.n_embd, lim(qd), 0.0f));
+      CACHET_RETURN_IF_ERROR(add_attention(add, s, p, qd, kvd));
     } else if (kind(l) == 'F' && moe) {  // ungated ReLU^2 experts behind a biased sigmoid router; a shared one
       const int64_t E = s.n_expert, sf = s.n_ff_shared;
       CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, E, 3.0f * lim(s.n_embd), 0.0f));

@@ -48,6 +48,16 @@ class RandomTensors {
 // The uniform limit that keeps a matmul's outputs near unit scale: sqrt(3 / fan_in).
 inline float fan_in_limit(int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); }
 
+// A layer's attn_q, attn_k, attn_v and attn_output (prefix p: "blk.N."), in that order, Q qd and K/V kvd wide.
+inline Status add_attention(RandomTensors& add, const SyntheticSpec& s, const std::string& p, int64_t qd,
+                            int64_t kvd) {
+  const float lim = fan_in_limit(s.n_embd);
+  CACHET_RETURN_IF_ERROR(add(p + "attn_q.weight", s.type, s.n_embd, qd, lim, 0.0f));
+  CACHET_RETURN_IF_ERROR(add(p + "attn_k.weight", s.type, s.n_embd, kvd, lim, 0.0f));
+  CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, kvd, lim, 0.0f));
+  return add(p + "attn_output.weight", s.type, qd, s.n_embd, fan_in_limit(qd), 0.0f);
+}
+
 // general.* keys and the {arch}.* sizes every decoder file has (feed_forward_length unless the writer gives
 // one per layer).
 void add_common_keys(GgufWriter* w, const SyntheticSpec& s, bool ff_key = true);
