@@ -19,7 +19,13 @@ FAMILY_TEMPLATES = ["Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "Qwen-QwQ-32B
                     "mistralai-Mistral-Nemo-Instruct-2407", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
                     "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "HuggingFaceTB-SmolLM3-3B", "LFM2-8B-A1B",
                     "LFM2.5-8B-A1B", "LFM2.5-Instruct", "openai-gpt-oss-120b", "google-gemma-4-31B-it",
-                    "google-gemma-4-31B-it-interleaved"]
+                    "google-gemma-4-31B-it-interleaved", "ibm-granite-granite-3.3-2B-Instruct",
+                    "ibm-granite-granite-4.0", "ibm-granite-granite-4.1", "NVIDIA-Nemotron-Nano-v2",
+                    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"]
+
+# Templates also rendered with TOOLS offered.
+TOOL_TEMPLATES = ("qwen2", "features", "openai-gpt-oss-120b", "google-gemma-4-31B-it", "ibm-granite-granite-4.0",
+                  "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -108,7 +114,7 @@ def test_rendering_matches_jinja2(cachet_bin, template, tmp_path):
     compared = rendered = 0
     for i, conv in enumerate(CONVERSATIONS):
         for gen in (True, False):
-            for tools in ((None, TOOLS) if template.stem in ("qwen2", "features", "openai-gpt-oss-120b", "google-gemma-4-31B-it") else (None,)):
+            for tools in ((None, TOOLS) if template.stem in TOOL_TEMPLATES else (None,)):
                 want, want_err = jinja2_render(src, conv, gen, tools)
                 got, got_err = ours_render(cachet_bin, template, conv, gen, tools, tmp_path)
                 where = f"{template.stem} conversation {i} gen={gen} tools={tools is not None}"
