@@ -13,11 +13,12 @@
 #include "tokenizer/tokenizer.h"
 
 // The families of the architectures cachet runs, from llama.cpp's models/: Llama 3.x (llama-bpe), Qwen2.5 and
-// Qwen3 (qwen2), and more BPE pre-tokenizers users meet.
+// Qwen3 (qwen2), Qwen3.5 / 3.6 (qwen35), and more BPE pre-tokenizers users meet.
 #define LLAMACPP_VOCABS "llamacpp:ggml-vocab-llama-bpe.gguf", "llamacpp:ggml-vocab-qwen2.gguf", \
     "llamacpp:ggml-vocab-command-r.gguf", "llamacpp:ggml-vocab-deepseek-llm.gguf", \
     "llamacpp:ggml-vocab-deepseek-coder.gguf", "llamacpp:ggml-vocab-falcon.gguf", "llamacpp:ggml-vocab-mpt.gguf", \
-    "llamacpp:ggml-vocab-refact.gguf", "llamacpp:ggml-vocab-bert-bge.gguf", "llamacpp:ggml-vocab-gemma-4.gguf"
+    "llamacpp:ggml-vocab-refact.gguf", "llamacpp:ggml-vocab-bert-bge.gguf", "llamacpp:ggml-vocab-gemma-4.gguf", \
+    "llamacpp:ggml-vocab-qwen35.gguf"
 
 namespace cachet {
 namespace {
@@ -215,7 +216,8 @@ TEST(Tokenizer, EveryPreTokenizerFamilyWorks) {
   const std::string text = "hello world 12345 don't  \n\n Ünïcödé 日本語 テスト 한국어 ！？ — done";
   for (const char* pre : {"gpt-2", "default", "mpt", "olmo", "gpt-neox", "starcoder", "smollm", "refact", "command-r",
                           "llama3", "llama-bpe", "qwen2", "deepseek-coder", "deepseek-llm", "falcon", "lfm2",
-                          "gpt-4o"}) {
+                          "gpt-4o", "qwen35", "tekken", "deepseek-v3", "deepseek-r1-qwen", "falcon3", "pixtral", "dbrx",
+                          "llama4", "exaone4", "minerva-7b"}) {
     auto tok = load(byte_level_vocab(pre));
     ASSERT_TRUE(tok) << pre;
     auto ids = tok->encode(text, false, false);

@@ -37,6 +37,16 @@ const char* const kQwen2[] = {
 // threes; punctuation runs keep trailing newlines and slashes.
 const char* const kGpt4o[] = {
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+// Qwen3.5 / 3.6: Qwen2's with combining marks inside words.
+const char* const kQwen35[] = {
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+// Tekken (Mistral Nemo, Mistral 3, Ministral): o200k's words without contractions, digits one by one.
+const char* const kTekken[] = {
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+// DeepSeek-V3 / R1 (and Hunyuan's dense models): digits in threes, CJK runs, then words with their marks.
+const char* const kDeepseekV3[] = {
+    R"(\p{N}{1,3})", R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)",
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
 const char* const kDeepseekCoder[] = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
                                       R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N})"};
 // DeepSeek LLM enumerates the cased letters (Lu, Ll, Lt) of its Unicode snapshot; PCRE2's properties give
@@ -69,6 +79,18 @@ const PreTokenizer kPreTokenizers[] = {
     CACHET_PRE("gpt-4o", kGpt4o, false),
     CACHET_PRE("deepseek-coder", kDeepseekCoder, false), CACHET_PRE("deepseek-llm", kDeepseekLlm, false),
     CACHET_PRE("falcon", kFalcon, false),      CACHET_PRE("gemma4", kLines, false),
+    CACHET_PRE("qwen35", kQwen35, false),      CACHET_PRE("tekken", kTekken, true),
+    CACHET_PRE("deepseek-v3", kDeepseekV3, false), CACHET_PRE("hunyuan-dense", kDeepseekV3, false),
+    // Names llama.cpp's converter gives families that split as one of the above.
+    CACHET_PRE("deepseek-r1-qwen", kQwen2, false), CACHET_PRE("stablelm2", kQwen2, false),
+    CACHET_PRE("megrez", kQwen2, false),        CACHET_PRE("falcon3", kLlama3, true),
+    CACHET_PRE("falcon-h1", kLlama3, true),     CACHET_PRE("pixtral", kLlama3, true),
+    CACHET_PRE("dbrx", kLlama3, false),         CACHET_PRE("smaug-bpe", kLlama3, false),
+    CACHET_PRE("phi-2", kGpt2, false),          CACHET_PRE("exaone4", kGpt2, false),
+    CACHET_PRE("granite-docling", kGpt2, false), CACHET_PRE("jais", kGpt2, false),
+    CACHET_PRE("codeshell", kStarcoder, false), CACHET_PRE("exaone", kStarcoder, false),
+    CACHET_PRE("minerva-7b", kStarcoder, false), CACHET_PRE("llama4", kGpt4o, false),
+    CACHET_PRE("minimax-m2", kGpt4o, false),
 };
 #undef CACHET_PRE
 
