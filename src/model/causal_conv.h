@@ -49,6 +49,18 @@ void causal_conv(ThreadPool& pool, const CausalConvArgs& a);
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
+// A sequence's batch rows `ts` (position order) in runs a recurrence kernel takes at once: consecutive rows, a run
+// ending at a row whose state is snapshotted. fn(first row, number of rows) for each run, in order.
+template <typename Fn>
+void for_each_state_run(const std::vector<int>& ts, const StateSlot* snapshot, Fn&& fn) {
+  for (size_t i0 = 0; i0 < ts.size();) {
+    size_t i1 = i0 + 1;
+    while (i1 < ts.size() && ts[i1] == ts[i1 - 1] + 1 && !(snapshot && snapshot[ts[i1 - 1]] >= 0)) ++i1;
+    fn(ts[i0], static_cast<int>(i1 - i0));
+    i0 = i1;
+  }
+}
+
 // Per sequence of a batch, its rows in order; the layer's state (window and matrix) of each sequence whose first
 // row here is at position 0 is zeroed first (a sequence that starts, or starts over).
 std::vector<std::vector<int>> rows_by_sequence(const RecurrentBatch& b);

@@ -61,10 +61,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
       const std::vector<int>& ts = toks[s];
       if (ts.empty()) continue;
       float* S = st.ssm(a.slots[s], a.layer) + h * d * d;
-      for (size_t i0 = 0; i0 < ts.size();) {
-        size_t i1 = i0 + 1;
-        while (i1 < ts.size() && ts[i1] == ts[i1 - 1] + 1 && !(a.snapshot && a.snapshot[ts[i1 - 1]] >= 0)) ++i1;
-        const int t0 = ts[i0], n = static_cast<int>(i1 - i0);
+      for_each_state_run(ts, a.snapshot, [&](int t0, int n) {
         decay.resize(static_cast<size_t>(n));
         beta.resize(static_cast<size_t>(n));
         for (int i = 0; i < n; ++i) {
@@ -75,7 +72,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
         const float* row = a.qkv + static_cast<int64_t>(t0) * cd;
         kern.delta_rule(S, row + kh * d, row + kd + kh * d, row + 2 * kd + h * d, cd, decay.data(), beta.data(),
                         a.out + static_cast<int64_t>(t0) * vd + h * d, vd, n, static_cast<int>(d));
-        const int last = ts[i1 - 1];
+        const int last = t0 + n - 1;
         if (a.snapshot && a.snapshot[last] >= 0) std::copy_n(S, d * d, st.ssm(a.snapshot[last], a.layer) + h * d * d);
         for (int t = t0; t <= last; ++t) {  // gated RMSNorm of this head's output
           float* o = a.out + static_cast<int64_t>(t) * vd + h * d;
@@ -85,8 +82,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
           const float* z = a.z + static_cast<int64_t>(t) * vd + h * d;
           for (int64_t j = 0; j < d; ++j) o[j] = o[j] * inv * a.norm[j] * silu(z[j]);
         }
-        i0 = i1;
-      }
+      });
     }
   });
 }

@@ -46,10 +46,7 @@ void mamba2(ThreadPool& pool, const Mamba2Args& a) {
       const std::vector<int>& ts = toks[s];
       if (ts.empty()) continue;
       float* S = st.ssm(a.slots[s], a.layer) + h * hd * ds;
-      for (size_t i0 = 0; i0 < ts.size();) {
-        size_t i1 = i0 + 1;
-        while (i1 < ts.size() && ts[i1] == ts[i1 - 1] + 1 && !(a.snapshot && a.snapshot[ts[i1 - 1]] >= 0)) ++i1;
-        const int t0 = ts[i0], n = static_cast<int>(i1 - i0);
+      for_each_state_run(ts, a.snapshot, [&](int t0, int n) {
         dt.resize(static_cast<size_t>(n));
         da.resize(static_cast<size_t>(n));
         for (int i = 0; i < n; ++i) {
@@ -60,15 +57,14 @@ void mamba2(ThreadPool& pool, const Mamba2Args& a) {
         float* y = a.out + static_cast<int64_t>(t0) * inner + h * hd;
         kern.ssm_scan(S, row + h * hd, row + inner + g * ds, row + inner + G * ds + g * ds, in_dim, dt.data(),
                       da.data(), y, inner, n, static_cast<int>(hd), static_cast<int>(ds));
-        const int last = ts[i1 - 1];
+        const int last = t0 + n - 1;
         if (a.snapshot && a.snapshot[last] >= 0) std::copy_n(S, hd * ds, st.ssm(a.snapshot[last], a.layer) + h * hd * ds);
         for (int t = t0; t <= last; ++t) {
           const float* x = a.zxbcdt + static_cast<int64_t>(t) * in_dim + inner + h * hd;
           float* yt = a.out + static_cast<int64_t>(t) * inner + h * hd;
           for (int64_t i = 0; i < hd; ++i) yt[i] += a.d[h] * x[i];
         }
-        i0 = i1;
-      }
+      });
     }
   });
 
