@@ -1,4 +1,4 @@
-// Every attention-only architecture (llama, qwen2/3, MoEs, gemma2/3/4, phi3, gpt-oss, granite), on synthetic files: one-pass prefill == one token at a time and cached decode == the
+// Every attention-only architecture (llama, qwen2/3, MoEs, gemma2/3/4, phi3, gpt-oss, granite, deepseek2), on synthetic files: one-pass prefill == one token at a time and cached decode == the
 // no-cache recompute, bitwise; the paged cache == the contiguous one, bitwise; a batch of several sequences ==
 // each alone (MoE: tokens picking different experts); routing against a brute-force reference; and files that
 // say something cachet would not apply refuse to load, naming it.
@@ -74,6 +74,19 @@ std::vector<Arch> archs() {
   // Granite 3.x: its four scalars (embedding, residual, attention, logit); the MoE with a shared expert.
   add("granite", "granite", [](SyntheticSpec&) {});
   add("granitemoe", "granitemoe", [](SyntheticSpec& s) { s.n_expert = 4, s.n_expert_used = 2, s.n_ff_shared = 64; });
+  // DeepSeek-V3-shaped MLA (a compressed query, the cache one 32-wide latent + 16 rotated dims per token): a
+  // leading dense layer, then 4 experts (2 used) behind a biased sigmoid router limited to the better of 2 groups,
+  // beside a shared expert; Lite-shaped: Q from the input, softmax routing, DeepSeek's YaRN.
+  add("deepseek2", "deepseek2", [](SyntheticSpec& s) {
+    s.head_dim = 16, s.kv_lora_rank = 32, s.mla_rope_dim = 16, s.q_lora_rank = 32, s.n_expert = 4, s.n_expert_used = 2;
+    s.n_ff = 32, s.n_ff_shared = 32, s.n_dense_lead = 1, s.n_ff_dense = 96, s.sigmoid_router = true;
+    s.n_expert_groups = 2, s.n_expert_groups_used = 1;
+  });
+  add("deepseek2lite", "deepseek2", [](SyntheticSpec& s) {
+    s.head_dim = 16, s.kv_lora_rank = 32, s.mla_rope_dim = 16, s.n_expert = 4, s.n_expert_used = 2, s.n_ff = 32;
+    s.n_ff_shared = 32, s.n_dense_lead = 1, s.n_ff_dense = 96, s.rope_scaling = "yarn", s.rope_scale = 4.0;
+    s.rope_orig_ctx = 8, s.rope_yarn_log_mul = 0.707;
+  });
   return v;
 }
 
@@ -270,6 +283,27 @@ TEST(Moe, SigmoidRouterChoosesByBiasedScoreAndWeighsByProbability) {
   EXPECT_NEAR(biased.weight[1], 2.0f * sig(-1.0f) / (sig(0.0f) + sig(-1.0f)), 1e-6);
   const MoeRouting unnormalized = route_experts(z.data(), 1, 4, 2, false, 1.0f, true, bias.data());
   EXPECT_NEAR(unnormalized.weight[0], sig(0.0f), 1e-6);
+}
+
+// Group-limited routing (DeepSeek-V3): a group is scored by its two best selection scores, not its best one;
+// only the best groups' experts compete, even when another group holds the single best expert.
+TEST(Moe, GroupLimitedRoutingChoosesFromTheBestGroupsByTheirTwoBest) {
+  // Softmax over 6 experts in 3 groups of 2 (the groups are scored on the probabilities); group 0 holds the best
+  // expert but a poor second.
+  const std::vector<float> z = {3.0f, -3.0f, 2.6f, 2.5f, 2.55f, 2.45f};
+  const MoeRouting plain = route_experts(z.data(), 1, 6, 2, true, 1.0f);
+  EXPECT_EQ(plain.expert, (std::vector<int32_t>{0, 2}));
+  const MoeRouting one_group = route_experts(z.data(), 1, 6, 2, true, 1.0f, false, nullptr, 3, 1);
+  EXPECT_EQ(one_group.expert, (std::vector<int32_t>{2, 3}));  // e^2.6 + e^2.5 beats e^2.55 + e^2.45 and e^3 + e^-3
+  const MoeRouting two_groups = route_experts(z.data(), 1, 6, 3, true, 1.0f, false, nullptr, 3, 2);
+  EXPECT_EQ(two_groups.expert, (std::vector<int32_t>{2, 4, 3}));  // groups 1 and 2: expert 0 is out
+  // The weights are the chosen probabilities, renormalized: the masking decides which, never how much.
+  const float e2 = std::exp(2.6f - 3.0f), e3 = std::exp(2.5f - 3.0f);
+  EXPECT_NEAR(one_group.weight[0], e2 / (e2 + e3), 1e-6);
+  // With a selection bias (sigmoid router) the groups are scored on the biased scores.
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.0f, 2.0f, 2.0f};
+  const MoeRouting biased = route_experts(z.data(), 1, 6, 2, true, 1.0f, true, bias.data(), 3, 1);
+  EXPECT_EQ(biased.expert, (std::vector<int32_t>{4, 5}));
 }
 
 TEST(Moe, ResultsDoNotDependOnTheThreadCount) {

@@ -17,12 +17,11 @@ std::string kv_math(const KvShape& s, int64_t context, int64_t batch, int64_t bl
       if (hd % kv_block(t) != 0)
         return std::string("a head of ") + std::to_string(hd) + " values is not a whole number of " +
                kv_type_name(t) + " blocks";
-  // K and V: per layer, per KV head, one row of head_dim values each, in their own types.
-  uint64_t per_token =
-      static_cast<uint64_t>(s.n_layer) * s.n_head_kv * (kv_row_bytes(s.k, s.head_dim) + kv_row_bytes(s.v, s.head_dim));
-  if (s.n_layer_b > 0)
-    per_token += static_cast<uint64_t>(s.n_layer_b) * s.n_head_kv_b *
-                 (kv_row_bytes(s.k, s.head_dim_b) + kv_row_bytes(s.v, s.head_dim_b));
+  // K and V: per layer, per KV head, one row of head_dim values each, in their own types (K only when V is read
+  // from K's rows).
+  auto row = [&](int64_t hd) { return kv_row_bytes(s.k, hd) + (s.v_in_k ? 0 : kv_row_bytes(s.v, hd)); };
+  uint64_t per_token = static_cast<uint64_t>(s.n_layer) * s.n_head_kv * row(s.head_dim);
+  if (s.n_layer_b > 0) per_token += static_cast<uint64_t>(s.n_layer_b) * s.n_head_kv_b * row(s.head_dim_b);
   auto mul = [](uint64_t a, uint64_t b) { return checked_mul(a, b).value_or(UINT64_MAX); };
   out->bytes_per_token = static_cast<int64_t>(per_token);
   if (s.state_bytes_per_sequence < 0) return "state bytes must not be negative";

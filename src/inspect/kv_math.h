@@ -20,6 +20,8 @@ struct KvShape {
   // A second kind of layer with heads of its own (Gemma 4's sliding-window layers: more, narrower KV heads):
   // n_layer_b more layers of n_head_kv_b x head_dim_b.
   int64_t n_layer_b = 0, n_head_kv_b = 0, head_dim_b = 0;
+  // V read from K's rows (MLA: the one KV head holds the latent and the rotated key; V is the latent): K only.
+  bool v_in_k = false;
 };
 
 struct KvMath {

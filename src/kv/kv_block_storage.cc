@@ -14,7 +14,7 @@ uint64_t next_kv_storage_id() {
 }
 
 KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_size, KvTypes types)
-    : types_(types), block_size_(block_size), n_blocks_(n_blocks) {
+    : types_(types), block_size_(block_size), n_blocks_(n_blocks), v_in_k_(cfg.v_in_k()) {
   CACHET_CHECK(kv_types_fit(cfg, types).is_ok());
   // Whole attention tiles per block (16 positions, kernels.h kAttnTileMax), so a chunk's tiles never straddle
   // one; or one block only (a contiguous cache: one span from position 0).
@@ -27,7 +27,7 @@ KvBlockStorage::KvBlockStorage(const ModelConfig& cfg, int n_blocks, int block_s
     k_row_bytes_.push_back(kv_row_bytes(types.k, cfg.kv_dim_of_kv_layer(l)));
     v_row_bytes_.push_back(kv_row_bytes(types.v, cfg.kv_dim_of_kv_layer(l)));
     k_[l].resize(k_row_bytes_[l] * block_size * n_blocks);
-    v_[l].resize(v_row_bytes_[l] * block_size * n_blocks);
+    v_[l].resize(v_in_k_ ? 0 : v_row_bytes_[l] * block_size * n_blocks);
     k_[l].zero();
     v_[l].zero();
   }
@@ -38,7 +38,7 @@ void KvBlockStorage::copy_block(const KvBlockCopy& c) {
                c.n_tokens <= block_size_);
   for (int l = 0; l < n_layers(); ++l) {
     std::memcpy(k(l, c.dst, 0), k(l, c.src, 0), k_row_bytes_[l] * c.n_tokens);
-    std::memcpy(v(l, c.dst, 0), v(l, c.src, 0), v_row_bytes_[l] * c.n_tokens);
+    if (!v_in_k_) std::memcpy(v(l, c.dst, 0), v(l, c.src, 0), v_row_bytes_[l] * c.n_tokens);
   }
 }
 

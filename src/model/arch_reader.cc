@@ -125,9 +125,8 @@ Result<ModelConfig> ArchReader::base_config() {
                             std::to_string(c.n_embd) + " and attention.key_length is not given");
   CACHET_ASSIGN_OR_RETURN(c.head_dim, positive("attention.key_length", c.n_embd / c.n_head));
   CACHET_ASSIGN_OR_RETURN(int64_t value_len, positive("attention.value_length", c.head_dim));
-  if (value_len != c.head_dim)
-    return unimplemented(arch_ + ".attention.value_length " + std::to_string(value_len) + " != key_length " +
-                         std::to_string(c.head_dim) + " is not supported");
+  value_len_ = value_len;
+  value_len_differs_ = value_len != c.head_dim;
   CACHET_ASSIGN_OR_RETURN(c.rope_dim, positive("rope.dimension_count", c.head_dim));
   CACHET_ASSIGN_OR_RETURN(c.n_ctx_train, positive("context_length", int64_t{4096}));
   CACHET_ASSIGN_OR_RETURN(c.rope_theta, real("rope.freq_base", 10000.0));
@@ -199,6 +198,14 @@ Status ArchReader::experts(ModelConfig* c, const char* expert_ff_key) {
   return Status::ok();
 }
 
+Status ArchReader::expert_groups(ModelConfig* c) {
+  CACHET_ASSIGN_OR_RETURN(c->n_expert_groups, dim("expert_group_count", int64_t{1}));
+  CACHET_ASSIGN_OR_RETURN(c->n_expert_groups_used, dim("expert_group_used_count", c->n_expert_groups));
+  if (c->n_expert_groups == 0) c->n_expert_groups = 1;  // (0: not set)
+  if (c->n_expert_groups_used == 0) c->n_expert_groups_used = c->n_expert_groups;
+  return Status::ok();
+}
+
 Status ArchReader::mamba2(ModelConfig* c) {
   CACHET_ASSIGN_OR_RETURN(c->ssm_conv_kernel, dim("ssm.conv_kernel"));
   CACHET_ASSIGN_OR_RETURN(c->ssm_state_size, dim("ssm.state_size"));
@@ -251,6 +258,9 @@ Status ArchReader::finish() const {
                                ff_per_layer_.end())
     return unimplemented(arch_ + ".feed_forward_length differs between layers, which cachet's " + arch_ +
                          " architecture does not apply; the file is refused");
+  if (value_len_differs_ && !value_len_taken_)
+    return unimplemented(arch_ + ".attention.value_length " + std::to_string(value_len_) +
+                         " differs from key_length, which cachet's " + arch_ + " architecture does not apply");
   for (const std::string& k : f_.keys()) {
     if (k.compare(0, prefix.size(), prefix) != 0 || keys_read_.count(k)) continue;
     if (harmless_keys().count(k.substr(prefix.size()))) continue;

@@ -50,6 +50,16 @@ class ArchReader {
   // experts' own FFN width): sets c->n_expert etc. when the file has experts, else leaves c dense.
   Status experts(ModelConfig* c, const char* expert_ff_key = nullptr);
 
+  // Group-limited routing (expert_group_count, expert_group_used_count; DeepSeek-V3): sets c->n_expert_groups*.
+  Status expert_groups(ModelConfig* c);
+
+  // `attention.value_length` (read by base_config, which refuses one that differs from key_length unless an
+  // architecture takes it here: MLA's value heads are the latent's width).
+  int64_t value_length() {
+    value_len_taken_ = true;
+    return value_len_;
+  }
+
   // Mamba-2's widths (ssm.conv_kernel, state_size, group_count, time_step_rank = heads, inner_size = heads x
   // head width), checked: sets c->ssm_* (Granite 4.0-H, Nemotron-H).
   Status mamba2(ModelConfig* c);
@@ -87,6 +97,9 @@ class ArchReader {
   bool kv_layers_taken_ = false;
   bool kv_heads_differ_ = false;  // attending layers with different counts (Gemma 4: local vs global)
   bool kv_heads_differ_ok_ = false;
+  int64_t value_len_ = 0;
+  bool value_len_taken_ = false;
+  bool value_len_differs_ = false;
   std::vector<int64_t> ff_per_layer_;
   bool ff_layers_taken_ = false;
 };

@@ -123,6 +123,20 @@ Status ModelConfig::validate() const {
   }
   if (expert_gating != "softmax" && expert_gating != "sigmoid")
     return invalid_argument("expert_gating must be softmax or sigmoid, is " + expert_gating);
+  if (n_expert_groups < 1 || n_expert_groups_used < 1 || n_expert_groups_used > n_expert_groups ||
+      (n_expert_groups > 1 && (n_expert % n_expert_groups != 0 || n_expert / n_expert_groups < 2 ||
+                               n_expert_used > n_expert_groups_used * (n_expert / n_expert_groups))))
+    return invalid_argument("expert groups: " + std::to_string(n_expert_groups_used) + " of " +
+                            std::to_string(n_expert_groups) + " groups do not fit " + std::to_string(n_expert) +
+                            " experts, " + std::to_string(n_expert_used) + " used");
+  if (is_mla()) {
+    if (n_head_kv != 1 || head_dim != kv_lora_rank + rope_dim || mla_k_dim <= rope_dim || mla_v_dim <= 0 ||
+        q_lora_rank < 0 || !layer_kinds.empty() || sliding_window > 0 || kv_shared_layers > 0)
+      return invalid_argument("MLA: one KV head of kv_lora_rank + rope_dim (" + std::to_string(kv_lora_rank) + " + " +
+                              std::to_string(rope_dim) + "), got " + std::to_string(n_head_kv) + " of " +
+                              std::to_string(head_dim) + "; the decompressed key head (" + std::to_string(mla_k_dim) +
+                              ") wider than its rotated part, a value head, no other layer kinds");
+  }
   if (n_dense_lead < 0 || n_dense_lead > n_layer || n_ff_dense < 0)
     return invalid_argument("n_dense_lead must be in 0..n_layer and n_ff_dense >= 0");
   return Status::ok();
@@ -163,7 +177,7 @@ int64_t ModelConfig::kv_dim_of_kv_layer(int kl) const {
 int64_t ModelConfig::kv_bytes_per_token(int64_t elem_bytes) const {
   int64_t n = 0;
   for (int64_t l = 0; l < n_layer; ++l)
-    if (has_own_kv(l)) n += 2 * kv_dim_at(l) * elem_bytes;
+    if (has_own_kv(l)) n += (v_in_k() ? 1 : 2) * kv_dim_at(l) * elem_bytes;
   return n;
 }
 
@@ -180,7 +194,24 @@ int64_t ModelConfig::max_kv_dim() const {
 }
 
 float ModelConfig::query_scale(int64_t l) const {
-  return attn_scale > 0.0 ? static_cast<float>(attn_scale) : 1.0f / std::sqrt(static_cast<float>(head_dim_at(l)));
+  if (attn_scale > 0.0) return static_cast<float>(attn_scale);
+  if (is_mla()) {
+    // The decompressed heads' scale, times mscale^2 (llama.cpp's deepseek2 graph): mscale = the attention factor
+    // RoPE's cos / sin get under YaRN (the file's, times 1 + 0.1 ln(1/fs) unless yarn_log_multiplier is given;
+    // without YaRN the file's times 1 + 0.1 ln(1/fs)), times 1 + 0.1 yarn_log_multiplier ln(1/fs).
+    const float ls = std::log(1.0f / static_cast<float>(rope_freq_scale));
+    const float yarn = rope_yarn_log_mul != 0.0 || rope_freq_scale >= 1.0 ? 1.0f : 1.0f + 0.1f * ls;
+    const float org = static_cast<float>(rope_attn_factor) * (rope_yarn_ext_factor != 0.0 ? yarn : 1.0f + 0.1f * ls);
+    const float m = org * (1.0f + 0.1f * static_cast<float>(rope_yarn_log_mul) * ls);
+    return m * m / std::sqrt(static_cast<float>(mla_k_dim));
+  }
+  return 1.0f / std::sqrt(static_cast<float>(head_dim_at(l)));
+}
+
+float ModelConfig::attn_temperature(int32_t pos) const {
+  if (attn_temp_scale == 0.0) return 1.0f;
+  return static_cast<float>(
+      std::log(std::floor(static_cast<double>(pos) / static_cast<double>(attn_temp_floor)) + 1.0) * attn_temp_scale + 1.0);
 }
 
 std::string ModelConfig::to_string() const {

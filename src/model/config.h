@@ -90,7 +90,13 @@ namespace cachet {
   X(int64_t, ssm_state_size, 0, "Mamba-2: state width per head channel (d_state)")                           \
   X(int64_t, ssm_groups, 0, "Mamba-2: groups of B and C the heads share")                                    \
   X(bool, one_block_layers, false, "each layer one block behind one norm: a mixer (A, M) or an FFN (F) (Nemotron-H)") \
-  X(bool, mtp_head, false, "a multi-token-prediction head: input eh_proj(enorm(embedding) | hnorm(trunk's hidden))")
+  X(bool, mtp_head, false, "a multi-token-prediction head: input eh_proj(enorm(embedding) | hnorm(trunk's hidden))") \
+  X(int64_t, kv_lora_rank, 0, "MLA: the compressed KV latent's width (0: not MLA); the cache holds latent | rope part") \
+  X(int64_t, q_lora_rank, 0, "MLA: the compressed query's width (0: Q straight from the input)")            \
+  X(int64_t, mla_k_dim, 0, "MLA: a decompressed query / key head's width (no-RoPE part + rope_dim)")        \
+  X(int64_t, mla_v_dim, 0, "MLA: a decompressed value head's width")                                        \
+  X(int64_t, n_expert_groups, 1, "MoE: experts in this many groups; only the best n_expert_groups_used are chosen from") \
+  X(int64_t, n_expert_groups_used, 1, "MoE: groups a token's experts come from (scored by their two best experts)")
 
 struct ModelConfig {
 #define CACHET_DECLARE_FIELD(type, name, def, desc) type name = def;
@@ -109,6 +115,13 @@ struct ModelConfig {
   // The widest layer's Q and K/V (scratch sizes).
   int64_t max_q_dim() const;
   int64_t max_kv_dim() const;
+  // Multi-head latent attention (DeepSeek-V2/V3, Kimi, GLM-4.7-Flash): the cache's one KV head holds each
+  // token's normalized latent (kv_lora_rank) then its rotated key part (rope_dim), head_dim wide; V is the
+  // latent, read from K's rows (no V rows of its own). Queries attend in the latent space (model/mla.h).
+  bool is_mla() const { return kv_lora_rank > 0; }
+  int64_t mla_nope_dim() const { return mla_k_dim - rope_dim; }
+  // Whether V is read from K's rows (MLA) rather than stored.
+  bool v_in_k() const { return is_mla(); }
   // Whether layer l keeps K and V of its own (attends, and is not one of the last kv_shared_layers).
   bool has_own_kv(int64_t l) const { return attends(l) && l < n_layer - kv_shared_layers; }
   // Whether layer l attends (not a recurrent mixer, not an FFN-only layer), and whether it has an FFN.
@@ -174,6 +187,8 @@ struct ModelConfig {
     return sliding_window > 0 && l < static_cast<int64_t>(swa_layers.size()) && swa_layers[l] == 'S';
   }
   float query_scale(int64_t l = 0) const;
+  // Llama 4 / Mistral 3's attention temperature: queries at position pos times this (1 when attn_temp_scale is 0).
+  float attn_temperature(int32_t pos) const;
 
   // Checks every field for sanity (non-zero sizes, heads dividing the width, ...).
   Status validate() const;

@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "io/gguf.h"
 #include "kernels/kernels.h"
+#include "model/mla.h"
 #include "model/moe.h"
 #include "model/ops.h"
 #include "model/recurrent_mixer.h"
@@ -100,6 +101,7 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> router_;       // [n_tokens, n_expert]
   AlignedBuffer<float> qg_;           // [n_tokens, n_head, 2, head_dim] Q and its output gate, per head
   RecurrentMixer mixer_;              // a hybrid's recurrent layers (gated delta nets, short convs, Mamba-2)
+  MlaAttention mla_;                  // multi-head latent attention's layers
   AlignedBuffer<float> sh_gate_, sh_up_;  // [n_tokens, n_ff_shared] shared expert
   AlignedBuffer<float> sh_out_;           // [n_tokens, n_embd]
   AlignedBuffer<float> sh_w_;             // [n_tokens] its gate logit
@@ -203,6 +205,7 @@ void DecoderModel::ensure_scratch(int n) {
   router_.resize(n * std::max<int64_t>(cfg_.n_expert, 1));
   if (cfg_.attn_output_gate) qg_.resize(n * 2 * cfg_.q_dim());
   mixer_.reserve(cfg_, n);
+  mla_.reserve(cfg_, n);
   if (cfg_.mtp_head) eh_in_.resize(n * 2 * cfg_.n_embd);
   if (cfg_.n_ff_shared > 0) {
     sh_gate_.resize(n * cfg_.n_ff_shared);
@@ -326,6 +329,11 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       mixer_.run(pool, c, L, recurrent_batch(batch, recurrent, T), xn_.data(), proj_.data(),
                  recurrent == 0 ? tracer_ : nullptr);
       ++recurrent;
+    } else if (c.is_mla()) {
+      mla_.run(pool, c, L, batch, views_.data(), c.kv_layer(l), cos_sin_.data(), xn_.data(), attn_.data(),
+               l == 0 ? tracer_ : nullptr);
+      project(L.wo, attn_.data(), tp_.q_widths, attn_full_.data(), T);
+      trace_mm(l, L.wo, H * c.mla_v_dim, d, "attention output projection");
     } else {
     const int kl = c.kv_layer(l);
     // This layer's heads (Gemma 4's global layers are wider, with fewer KV heads than its local ones).
@@ -373,9 +381,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     }
     if (c.attn_temp_scale != 0.0) {  // Llama 4 / Mistral 3: queries scaled up past the original context
       for (int t = 0; t < T; ++t) {
-        const float s = static_cast<float>(
-            std::log(std::floor(static_cast<double>(batch.positions[t]) / static_cast<double>(c.attn_temp_floor)) + 1.0) *
-                c.attn_temp_scale + 1.0);
+        const float s = c.attn_temperature(batch.positions[t]);
         for (int64_t i = 0; i < qd; ++i) q_[t * qd + i] *= s;
       }
     }
@@ -442,7 +448,8 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       const MoeRouting r = route_experts(router_.data(), T, static_cast<int>(c.n_expert),
                                          static_cast<int>(c.n_expert_used), c.expert_norm,
                                          static_cast<float>(c.expert_weights_scale), c.expert_gating == "sigmoid",
-                                         reinterpret_cast<const float*>(L.router_bias.data));
+                                         reinterpret_cast<const float*>(L.router_bias.data),
+                                         static_cast<int>(c.n_expert_groups), static_cast<int>(c.n_expert_groups_used));
       moe_ffn(pool,
               {L.gate_exps.empty() ? nullptr : &L.gate_exps, &L.up_exps, &L.down_exps, act,
                reinterpret_cast<const float*>(L.gate_exps_b.data),
@@ -689,7 +696,7 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
   if (opts.tp.size > 1 && (cfg.n_recurrent_layers() > 0 || cfg.attn_output_gate || cfg.n_ff_shared > 0 || cfg.mtp_head ||
                            cfg.n_dense_lead > 0 || cfg.expert_gating != "softmax" || cfg.head_dim_swa > 0 ||
                            cfg.n_head_kv_swa > 0 || cfg.kv_shared_layers > 0 || cfg.n_embd_per_layer > 0 ||
-                           cfg.moe_beside_dense || cfg.n_ff_wide > 0))
+                           cfg.moe_beside_dense || cfg.n_ff_wide > 0 || cfg.is_mla()))
     return unimplemented("tensor parallelism is not implemented for " + cfg.arch + " models yet");
   if (opts.logit_rows > 0 && opts.tp.size > 1)
     return invalid_argument("a vocabulary subset of the head (--draft-vocab) is not for tensor-parallel models");
@@ -713,10 +720,10 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
     if (gguf) gguf->drop_pages(t->data, t->n_bytes());
   };
   for (auto& L : weights.layers) {
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wkv_a, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
                           &L.ssm_out, &L.ssm_in, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down, &L.sc_in, &L.sc_out})
       if (t->data) pack(t);
-    for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps})
+    for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps, &L.k_b, &L.v_b})
       for (TensorView& t : *v) pack(&t);
     for (TensorView* t : {&L.w_gate, &L.w_up, &L.w_down, &L.pl_gate, &L.pl_proj})
       if (t->data) pack(t);

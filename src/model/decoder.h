@@ -28,6 +28,14 @@ struct DecoderLayerWeights {
   TensorView bo;              // optional [n_embd] f32 (attn_output.bias)
   TensorView sinks;           // optional [n_head] f32: attention sinks (attn_sinks.weight)
   TensorView post_attn_norm;  // optional [n_embd] f32
+  // Multi-head latent attention (cfg.is_mla(), model/mla.h): Q from wq (attn_q, or attn_q_b after wq_a and
+  // its norm), the latent and the shared rotated key from wkv_a, per head the key and value decompressions.
+  TensorView wq_a;            // [n_embd, q_lora_rank] (attn_q_a), optional
+  TensorView q_a_norm;        // [q_lora_rank] f32
+  TensorView wkv_a;           // [n_embd, kv_lora_rank + rope_dim] (attn_kv_a_mqa)
+  TensorView kv_a_norm;       // [kv_lora_rank] f32
+  std::vector<TensorView> k_b;  // n_head views of [nope dims, kv_lora_rank] (attn_k_b): q_nope -> the latent
+  std::vector<TensorView> v_b;  // n_head views of [kv_lora_rank, mla_v_dim] (attn_v_b): the latent -> a value head
   TensorView ffn_norm;        // [n_embd] f32
   TensorView w_gate;          // [n_embd, n_ff] (dense FFN; a view into ffn_up when the file fuses gate|up)
   TensorView w_up;            // [n_embd, n_ff]

@@ -6,6 +6,7 @@
 #include "kernels/kernels.h"
 #include "model/arch_reader.h"
 #include "model/decoder.h"
+#include "model/mla.h"
 
 namespace cachet {
 
@@ -254,7 +255,8 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
       L.ssm_out = get("ssm_out.weight");
       CACHET_RETURN_IF_ERROR(regroup_qwen3next(r, *cfg, l, allowed.fused_ba, allowed.legacy_ssm_in, &L, &w.regrouped));
     }
-    const bool attends = cfg->attends(l);
+    const bool attends = cfg->attends(l) && !cfg->is_mla();
+    if (cfg->is_mla()) CACHET_RETURN_IF_ERROR(read_mla_weights(r, *cfg, l, &L));
     const TensorView qkv = allowed.fused_qkv && attends ? get("attn_qkv.weight") : TensorView{};
     if (qkv.data) {
       if (qkv.ne[1] != q + 2 * kv)
@@ -420,6 +422,8 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
       CACHET_RETURN_IF_ERROR(validate_mamba2(c, &L, owned, l));
     } else if (c.is_recurrent(l)) {
       CACHET_RETURN_IF_ERROR(validate_gated_delta_net(c, &L, owned, l));
+    } else if (c.is_mla()) {
+      CACHET_RETURN_IF_ERROR(validate_mla_weights(c, &L, owned, l));
     } else if (c.attends(l)) {
       CACHET_RETURN_IF_ERROR(check_tensor(L.wq, "attn_q", c.n_embd, c.q_dim_at(l) * (c.attn_output_gate ? 2 : 1), l));
       if (c.has_own_kv(l)) {

@@ -27,6 +27,7 @@ void register_phi3_arch();
 void register_gpt_oss_arch();
 void register_smollm3_arch();
 void register_mistral3_arch();
+void register_deepseek2_arch();
 
 namespace {
 
@@ -54,6 +55,7 @@ void register_builtin_archs() {
     register_gpt_oss_arch();
     register_smollm3_arch();
     register_mistral3_arch();
+    register_deepseek2_arch();
   });
 }
 

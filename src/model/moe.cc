@@ -1,6 +1,7 @@
 #include "model/moe.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <numeric>
 
@@ -10,8 +11,13 @@
 namespace cachet {
 
 MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale,
-                         bool sigmoid, const float* select_bias) {
+                         bool sigmoid, const float* select_bias, int n_groups, int groups_used) {
   CACHET_CHECK(k >= 1 && k <= n_expert);
+  const int per_group = n_expert / std::max(n_groups, 1);
+  CACHET_CHECK(n_groups == 1 || (n_expert % n_groups == 0 && per_group >= 2 && groups_used >= 1 &&
+                                 groups_used <= n_groups && k <= groups_used * per_group));
+  std::vector<float> group_score(static_cast<size_t>(n_groups));
+  std::vector<int32_t> groups(static_cast<size_t>(n_groups));
   MoeRouting r;
   r.n_tokens = n_tokens;
   r.k = k;
@@ -32,9 +38,29 @@ MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k,
     }
     std::iota(order.begin(), order.end(), 0);
     // Stable: equal scores keep the lower expert first.
-    if (select_bias) {
+    if (select_bias || n_groups > 1) {
       sel.resize(static_cast<size_t>(n_expert));
-      for (int e = 0; e < n_expert; ++e) sel[e] = p[e] + select_bias[e];
+      for (int e = 0; e < n_expert; ++e) sel[e] = select_bias ? p[e] + select_bias[e] : p[e];
+      if (n_groups > 1) {
+        for (int g = 0; g < n_groups; ++g) {
+          const float* s = sel.data() + g * per_group;
+          float best = -std::numeric_limits<float>::infinity(), second = best;
+          for (int e = 0; e < per_group; ++e) {
+            if (s[e] > best) {
+              second = best;
+              best = s[e];
+            } else if (s[e] > second) {
+              second = s[e];
+            }
+          }
+          group_score[g] = best + second;
+        }
+        std::iota(groups.begin(), groups.end(), 0);
+        std::stable_sort(groups.begin(), groups.end(),
+                         [&](int32_t a, int32_t b) { return group_score[a] > group_score[b]; });
+        for (int j = groups_used; j < n_groups; ++j)
+          std::fill_n(sel.begin() + groups[j] * per_group, per_group, -std::numeric_limits<float>::infinity());
+      }
       std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return sel[a] > sel[b]; });
     } else {
       std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });

@@ -24,9 +24,12 @@ struct MoeRouting {
 // `sigmoid` each expert's sigmoid(logit) (LFM2-MoE, DeepSeek-V3); the k largest p + select_bias (a per-expert
 // selection bias that does not weigh: [n_expert] or null; ties: the lower expert index first), their p
 // renormalized to sum 1 when `renormalize` (the sum clamped below at 2^-14, as llama.cpp), then times `scale`.
-// Depends on nothing but the token's own logits.
+// Group-limited (DeepSeek-V3): with n_groups > 1 the experts are n_groups consecutive groups, each scored by the
+// sum of its two best selection scores; only the experts of the groups_used best groups (ties: the lower group)
+// are chosen from. Depends on nothing but the token's own logits.
 MoeRouting route_experts(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, float scale,
-                         bool sigmoid = false, const float* select_bias = nullptr);
+                         bool sigmoid = false, const float* select_bias = nullptr, int n_groups = 1,
+                         int groups_used = 1);
 
 struct MoeWeights {
   const std::vector<TensorView>* gate;  // n_expert of [n_embd, n_ff]; nullptr: ungated experts (nomic-bert-moe)

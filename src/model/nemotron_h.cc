@@ -34,8 +34,7 @@ Status nemotron_h(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool m
       return invalid_argument("a nemotron_h_moe file without " + a + "expert_count / expert_used_count");
     if (r.has("moe_latent_size"))
       return unimplemented(a + "moe_latent_size: experts in a latent width (Nemotron 3 Super) are not run yet");
-    CACHET_ASSIGN_OR_RETURN(int64_t groups, r.dim("expert_group_count", int64_t{1}));
-    if (groups > 1) return unimplemented(a + "expert_group_count > 1: group-limited routing is not run yet");
+    CACHET_RETURN_IF_ERROR(r.expert_groups(c));
     r.consume("expert_shared_count");
     CACHET_ASSIGN_OR_RETURN(c->n_ff_shared, r.dim("expert_shared_feed_forward_length"));
     r.consume("expert_weights_norm");

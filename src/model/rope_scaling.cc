@@ -109,9 +109,11 @@ RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors) {
   float m = static_cast<float>(c.rope_attn_factor);
   if (ext != 0.0) {
     const float S = static_cast<float>(1.0 / c.rope_freq_scale), s = static_cast<float>(1.0 / fs);
-    float yarn_attn = c.rope_yarn_log_mul != 0.0
-                          ? get_mscale(S, 1.0f) / get_mscale(S, static_cast<float>(c.rope_yarn_log_mul))
-                          : get_mscale(S, 1.0f);
+    // (MLA models, DeepSeek's YaRN: llama.cpp takes mscale = mscale_all_dim, a ratio of 1; the multiplier
+    // scales the scores instead, ModelConfig::query_scale.)
+    float yarn_attn = c.rope_yarn_log_mul == 0.0 ? get_mscale(S, 1.0f)
+                      : c.is_mla()               ? 1.0f
+                                                 : get_mscale(S, 1.0f) / get_mscale(S, static_cast<float>(c.rope_yarn_log_mul));
     yarn_attn *= 1.0f / (1.0f + 0.1f * std::log(S));
     m *= yarn_attn * (1.0f + 0.1f * std::log(s));
   }

@@ -14,7 +14,7 @@ namespace cachet {
 
 struct SyntheticSpec {
   // llama qwen2 qwen3 qwen3moe qwen35 qwen35moe qwen3next lfm2 lfm2moe gpt-oss gemma2 gemma3 gemma4 phi3 smollm3
-  // mistral3 granite granitemoe granitehybrid nemotron_h nemotron_h_moe; embedding models: gemma-embedding, and the encoders bert
+  // mistral3 granite granitemoe granitehybrid nemotron_h nemotron_h_moe deepseek2; embedding models: gemma-embedding, and the encoders bert
   // (a WordPiece vocabulary), nomic-bert, modern-bert
   std::string arch = "llama";
   int64_t n_vocab = 256;
@@ -76,6 +76,18 @@ struct SyntheticSpec {
   int64_t n_embd_per_layer = 0;
   bool k_eq_v = false;
   bool double_wide_mlp = false;  // gemma4: the shared-KV layers' dense FFN twice n_ff wide (E2B)
+  // deepseek2 (MLA): the latent's width, the compressed query's (0: none, as the Lite models), the rotated
+  // part of a key head (the unrotated part is head_dim wide) and a value head's width; its experts routed by
+  // sigmoid with a selection bias (else softmax), in n_expert_groups groups of which the best
+  // n_expert_groups_used are chosen from; n_ff_shared a multiple of n_ff (expert_shared_count).
+  int64_t kv_lora_rank = 64;
+  int64_t q_lora_rank = 0;
+  int64_t mla_rope_dim = 16;
+  int64_t mla_v_dim = 0;           // 0: head_dim
+  bool sigmoid_router = false;
+  int64_t n_expert_groups = 1;
+  int64_t n_expert_groups_used = 1;
+  double rope_yarn_log_mul = 0.0;  // deepseek2: mscale_all_dim (written as 0.1 x it, as llama.cpp's converter)
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

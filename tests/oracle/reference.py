@@ -1,7 +1,7 @@
 """An independent numpy reference forward for the decoder architectures cachet runs (llama incl. rope_freqs and
 Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3; qwen35 and qwen35moe in
 reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py, gemma4 in reference_gemma4.py,
-granite / granitemoe / granitehybrid / nemotron_h in reference_mamba_hybrid.py).
+granite / granitemoe / granitehybrid / nemotron_h in reference_mamba_hybrid.py, deepseek2 in reference_deepseek2.py).
 
 Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
 with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
@@ -189,6 +189,9 @@ class Model:
         if arch in ("nemotron_h", "nemotron_h_moe"):  # one block per layer, Mamba-2, ReLU^2: reference_mamba_hybrid.py
             from reference_mamba_hybrid import setup_nemotron_h
             setup_nemotron_h(m, get)
+        if arch == "deepseek2":  # multi-head latent attention, grouped routing: reference_deepseek2.py
+            from reference_deepseek2 import setup_deepseek2
+            setup_deepseek2(m, get)
         if arch in ("lfm2", "lfm2moe"):  # short conv layers: reference_lfm2.py
             m.conv_layers = [k == 0 for k in get("attention.head_count_kv")]
             w["output_norm.weight"] = w.pop("token_embd_norm.weight")
@@ -308,6 +311,13 @@ class Model:
             prob /= prob.sum(axis=-1, keepdims=True)
         # The choice: by probability plus a selection bias where the file has one; the weights: the probabilities.
         score = prob + self.w.get(p + "exp_probs_b.bias", 0.0)
+        groups, used = getattr(self, "expert_groups", (1, 1))
+        if groups > 1:  # DeepSeek-V3: only the experts of the best groups (by their two best scores) compete
+            g = score.reshape(score.shape[0], groups, -1)
+            top2 = -np.sort(-g, axis=2)[:, :, :2].sum(axis=2)
+            for t in range(score.shape[0]):
+                keep = sorted(range(groups), key=lambda i: (-top2[t, i], i))[:used]
+                score[t] = np.where(np.isin(np.arange(c.n_expert) // g.shape[2], keep), score[t], -np.inf)
         out = np.zeros_like(h)
         # How close each token's routing is to a tie (the k-th and (k+1)-th router logits), for callers that
         # must tell rounding-decided expert choices from the rest. A sigmoid router chooses by probability (plus
@@ -346,6 +356,9 @@ class Model:
         if getattr(self, "arch", "") in ("qwen35", "qwen35moe", "qwen3next"):
             from reference_qwen35 import qwen35_logits
             return qwen35_logits(self, ids)
+        if getattr(self, "arch", "") == "deepseek2":
+            from reference_deepseek2 import deepseek2_logits
+            return deepseek2_logits(self, ids)
         if getattr(self, "arch", "") == "gemma4":
             from reference_gemma4 import gemma4_logits
             return gemma4_logits(self, ids)

@@ -95,6 +95,19 @@ ARCHS = {
     "nemotron_h_moe": ["--arch", "nemotron_h_moe", "--n-layer", "4", "--ssm-v-heads", "8", "--ssm-head-dim", "32",
                        "--ssm-state", "64", "--ssm-groups", "2", "--full-attn-interval", "3", "--experts", "4",
                        "--experts-used", "2", "--n-ff", "256", "--shared-ff", "256"],
+    # DeepSeek-V3-shaped MLA (a compressed query, a 96-wide latent + 32 rotated dims cached per token, heads of 32
+    # + 32 decompressed): one leading dense layer, then 4 experts (2 used) behind a biased sigmoid router limited to
+    # the best of 2 groups, beside a shared expert. Lite-shaped: Q straight from the input, softmax routing; and
+    # under DeepSeek's YaRN (mscale_all_dim on the scores).
+    "deepseek2": ["--arch", "deepseek2", "--head-dim", "32", "--kv-lora", "96", "--mla-rope-dim", "32", "--q-lora", "128",
+                  "--experts", "4", "--experts-used", "2", "--n-ff", "256", "--shared-ff", "256", "--dense-lead", "1",
+                  "--dense-ff", "512", "--sigmoid-router", "--expert-groups", "2", "--expert-groups-used", "1"],
+    "deepseek2-lite": ["--arch", "deepseek2", "--head-dim", "32", "--kv-lora", "96", "--mla-rope-dim", "32",
+                       "--experts", "4", "--experts-used", "2", "--n-ff", "256", "--shared-ff", "256",
+                       "--dense-lead", "1", "--dense-ff", "512"],
+    "deepseek2-yarn": ["--arch", "deepseek2", "--head-dim", "32", "--kv-lora", "96", "--mla-rope-dim", "32",
+                       "--dense-ff", "512", "--rope-scaling", "yarn", "--rope-scale", "4", "--rope-orig-ctx", "8",
+                       "--yarn-log-mul", "0.707"],
 }
 HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa", "lfm2moe", "granitehybrid",
            "granitehybrid-moe", "nemotron_h", "nemotron_h_moe"]

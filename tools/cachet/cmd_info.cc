@@ -102,9 +102,16 @@ int info(const std::string& model_flag, bool json) {
   for (const auto& t : model.tensors())
     std::printf("  %-32s %-6s %-18s %12zu\n", t.name.c_str(), dtype_name(t.type), shape_of(t).c_str(), t.n_bytes());
   std::printf("weights: %zu bytes (%.2f MiB)\n", total, total / 1048576.0);
-  std::printf("KV cache per token: %lld bytes in f16, %lld in f32 (2 x %lld layers x %lld kv_dim)\n",
-              static_cast<long long>(c.kv_bytes_per_token(2)), static_cast<long long>(c.kv_bytes_per_token(4)),
-              static_cast<long long>(c.n_kv_layers()), static_cast<long long>(c.kv_dim()));
+  if (c.is_mla())
+    std::printf("KV cache per token: %lld bytes in f16, %lld in f32 (%lld layers x one row of the %lld-wide latent | "
+                "%lld rotated key dims; V is read from the latent, %lld heads decompressed from it)\n",
+                static_cast<long long>(c.kv_bytes_per_token(2)), static_cast<long long>(c.kv_bytes_per_token(4)),
+                static_cast<long long>(c.n_kv_layers()), static_cast<long long>(c.kv_lora_rank),
+                static_cast<long long>(c.rope_dim), static_cast<long long>(c.n_head));
+  else
+    std::printf("KV cache per token: %lld bytes in f16, %lld in f32 (2 x %lld layers x %lld kv_dim)\n",
+                static_cast<long long>(c.kv_bytes_per_token(2)), static_cast<long long>(c.kv_bytes_per_token(4)),
+                static_cast<long long>(c.n_kv_layers()), static_cast<long long>(c.kv_dim()));
   if (c.n_recurrent_layers() > 0)
     std::printf("recurrent state per sequence: %lld bytes (%lld gated delta net layers: a %lld-wide conv window of %lld "
                 "channels and %lld matrices of %lld x %lld, f32), whatever the sequence's length\n",

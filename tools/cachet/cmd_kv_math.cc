@@ -1,5 +1,6 @@
 // cachet kv-math: the KV cache calculator, for a model file or for given dimensions.
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,7 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
     int64_t weight_bytes = 0;
     int64_t window = 0, window_layers = 0;  // sliding-window attention layers of a model file
     int64_t shared_layers = 0, all_layers = 0;  // layers reading an earlier layer's KV, of all
+    std::optional<ModelConfig> mla;             // a model file's multi-head latent attention
     if (!a->model.empty() || (!a->layers && !a->d_model)) {  // no dimensions given: the (default) model's
       auto m = load(a->model, 1);
       if (!m.is_ok()) {
@@ -48,6 +50,8 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
       s.state_bytes_per_sequence = cfg.state_bytes_per_seq();
       s.n_head_kv = cfg.n_head_kv;
       s.head_dim = cfg.head_dim;
+      s.v_in_k = cfg.v_in_k();
+      if (cfg.is_mla()) mla = cfg;
       if (cfg.head_dim_swa > 0 || cfg.n_head_kv_swa > 0) {
         // Gemma 4: the sliding-window layers' heads differ from the global ones'; two kinds of layer.
         s.n_layer = 0;
@@ -101,6 +105,9 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
                           {"max_sequences", r.max_sequences}, {"max_sequences_paged", r.max_sequences_paged},
                           {"sliding_window", window}, {"sliding_window_layers", window_layers},
                           {"shared_kv_layers", shared_layers}};
+      if (mla)
+        j["mla"] = {{"kv_lora_rank", mla->kv_lora_rank}, {"rope_dim", mla->rope_dim}, {"heads", mla->n_head},
+                    {"decompressed_head_dims", mla->mla_k_dim + mla->mla_v_dim}};
       if (s.n_layer_b > 0)
         j["local_layers"] = {{"layers", s.n_layer_b}, {"kv_heads", s.n_head_kv_b}, {"head_dim", s.head_dim_b}};
       std::printf("%s\n", j.dump().c_str());
@@ -112,8 +119,19 @@ void add_kv_math_command(CLI::App& app, int* exit_code) {
         std::printf("  local layers:  %lld more layers x %lld KV heads x %lld head dim (the sliding-window ones)\n",
                     static_cast<long long>(s.n_layer_b), static_cast<long long>(s.n_head_kv_b),
                     static_cast<long long>(s.head_dim_b));
-      std::printf("  per token:     %s  (2 x layers x KV heads x head dim x element size)\n",
-                  format_bytes(r.bytes_per_token).c_str());
+      if (mla) {
+        // What the same layers would cache per token as the heads they decompress into (K and V of every head).
+        const int64_t mha = s.n_layer * mla->n_head *
+                            static_cast<int64_t>(kv_row_bytes(s.k, mla->mla_k_dim) + kv_row_bytes(s.v, mla->mla_v_dim));
+        std::printf("  per token:     %s  (layers x one row: the %lld-wide latent | %lld rotated key dims; V is read "
+                    "from the latent; as %lld decompressed K and V heads it would be %s, %.1fx)\n",
+                    format_bytes(r.bytes_per_token).c_str(), static_cast<long long>(mla->kv_lora_rank),
+                    static_cast<long long>(mla->rope_dim), static_cast<long long>(mla->n_head),
+                    format_bytes(mha).c_str(), static_cast<double>(mha) / static_cast<double>(r.bytes_per_token));
+      } else {
+        std::printf("  per token:     %s  (2 x layers x KV heads x head dim x element size)\n",
+                    format_bytes(r.bytes_per_token).c_str());
+      }
       if (shared_layers > 0)
         std::printf("  shared:        %lld of %lld layers read the KV of an earlier layer of their kind and keep "
                     "none of their own\n",

@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small",
                              "qwen3.5-2b", "qwen3.5-9b", "qwen3.6-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding", "granite", "granitemoe", "granitehybrid", "nemotron_h", "nemotron_h_moe",
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding", "granite", "granitemoe", "granitehybrid", "nemotron_h", "nemotron_h_moe", "deepseek2",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert"}));
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
@@ -45,6 +45,14 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--mtp", a->spec.n_mtp, "qwen35 / qwen35moe: multi-token-prediction blocks after the trunk (nextn)");
   c->add_flag("--mtp-echo", a->spec.mtp_echo,
               "tests, benches: the MTP block proposes the token it is given again (agrees where the target repeats)");
+  c->add_option("--kv-lora", a->spec.kv_lora_rank, "deepseek2: the KV latent's width");
+  c->add_option("--q-lora", a->spec.q_lora_rank, "deepseek2: the compressed query's width (0: none)");
+  c->add_option("--mla-rope-dim", a->spec.mla_rope_dim, "deepseek2: a key head's rotated part (the rest: --head-dim)");
+  c->add_option("--mla-v-dim", a->spec.mla_v_dim, "deepseek2: a value head's width (default --head-dim)");
+  c->add_flag("--sigmoid-router", a->spec.sigmoid_router, "deepseek2: sigmoid routing with a selection bias");
+  c->add_option("--expert-groups", a->spec.n_expert_groups, "deepseek2: experts in groups ...");
+  c->add_option("--expert-groups-used", a->spec.n_expert_groups_used, "... of which the best this many are chosen from");
+  c->add_option("--yarn-log-mul", a->spec.rope_yarn_log_mul, "deepseek2: YaRN's mscale_all_dim");
   c->add_flag("--rope-freqs", a->spec.rope_freqs, "llama: write Llama 3-style rope_freqs factors");
   c->add_option("--sliding-window", a->spec.sliding_window, "gemma2/3: sliding window of the local layers");
   c->add_option("--attn-softcap", a->spec.attn_softcap, "gemma2: attention logit soft-cap");
