@@ -212,7 +212,7 @@ TEST(Kernels, AttnTileMatchesScalar) {
     for (auto [tk, tv] : pairs) {
       ASSERT_TRUE(attn_tile_reads(tk, tv));
       const bool blocks = attn_integer_keys(tk);  // block rows: whole blocks, integer Q.K
-      for (int d : {1, 7, 8, 16, 17, 32, 33, 64, 80, 96, 128, 512}) {  // 96: 2 + 1 value blocks per pass
+      for (int d : {1, 7, 8, 16, 17, 32, 33, 64, 80, 96, 128, 512, 576}) {  // 96: 2 + 1 value blocks per pass
         if (blocks && d % 32 != 0) continue;
         for (int group : {1, 3, 4}) {
           for (int n : {1, 5, 8, 15, 16}) {
@@ -255,9 +255,11 @@ TEST(Kernels, AttnTileMatchesScalar) {
               for (size_t i = static_cast<size_t>(d) * n * tiles; i < kv.size(); ++i) vmax = std::max(vmax, std::fabs(kv[i]));
               tol += std::ldexp(1.0f, -15) * std::sqrt(static_cast<float>(n * tiles)) * vmax;
             }
+            // A score's rounding grows with the dot product's length (the sums' order differs from the reference's).
+            const float rel = 1e-5f * std::max(1.0f, d / 256.0f);
             for (int g = 0; g < group; ++g) {
-              ASSERT_NEAR(gm[g], rm[g], 1e-5f * std::max(1.0f, std::fabs(rm[g]))) << "d=" << d << " n=" << n;
-              ASSERT_NEAR(gl[g], rl[g], 1e-5f * rl[g]) << "d=" << d << " n=" << n;
+              ASSERT_NEAR(gm[g], rm[g], rel * std::max(1.0f, std::fabs(rm[g]))) << "d=" << d << " n=" << n;
+              ASSERT_NEAR(gl[g], rl[g], rel * rl[g]) << dtype_name(tk) << " d=" << d << " n=" << n;
               for (int j = 0; j < d; ++j) {
                 const size_t x = static_cast<size_t>(g) * d + j;
                 ASSERT_NEAR(ga[x] / gl[g], ra[x] / rl[g], tol)

@@ -187,8 +187,9 @@ constexpr int kAttnChunkRows = 256;
 constexpr int kAttnPrefetchTiles = 4;
 // KV heads per attn_chunk call, at most (AttnChunk::n_heads).
 constexpr int kAttnChunkHeads = 8;
-// Head size of block-quantized (32-element) keys and values attn_tile reads, at most: 16 blocks.
-constexpr int kAttnMaxBlockHeadDim = 512;
+// Head size of block-quantized (32-element) keys and values attn_tile reads, at most: 18 blocks (MLA's cached
+// latent + rotated key, 512 + 64 on DeepSeek-V3).
+constexpr int kAttnMaxBlockHeadDim = 576;
 
 // The best table for this CPU (CACHET_ISA=scalar|avx2|avxvnni|avx512|avx512bf16|amx forces a lower one, for tests and
 // benches). A forced name the CPU cannot run leaves the best table in place and makes kernel_choice() an error,

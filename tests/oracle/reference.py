@@ -316,7 +316,11 @@ class Model:
             g = score.reshape(score.shape[0], groups, -1)
             top2 = -np.sort(-g, axis=2)[:, :, :2].sum(axis=2)
             for t in range(score.shape[0]):
-                keep = sorted(range(groups), key=lambda i: (-top2[t, i], i))[:used]
+                order = sorted(range(groups), key=lambda i: (-top2[t, i], i))
+                keep = order[:used]
+                if used < groups:  # a near-tie between groups decides experts as much as one between experts
+                    gap = 4.0 * (top2[t, order[used - 1]] - top2[t, order[used]])
+                    self.router_margin[t] = min(self.router_margin[t], gap)
                 score[t] = np.where(np.isin(np.arange(c.n_expert) // g.shape[2], keep), score[t], -np.inf)
         out = np.zeros_like(h)
         # How close each token's routing is to a tie (the k-th and (k+1)-th router logits), for callers that

@@ -97,11 +97,13 @@ ARCHS = {
                        "--experts-used", "2", "--n-ff", "256", "--shared-ff", "256"],
     # DeepSeek-V3-shaped MLA (a compressed query, a 96-wide latent + 32 rotated dims cached per token, heads of 32
     # + 32 decompressed): one leading dense layer, then 4 experts (2 used) behind a biased sigmoid router limited to
-    # the best of 2 groups, beside a shared expert. Lite-shaped: Q straight from the input, softmax routing; and
-    # under DeepSeek's YaRN (mscale_all_dim on the scores).
+    # the better of 2 groups, beside a shared expert; one MoE layer, as a second made a rounding-decided group
+    # choice that carries through attention to the sequence's end likely (per-sequence KL ratios 0.73-0.87 with
+    # one, outliers of 0.05x and 10x with two; 2026-12-05). Lite-shaped: Q straight from the input, softmax
+    # routing; and dense under DeepSeek's YaRN (mscale_all_dim on the scores).
     "deepseek2": ["--arch", "deepseek2", "--head-dim", "32", "--kv-lora", "96", "--mla-rope-dim", "32", "--q-lora", "128",
                   "--experts", "4", "--experts-used", "2", "--n-ff", "256", "--shared-ff", "256", "--dense-lead", "1",
-                  "--dense-ff", "512", "--sigmoid-router", "--expert-groups", "2", "--expert-groups-used", "1"],
+                  "--dense-ff", "512", "--sigmoid-router", "--expert-groups", "2", "--expert-groups-used", "1", "--n-layer", "2"],
     "deepseek2-lite": ["--arch", "deepseek2", "--head-dim", "32", "--kv-lora", "96", "--mla-rope-dim", "32",
                        "--experts", "4", "--experts-used", "2", "--n-ff", "256", "--shared-ff", "256",
                        "--dense-lead", "1", "--dense-ff", "512"],
@@ -355,6 +357,40 @@ def test_rope_freqs_and_windows_change_the_logits(cachet_bin, tmp_path):
                           tmp_path)
         assert np.array_equal(narrow[:12], wide[:12]), name  # within the window nothing differs
         assert np.abs(narrow[12:] - wide[12:]).max() > 2e-2 * np.abs(wide).max(), name
+
+
+def test_deepseek2_groups_and_yarn_mscale_change_the_logits(cachet_bin, tmp_path):
+    """deepseek2's group-limited routing and YaRN's score scale (mscale_all_dim) do something on these shapes:
+    the same weights routed over all experts, or without the multiplier, give other logits."""
+    ids = prompt()
+    for name, extra in (("deepseek2", ["--expert-groups", "1", "--expert-groups-used", "1"]),
+                        ("deepseek2-yarn", ["--yarn-log-mul", "1.5"])):
+        base = our_logits(cachet_bin, synth(cachet_bin, tmp_path, name, "F32"), ids, tmp_path)
+        other = our_logits(cachet_bin, synth(cachet_bin, tmp_path, name, "F32", extra), ids, tmp_path)
+        assert np.abs(base - other).max() > 2e-2 * np.abs(base).max(), name
+
+
+def test_deepseek2_info_and_kv_math_count_the_latent(cachet_bin, tmp_path):
+    """An MLA cache holds one row per token and layer, the 96-wide latent | 32 rotated key dims, and no V rows:
+    `info` and `kv-math` say so (f16: 3 layers x 128 x 2 bytes; q8_0: 4 blocks of 34 bytes a row)."""
+    import json
+    path = synth(cachet_bin, tmp_path, "deepseek2-lite", "F32")
+    info = json.loads(subprocess.run([cachet_bin, "info", "-m", str(path), "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    assert info["kv_bytes_per_token"]["f16"] == 3 * 128 * 2
+    for kv, row in (("f16", 128 * 2), ("q8_0", 4 * 34)):
+        km = json.loads(subprocess.run([cachet_bin, "kv-math", "-m", str(path), "--context", "100", "--kv-type", kv,
+                                        "--json"], check=True, capture_output=True, text=True).stdout)
+        assert km["bytes_per_token"] == 3 * row, kv
+        assert km["mla"] == {"kv_lora_rank": 96, "rope_dim": 32, "heads": 8, "decompressed_head_dims": 64 + 32}
+    # The engine runs on such a cache of either type, and a q8_0 one stays close to f16's.
+    out = {}
+    for kv in ("f16", "q8_0"):
+        o = tmp_path / f"mla_{kv}.f32"
+        subprocess.run([cachet_bin, "logits", "-m", str(path), "--prompt-ids", " ".join(map(str, prompt())), "-o",
+                        str(o), "--kv-type", kv], check=True)
+        out[kv] = np.fromfile(o, dtype=np.float32)
+    assert np.abs(out["f16"] - out["q8_0"]).max() < 2e-2 * np.abs(out["f16"]).max()
 
 
 def test_nope_layers_and_the_attention_temperature_change_the_logits(cachet_bin, tmp_path):
