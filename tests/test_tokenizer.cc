@@ -217,7 +217,7 @@ TEST(Tokenizer, EveryPreTokenizerFamilyWorks) {
   for (const char* pre : {"gpt-2", "default", "mpt", "olmo", "gpt-neox", "starcoder", "smollm", "refact", "command-r",
                           "llama3", "llama-bpe", "qwen2", "deepseek-coder", "deepseek-llm", "falcon", "lfm2",
                           "gpt-4o", "qwen35", "tekken", "deepseek-v3", "deepseek-r1-qwen", "falcon3", "pixtral", "dbrx",
-                          "llama4", "exaone4", "minerva-7b"}) {
+                          "llama4", "exaone4", "minerva-7b", "kimi-k2", "glm4", "chatglm-bpe"}) {
     auto tok = load(byte_level_vocab(pre));
     ASSERT_TRUE(tok) << pre;
     auto ids = tok->encode(text, false, false);

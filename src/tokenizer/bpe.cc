@@ -47,6 +47,11 @@ const char* const kTekken[] = {
 const char* const kDeepseekV3[] = {
     R"(\p{N}{1,3})", R"([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)",
     R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+// Kimi K2 (tokenization_kimi.py): Han runs apart; words of the other letters cased as tekken's, each with its
+// contraction (any case); digits in threes. PCRE2 has no class intersection: "a letter but not Han" is a
+// lookahead before the class.
+const char* const kKimiK2[] = {
+    R"(\p{Han}+|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
 const char* const kDeepseekCoder[] = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)",
                                       R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)", R"(\p{N})"};
 // DeepSeek LLM enumerates the cased letters (Lu, Ll, Lt) of its Unicode snapshot; PCRE2's properties give
@@ -81,6 +86,10 @@ const PreTokenizer kPreTokenizers[] = {
     CACHET_PRE("falcon", kFalcon, false),      CACHET_PRE("gemma4", kLines, false),
     CACHET_PRE("qwen35", kQwen35, false),      CACHET_PRE("tekken", kTekken, true),
     CACHET_PRE("deepseek-v3", kDeepseekV3, false), CACHET_PRE("hunyuan-dense", kDeepseekV3, false),
+    CACHET_PRE("kimi-k2", kKimiK2, false),
+    // GLM-4.x / GLM-5 (GLM-4.7-Flash): llama3's split; glm4 / glm5 take a word that is a token whole, chatglm-bpe
+    // (GLM-4 9B) merges it.
+    CACHET_PRE("glm4", kLlama3, true), CACHET_PRE("glm5", kLlama3, true), CACHET_PRE("chatglm-bpe", kLlama3, false),
     // Names llama.cpp's converter gives families that split as one of the above.
     CACHET_PRE("deepseek-r1-qwen", kQwen2, false), CACHET_PRE("stablelm2", kQwen2, false),
     CACHET_PRE("megrez", kQwen2, false),        CACHET_PRE("falcon3", kLlama3, true),

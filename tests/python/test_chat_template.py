@@ -21,11 +21,13 @@ FAMILY_TEMPLATES = ["Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct", "Qwen-QwQ-32B
                     "LFM2.5-8B-A1B", "LFM2.5-Instruct", "openai-gpt-oss-120b", "google-gemma-4-31B-it",
                     "google-gemma-4-31B-it-interleaved", "ibm-granite-granite-3.3-2B-Instruct",
                     "ibm-granite-granite-4.0", "ibm-granite-granite-4.1", "NVIDIA-Nemotron-Nano-v2",
-                    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"]
+                    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "deepseek-ai-DeepSeek-V3.1", "llama-cpp-deepseek-r1",
+                    "GLM-4.7-Flash", "GLM-4.6", "moonshotai-Kimi-K2", "Kimi-K2-Instruct", "Kimi-K2-Thinking"]
 
 # Templates also rendered with TOOLS offered.
 TOOL_TEMPLATES = ("qwen2", "features", "openai-gpt-oss-120b", "google-gemma-4-31B-it", "ibm-granite-granite-4.0",
-                  "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+                  "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "deepseek-ai-DeepSeek-V3.1", "GLM-4.7-Flash",
+                  "moonshotai-Kimi-K2", "Kimi-K2-Thinking")
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

@@ -199,3 +199,69 @@ def test_gpt_4o_pre_tokenizer_matches_hf_tokenizers(cachet_bin, llamacpp_models,
     mismatches = [(s, o, hf.encode(s, add_special_tokens=False).ids)
                   for s, o in zip(strings, ours) if o != hf.encode(s, add_special_tokens=False).ids]
     assert not mismatches, f"{len(mismatches)} of {len(strings)} differ; first: {mismatches[0]!r}"
+
+
+# The models' own split patterns (their tokenizer.json / tokenization_kimi.py), for HF `tokenizers` (Oniguruma
+# has class intersection) where llama.cpp approximates them.
+ORIGINAL_SPLITS = {
+    "tekken": r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?"
+              r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "kimi-k2": r"[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"
+               r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"
+               r"[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+",
+}
+
+
+@pytest.mark.parametrize("pre", ["deepseek-v3", "kimi-k2", "glm4", "chatglm-bpe", "tekken", "qwen35"])
+def test_pre_tokenizers_of_2026_families_match_llama_cpp(cachet_bin, llamacpp_models, tmp_path, pre):
+    """The pre-types DeepSeek-V3 / R1, Kimi K2, GLM-4.x / 4.7-Flash, Mistral's tekken and Qwen3.5 files name, on
+    GPT-2's vocabulary and merges (no file of theirs is reachable here; the split is what the pre-type decides),
+    against llama.cpp's own tokenizer (llama-cpp-python, vocab only) on the same file: its regexes and Kimi K2's
+    hand-written splitter, and whether a word that is a token is taken whole. Tekken and Kimi K2 put combining
+    marks (\p{M}) inside words; llama.cpp's approximations of their patterns split a decomposed "ñ'm" before
+    the mark: there the oracle is HF `tokenizers` with the model's own pattern (docs/tokenizer.md)."""
+    import gguf
+    import llama_cpp
+
+    src = gguf.GGUFReader(str(llamacpp_models / "ggml-vocab-gpt-2.gguf"))
+    path = tmp_path / f"{pre}-vocab.gguf"
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    for key in ("gpt2.block_count", "gpt2.context_length", "gpt2.embedding_length", "gpt2.feed_forward_length",
+                "gpt2.attention.head_count"):
+        w.add_uint32(key, int(src.fields[key].contents()))
+    w.add_float32("gpt2.attention.layer_norm_epsilon", float(src.fields["gpt2.attention.layer_norm_epsilon"].contents()))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(src.fields["tokenizer.ggml.tokens"].contents())
+    w.add_token_types(src.fields["tokenizer.ggml.token_type"].contents())
+    w.add_token_merges(src.fields["tokenizer.ggml.merges"].contents())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    strings = make_strings(1500, seed=11) + [
+        "中文汉字mixed with English words 和日本語のかな 한국어 123456789", "HTTPServer's CamelCase I'M DON'T we'Ll",
+        "价格是12345元，约合$1,234.56。", "Émile Zola's «J'accuse» — naïve café", "漢字and漢字", "x=1;y=22;z=333;w=4444"]
+    ours = ours_batch(cachet_bin, path, strings, tmp_path)
+    llm = llama_cpp.Llama(str(path), vocab_only=True, verbose=False)
+    theirs = [llm.tokenize(s.encode("utf-8"), add_bos=False, special=False) for s in strings]
+    if pre in ORIGINAL_SPLITS:
+        import unicodedata
+        from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+        tokens = src.fields["tokenizer.ggml.tokens"].contents()
+        merges = src.fields["tokenizer.ggml.merges"].contents()
+        hf = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)},
+                                  merges=[tuple(m.split(" ", 1)) for m in merges], ignore_merges=False))
+        hf.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(ORIGINAL_SPLITS[pre]), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        marked = [any(unicodedata.category(c).startswith("M") for c in s) for s in strings]
+        bad = [(s, o, hf.encode(s, add_special_tokens=False).ids) for s, o, m in zip(strings, ours, marked)
+               if m and o != hf.encode(s, add_special_tokens=False).ids]
+        assert not bad, f"{pre}: {len(bad)} strings with marks differ from the model's pattern; first: {bad[0]!r}"
+        assert sum(marked) >= 10
+        theirs = [t if not m else o for o, t, m in zip(ours, theirs, marked)]
+    mismatches = [(s, o, t) for s, o, t in zip(strings, ours, theirs) if o != t]
+    assert not mismatches, f"{pre}: {len(mismatches)} of {len(strings)} differ; first: {mismatches[0]!r}"
