@@ -139,6 +139,12 @@ struct DecoderTensors {
   bool need_post_norms = false;
 };
 
+// Multi-token-prediction blocks (`nextn_predict_layers`, after the trunk's; Qwen3.5, GLM-4.7-Flash): loading the
+// trunk, c->n_layer drops them and their tensors are read past, not run; loading the head (mtp_head), the trunk's
+// tensors are read past, the first block becomes layer 0 (later ones read past, as llama.cpp runs one) with its
+// nextn.* tensors (allowed->nextn), c->mtp_head set. The architecture then sizes the head's one layer.
+Status take_mtp_blocks(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool mtp_head);
+
 // Reads the standard GGUF tensor names (llama.cpp's) of every layer into weights, splits fused matrices and
 // experts into views, and records the features found in cfg (qkv_bias, qk_norm, post_norms, rope_freq_factors).
 Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed);

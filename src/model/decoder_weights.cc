@@ -193,6 +193,33 @@ static Status validate_mamba2(const ModelConfig& c, DecoderLayerWeights* L, std:
   return conv_taps_to_f32(c, &L->ssm_conv, cd, owned, l, "ssm_conv1d");
 }
 
+Status take_mtp_blocks(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool mtp_head) {
+  const std::string a = r.arch() + ".";
+  CACHET_ASSIGN_OR_RETURN(int64_t nextn, r.dim("nextn_predict_layers", int64_t{0}));
+  if (nextn < 0 || nextn >= c->n_layer) return invalid_argument(a + "nextn_predict_layers is out of range");
+  if (mtp_head && nextn == 0)
+    return invalid_argument("this file has no multi-token-prediction head (" + a + "nextn_predict_layers is 0)");
+  const int64_t n_all = c->n_layer, n_trunk = n_all - nextn;
+  c->n_layer = n_trunk;
+  c->n_mtp_layers = nextn;
+  // Read past: the MTP blocks (trunk), or the trunk and every block after the first (head).
+  auto read_past = [&](int64_t l0, int64_t l1) {
+    for (const auto& ti : r.file().tensors())
+      for (int64_t l = l0; l < l1; ++l)
+        if (ti.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) r.tensor(ti.name);
+  };
+  if (!mtp_head) {
+    read_past(n_trunk, n_all);
+    return Status::ok();
+  }
+  read_past(0, n_trunk);
+  read_past(n_trunk + 1, n_all);
+  r.set_layer_offset(n_trunk);
+  allowed->nextn = true;
+  c->mtp_head = true;
+  return Status::ok();
+}
+
 Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, const DecoderTensors& allowed) {
   DecoderWeights w;
   w.tok_embd = r.tensor("token_embd.weight");

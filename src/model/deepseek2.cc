@@ -5,6 +5,7 @@
 // experts (expert_feed_forward_length wide) routed by softmax or by sigmoid with a selection bias (exp_probs_b),
 // optionally group-limited (expert_group_count), renormalized (expert_weights_norm) and scaled
 // (expert_weights_scale), beside expert_shared_count shared experts (one SwiGLU that wide, ungated output).
+// GLM-4.7-Flash's multi-token-prediction block loads as a proposer of its own (model/decoder.h take_mtp_blocks).
 // Files converted before llama.cpp split attn_kv_b (no key_length_mla) are refused with the reason; so are
 // DeepSeek-OCR (deepseek2ocr) and V3.2's sparse attention (deepseek32), other architecture names.
 #include <cmath>
@@ -17,9 +18,14 @@ namespace cachet {
 
 namespace {
 
-Status deepseek2(ArchReader& r, ModelConfig* c, DecoderTensors* allowed) {
+Status deepseek2(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool mtp_head) {
   const std::string a = r.arch() + ".";
   c->rope_neox = false;
+  // GLM-4.7-Flash's files carry its multi-token-prediction block after the trunk: an MLA + MoE layer behind
+  // eh_proj, run as a speculative proposer (--mtp).
+  CACHET_RETURN_IF_ERROR(take_mtp_blocks(r, c, allowed, mtp_head));
+  const int64_t n_trunk = c->n_layer;
+  if (mtp_head) c->n_layer = 1;
   if (!r.has("attention.key_length_mla") || !r.has("attention.value_length_mla"))
     return unimplemented(a + "attention.key_length_mla is missing: a file converted before llama.cpp's MLA "
                              "conversion (a fused attn_kv_b); convert the model again");
@@ -51,7 +57,8 @@ Status deepseek2(ArchReader& r, ModelConfig* c, DecoderTensors* allowed) {
     c->n_dense_lead = c->n_layer;
     return Status::ok();
   }
-  if (c->n_dense_lead > c->n_layer) return invalid_argument(a + "leading_dense_block_count exceeds block_count");
+  if (c->n_dense_lead > n_trunk) return invalid_argument(a + "leading_dense_block_count exceeds block_count");
+  if (mtp_head) c->n_dense_lead = 0;  // the head's block comes after every dense layer
   c->n_ff = exp_ff;
   c->n_ff_dense = dense_ff;
   c->n_ff_shared = exp_ff * n_shared;
@@ -64,7 +71,7 @@ Status deepseek2(ArchReader& r, ModelConfig* c, DecoderTensors* allowed) {
   // first files (47 layers and its 154880-token vocabulary), which llama.cpp reads as sigmoid too.
   int64_t gating = 0;
   CACHET_ASSIGN_OR_RETURN(gating, r.dim("expert_gating_func", int64_t{0}));
-  if (gating == 0) gating = (c->n_layer == 47 || c->n_layer == 48) && c->n_vocab == 154880 ? 2 : 1;
+  if (gating == 0) gating = (n_trunk == 47 || n_trunk == 48) && c->n_vocab == 154880 ? 2 : 1;
   if (gating != 1 && gating != 2)
     return unimplemented(a + "expert_gating_func " + std::to_string(gating) + " (1 softmax and 2 sigmoid are run)");
   c->expert_gating = gating == 2 ? "sigmoid" : "softmax";
@@ -77,7 +84,10 @@ Status deepseek2(ArchReader& r, ModelConfig* c, DecoderTensors* allowed) {
 
 void register_deepseek2_arch() {
   register_arch("deepseek2", [](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
-    return load_decoder_from_gguf(std::move(f), std::move(pool), opts, deepseek2);
+    return load_decoder_from_gguf(std::move(f), std::move(pool), opts,
+                                  [&opts](ArchReader& r, ModelConfig* c, DecoderTensors* t) {
+                                    return deepseek2(r, c, t, opts.mtp_head);
+                                  });
   });
 }
 

@@ -31,30 +31,7 @@ Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, 
   const GgufFile& f = r.file();
   const std::string a = r.arch() + ".";
 
-  // Multi-token prediction blocks come after the trunk's. Loading the trunk, they are read past (their tensors
-  // marked), not run; loading the head (mtp_head), the trunk's layers are read past and the head's first block
-  // is the model's one layer, an attention layer.
-  CACHET_ASSIGN_OR_RETURN(int64_t nextn, r.dim("nextn_predict_layers", int64_t{0}));
-  if (nextn < 0 || nextn >= c->n_layer) return invalid_argument(a + "nextn_predict_layers is out of range");
-  const int64_t n_all = c->n_layer;
-  c->n_layer -= nextn;
-  c->n_mtp_layers = nextn;
-  const int64_t n_trunk = c->n_layer;
-  if (mtp_head && nextn == 0)
-    return invalid_argument("this file has no multi-token-prediction head (" + a + "nextn_predict_layers is 0)");
-  const int64_t skip0 = mtp_head ? 0 : n_trunk, skip1 = mtp_head ? n_trunk : n_all;
-  for (const auto& ti : f.tensors())
-    for (int64_t l = skip0; l < skip1; ++l)
-      if (ti.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) r.tensor(ti.name);
-  if (mtp_head) {
-    // llama.cpp runs one block (its graph_mtp); later blocks, where a file has them, are read past.
-    for (const auto& ti : f.tensors())
-      for (int64_t l = n_trunk + 1; l < n_all; ++l)
-        if (ti.name.rfind("blk." + std::to_string(l) + ".", 0) == 0) r.tensor(ti.name);
-    r.set_layer_offset(n_trunk);
-    allowed->nextn = true;
-    c->mtp_head = true;
-  }
+  CACHET_RETURN_IF_ERROR(take_mtp_blocks(r, c, allowed, mtp_head));
 
   CACHET_ASSIGN_OR_RETURN(c->ssm_conv_kernel, r.dim("ssm.conv_kernel"));
   CACHET_ASSIGN_OR_RETURN(c->ssm_head_dim, r.dim("ssm.state_size"));

@@ -61,7 +61,7 @@ struct SyntheticSpec {
   bool legacy_ssm_in = false;      // qwen3next: q, k, v, z fused per key head in ssm_in (its first files)
   int64_t n_dense_lead = 0;        // lfm2moe: leading layers with a dense FFN ...
   int64_t n_ff_dense = 0;          // ... this wide (the file's feed_forward_length; n_ff is the experts')
-  int64_t n_mtp = 0;               // qwen35 / qwen35moe: multi-token-prediction blocks after the trunk (nextn)
+  int64_t n_mtp = 0;               // qwen35 / qwen35moe / deepseek2: multi-token-prediction blocks after the trunk (nextn)
   // Tests: an MTP block that proposes the token it is given again (eh_proj passes hnorm(h) through, the attention
   // and FFN outputs are zero, the norms ones; the head then reads a positive multiple of the trunk's state that
   // predicted that token), so it agrees with a target wherever the target repeats a token.

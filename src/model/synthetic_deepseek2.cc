@@ -16,9 +16,13 @@ Status write_synthetic_deepseek2(const SyntheticSpec& s, const std::string& path
               s.n_ff_shared % s.n_ff != 0 || s.n_dense_lead > s.n_layer || (s.n_dense_lead > 0 && s.n_ff_dense <= 0)))
     return invalid_argument("synthetic model: deepseek2's experts need 1 <= used <= experts, shared experts (a "
                             "multiple of n_ff wide) and, with leading dense layers, their width");
+  if (s.n_mtp < 0 || (s.n_mtp > 0 && !moe)) return invalid_argument("synthetic model: deepseek2's MTP blocks need experts");
   const std::string a = s.arch + ".";
+  SyntheticSpec all = s;  // block_count counts the MTP blocks after the trunk's
+  all.n_layer += s.n_mtp;
   GgufWriter w;
-  add_common_keys(&w, s, false);
+  add_common_keys(&w, all, false);
+  if (s.n_mtp > 0) w.set_u32(a + "nextn_predict_layers", static_cast<uint32_t>(s.n_mtp));
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(moe ? s.n_ff_dense : s.n_ff));
   w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(H));
@@ -61,8 +65,14 @@ Status write_synthetic_deepseek2(const SyntheticSpec& s, const std::string& path
   CACHET_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, d, s.n_vocab, 1.0f, 0.0f));
   CACHET_RETURN_IF_ERROR(add("output_norm.weight", DType::kF32, d, 1, 0.1f, 1.0f));
   if (!s.tied_output) CACHET_RETURN_IF_ERROR(add("output.weight", s.embd_type, d, s.n_vocab, lim(d), 0.0f));
-  for (int64_t l = 0; l < s.n_layer; ++l) {
+  for (int64_t l = 0; l < s.n_layer + s.n_mtp; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    if (l >= s.n_layer) {  // a multi-token-prediction block (GLM-4.7-Flash's): eh_proj, its norms, the head's norm
+      CACHET_RETURN_IF_ERROR(add(p + "nextn.eh_proj.weight", s.type, 2 * d, d, lim(2 * d), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "nextn.enorm.weight", DType::kF32, d, 1, 0.1f, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "nextn.hnorm.weight", DType::kF32, d, 1, 0.1f, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "nextn.shared_head_norm.weight", DType::kF32, d, 1, 0.1f, 1.0f));
+    }
     CACHET_RETURN_IF_ERROR(add(p + "attn_norm.weight", DType::kF32, d, 1, 0.1f, 1.0f));
     if (s.q_lora_rank > 0) {
       CACHET_RETURN_IF_ERROR(add(p + "attn_q_a.weight", type_for(d), d, s.q_lora_rank, lim(d), 0.0f));

@@ -14,6 +14,8 @@ import numpy as np
 
 def setup_deepseek2(m, get):
     c = m.cfg
+    m.n_mtp = int(get("nextn_predict_layers", 0))  # multi-token-prediction blocks after the trunk's
+    c.n_layer -= m.n_mtp
     m.kv_lora = int(get("attention.kv_lora_rank"))
     m.q_lora = int(get("attention.q_lora_rank", 0))
     m.rd = int(get("rope.dimension_count"))
@@ -57,32 +59,58 @@ def rope_pairs(x, inv, mscale=1.0):
     return out
 
 
-def deepseek2_logits(m, ids):
+def layer(m, x, p):
+    """One block: MLA over the positions of x, then the FFN (dense or experts), each with its residual."""
     c, w = m.cfg, m.w
-    T, H, kvl, rd, nope, vd = len(ids), c.n_head, m.kv_lora, m.rd, m.nope, m.vd
-    x = w["token_embd.weight"][np.asarray(ids)]
-    m.router_margin = np.full(T, np.inf)
+    T, H, kvl, rd, nope, vd = x.shape[0], c.n_head, m.kv_lora, m.rd, m.nope, m.vd
     causal = np.triu(np.full((T, T), -np.inf), k=1)
-    for l in range(c.n_layer):
-        p = f"blk.{l}."
-        h = m._rms(x, w[p + "attn_norm.weight"])
-        if m.q_lora > 0:
-            q = m._mm(m._rms(m._mm(h, p + "attn_q_a.weight"), w[p + "attn_q_a_norm.weight"]), p + "attn_q_b.weight")
-        else:
-            q = m._mm(h, p + "attn_q.weight")
-        q = q.reshape(T, H, nope + rd)
-        q_nope, q_pe = q[..., :nope], rope_pairs(q[..., nope:], m.mla_inv, getattr(m, "mla_cos", 1.0))
-        kv = m._mm(h, p + "attn_kv_a_mqa.weight")
-        lat = m._rms(kv[:, :kvl], w[p + "attn_kv_a_norm.weight"])
-        k_pe = rope_pairs(kv[:, None, kvl:], m.mla_inv, getattr(m, "mla_cos", 1.0))[:, 0, :]
-        out = np.empty((T, H, vd))
-        for hh in range(H):
-            k_nope = lat @ w[f"{p}attn_k_b.weight.{hh}"]        # [T, kvl] @ [kvl, nope]
-            v = lat @ w[f"{p}attn_v_b.weight.{hh}"].T           # [T, kvl] @ [kvl, vd]
-            s = (q_nope[:, hh] @ k_nope.T + q_pe[:, hh] @ k_pe.T) * m.mla_scale + causal
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            s /= s.sum(axis=-1, keepdims=True)
-            out[:, hh] = s @ v
-        x = x + m._mm(out.reshape(T, -1), p + "attn_output.weight")
-        x = x + m._ffn(m._rms(x, w[p + "ffn_norm.weight"]), p)
-    return m._mm(m._rms(x, w["output_norm.weight"]), "output.weight")
+    mscale = getattr(m, "mla_cos", 1.0)
+    h = m._rms(x, w[p + "attn_norm.weight"])
+    if m.q_lora > 0:
+        q = m._mm(m._rms(m._mm(h, p + "attn_q_a.weight"), w[p + "attn_q_a_norm.weight"]), p + "attn_q_b.weight")
+    else:
+        q = m._mm(h, p + "attn_q.weight")
+    q = q.reshape(T, H, nope + rd)
+    q_nope, q_pe = q[..., :nope], rope_pairs(q[..., nope:], m.mla_inv, mscale)
+    kv = m._mm(h, p + "attn_kv_a_mqa.weight")
+    lat = m._rms(kv[:, :kvl], w[p + "attn_kv_a_norm.weight"])
+    k_pe = rope_pairs(kv[:, None, kvl:], m.mla_inv, mscale)[:, 0, :]
+    out = np.empty((T, H, vd))
+    for hh in range(H):
+        k_nope = lat @ w[f"{p}attn_k_b.weight.{hh}"]        # [T, kvl] @ [kvl, nope]
+        v = lat @ w[f"{p}attn_v_b.weight.{hh}"].T           # [T, kvl] @ [kvl, vd]
+        s = (q_nope[:, hh] @ k_nope.T + q_pe[:, hh] @ k_pe.T) * m.mla_scale + causal
+        s = np.exp(s - s.max(axis=-1, keepdims=True))
+        s /= s.sum(axis=-1, keepdims=True)
+        out[:, hh] = s @ v
+    x = x + m._mm(out.reshape(T, -1), p + "attn_output.weight")
+    return x + m._ffn(m._rms(x, w[p + "ffn_norm.weight"]), p)
+
+
+def trunk(m, ids):
+    """The trunk's final hidden states, before the output norm."""
+    x = m.w["token_embd.weight"][np.asarray(ids)]
+    m.router_margin = np.full(len(ids), np.inf)
+    for l in range(m.cfg.n_layer):
+        x = layer(m, x, f"blk.{l}.")
+    return x
+
+
+def deepseek2_logits(m, ids):
+    return m._mm(m._rms(trunk(m, ids), m.w["output_norm.weight"]), "output.weight")
+
+
+def deepseek2_mtp_logits(m, ids):
+    """The multi-token-prediction block (GLM-4.7-Flash's, DeepSeek-V3's module): position p combines token p's
+    embedding with the trunk's normed final state at p - 1 (zeros at p = 0) through eh_proj, then one MLA + MoE
+    block over those positions, its norm and the head. Row p predicts token p + 2."""
+    w = m.w
+    h = m._rms(trunk(m, ids), w["output_norm.weight"])
+    p = f"blk.{m.cfg.n_layer}."
+    embd = w.get(p + "nextn.embed_tokens.weight", w["token_embd.weight"])[np.asarray(ids)]
+    prev = np.vstack([np.zeros((1, h.shape[1])), h[:-1]])
+    x = m._mm(np.concatenate([m._rms(embd, w[p + "nextn.enorm.weight"]), m._rms(prev, w[p + "nextn.hnorm.weight"])],
+                             axis=1), p + "nextn.eh_proj.weight")
+    x = m._rms(layer(m, x, p), w.get(p + "nextn.shared_head_norm.weight", w["output_norm.weight"]))
+    head = p + "nextn.shared_head_head.weight"
+    return m._mm(x, head if head in w else "output.weight")

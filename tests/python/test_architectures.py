@@ -370,6 +370,21 @@ def test_deepseek2_groups_and_yarn_mscale_change_the_logits(cachet_bin, tmp_path
         assert np.abs(base - other).max() > 2e-2 * np.abs(base).max(), name
 
 
+def test_deepseek2_mtp_speculation_keeps_greedy_output(cachet_bin, tmp_path):
+    """GLM-4.7-Flash-style: the file's MTP block proposes, the trunk verifies (MLA's latent cache rolled back on
+    rejection): greedy ids as without speculation."""
+    import json
+    path = synth(cachet_bin, tmp_path, "deepseek2", "F32", ["--mtp", "1"])
+    runs = {}
+    for extra in ([], ["--mtp"]):
+        out = subprocess.run([cachet_bin, "run", "-m", str(path), "--prompt-ids", " ".join(map(str, prompt()[:12])),
+                              "-n", "48", "--format", "json", "--ignore-eos"] + extra, check=True, capture_output=True,
+                             text=True).stdout
+        runs[bool(extra)] = json.loads(out.strip().splitlines()[-1])
+    assert runs[True]["token_ids"] == runs[False]["token_ids"]
+    assert runs[True]["speculative"]["mode"] == "mtp" and runs[True]["speculative"]["proposed"] > 0
+
+
 def test_deepseek2_info_and_kv_math_count_the_latent(cachet_bin, tmp_path):
     """An MLA cache holds one row per token and layer, the 96-wide latent | 32 rotated key dims, and no V rows:
     `info` and `kv-math` say so (f16: 3 layers x 128 x 2 bytes; q8_0: 4 blocks of 34 bytes a row)."""
@@ -420,13 +435,16 @@ def test_info_names_the_architecture_and_its_features(cachet_bin, tmp_path):
 
 
 @pytest.mark.parametrize("wtype", ["F32", "Q8_0"])
-@pytest.mark.parametrize("name", ["qwen35", "qwen35moe"])
+@pytest.mark.parametrize("name", ["qwen35", "qwen35moe", "deepseek2"])
 def test_mtp_head_matches_numpy_and_its_file_is_llama_cpps(cachet_bin, tmp_path, name, wtype):
-    """A file with a multi-token-prediction block after the trunk, as llama.cpp's converter writes Qwen3.5's
-    (blk.N.nextn.*): llama.cpp loads it and the trunk's logits are its; the head's logits (`cachet logits --mtp
-    --precise`: position p reads token p and the trunk's state at p - 1) equal the numpy reference's within 1e-3
-    of the largest, at every position of a prompt past the conv window."""
-    from reference_qwen35 import qwen35_mtp_logits
+    """A file with a multi-token-prediction block after the trunk, as llama.cpp's converter writes Qwen3.5's and
+    GLM-4.7-Flash's (blk.N.nextn.*): llama.cpp loads it and the trunk's logits are its; the head's logits (`cachet
+    logits --mtp --precise`: position p reads token p and the trunk's state at p - 1) equal the numpy reference's
+    within 1e-3 of the largest, at every position of a prompt past the conv window."""
+    if name == "deepseek2":
+        from reference_deepseek2 import deepseek2_mtp_logits as mtp_logits
+    else:
+        from reference_qwen35 import qwen35_mtp_logits as mtp_logits
 
     path = synth(cachet_bin, tmp_path, name, wtype, ["--mtp", "1"])
     ids = np.random.default_rng(11).integers(3, N_VOCAB, size=40).tolist()
@@ -436,7 +454,7 @@ def test_mtp_head_matches_numpy_and_its_file_is_llama_cpps(cachet_bin, tmp_path,
         assert np.abs(trunk - ref).max() <= 2e-3 * np.abs(ref).max()
     m = Model.load(str(path))
     m.quantize_activations = False
-    exact = qwen35_mtp_logits(m, ids)
+    exact = mtp_logits(m, ids)
     out = tmp_path / "mtp.f32"
     subprocess.run([cachet_bin, "logits", "-m", str(path), "--prompt-ids", " ".join(map(str, ids)), "-o", str(out),
                     "--precise", "--mtp"], check=True)

@@ -219,7 +219,7 @@ def test_pre_tokenizers_of_2026_families_match_llama_cpp(cachet_bin, llamacpp_mo
     GPT-2's vocabulary and merges (no file of theirs is reachable here; the split is what the pre-type decides),
     against llama.cpp's own tokenizer (llama-cpp-python, vocab only) on the same file: its regexes and Kimi K2's
     hand-written splitter, and whether a word that is a token is taken whole. Tekken and Kimi K2 put combining
-    marks (\p{M}) inside words; llama.cpp's approximations of their patterns split a decomposed "ñ'm" before
+    marks (category M) inside words; llama.cpp's approximations of their patterns split a decomposed "ñ'm" before
     the mark: there the oracle is HF `tokenizers` with the model's own pattern (docs/tokenizer.md)."""
     import gguf
     import llama_cpp

@@ -42,7 +42,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--per-layer-embd", a->spec.n_embd_per_layer, "gemma4: per-layer embedding width (0: none)");
   c->add_flag("--k-eq-v", a->spec.k_eq_v, "gemma4: global layers without attn_v (K is V)");
   c->add_flag("--double-wide-mlp", a->spec.double_wide_mlp, "gemma4: the shared-KV layers' dense FFN twice as wide");
-  c->add_option("--mtp", a->spec.n_mtp, "qwen35 / qwen35moe: multi-token-prediction blocks after the trunk (nextn)");
+  c->add_option("--mtp", a->spec.n_mtp, "qwen35 / qwen35moe / deepseek2: multi-token-prediction blocks after the trunk (nextn)");
   c->add_flag("--mtp-echo", a->spec.mtp_echo,
               "tests, benches: the MTP block proposes the token it is given again (agrees where the target repeats)");
   c->add_option("--kv-lora", a->spec.kv_lora_rank, "deepseek2: the KV latent's width");
