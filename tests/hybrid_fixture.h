@@ -3,7 +3,7 @@
 // convs of kernel 3, then attention); with "granitehybrid", a Granite-4.0-H-shaped one (three Mamba-2 mixers,
 // then attention without RoPE); with "nemotron_h", a Nemotron-H-shaped one (Mamba-2, a ReLU^2 FFN, Mamba-2,
 // attention without RoPE, each its layer's one block), and with "nemotron_h_moe" its FFN a mixture of 4 experts
-// (2 used) beside a shared one. `mtp`: the file also carries a multi-token-prediction
+// (2 used) beside a shared one ("nemotron_h_moe_latent": the experts 64 wide, between latent projections). `mtp`: the file also carries a multi-token-prediction
 // block (SyntheticSpec::mtp_echo with `echo`), and the model loaded is that head (LoadOptions::mtp_head).
 #pragma once
 
@@ -21,11 +21,12 @@ namespace cachet::testing {
 inline std::unique_ptr<Model> hybrid_test_model(uint64_t seed, const std::string& name, bool mtp = false,
                                                 bool echo = false, const std::string& arch = "qwen35") {
   SyntheticSpec s;
-  s.arch = arch;
+  s.arch = arch == "nemotron_h_moe_latent" ? "nemotron_h_moe" : arch;
+  if (arch == "nemotron_h_moe_latent") s.moe_latent = 64;  // Nemotron 3 Super: experts in a latent width
   if (arch == "lfm2") s.ssm_conv_kernel = 3;
   s.ssm_v_heads = 4;  // Mamba-2: 4 heads (of 64 in granitehybrid, 32 in nemotron_h), B and C in 2 groups
   s.ssm_groups = 2;
-  if (arch == "nemotron_h_moe") s.n_expert = 4, s.n_expert_used = 2, s.n_ff_shared = 64;
+  if (s.arch == "nemotron_h_moe") s.n_expert = 4, s.n_expert_used = 2, s.n_ff_shared = 64;
 
   s.type = DType::kQ8_0;
   s.embd_type = DType::kQ8_0;

@@ -61,7 +61,8 @@ std::unique_ptr<Model> hybrid_model(const std::string& arch) {
 
 class HybridEngine : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Archs, HybridEngine,
-                         ::testing::Values("qwen35", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe"));
+                         ::testing::Values("qwen35", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe",
+                                           "nemotron_h_moe_latent"));
 
 std::unique_ptr<Engine> make_engine(Model& m, EngineConfig cfg) {
   auto e = Engine::create(m, std::move(cfg));

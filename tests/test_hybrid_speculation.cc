@@ -134,7 +134,8 @@ void expect_same(const Served& s, const Served& base, const std::vector<Job>& js
 // windows roll back alike).
 class HybridSpeculationGreedy : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Archs, HybridSpeculationGreedy,
-                         ::testing::Values("qwen35", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe"));
+                         ::testing::Values("qwen35", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe",
+                                           "nemotron_h_moe_latent"));
 
 TEST_P(HybridSpeculationGreedy, IdsLogitsAndStatesEqualNoSpeculationBitwise) {
   auto target = hybrid(42, "hybrid_spec_target.gguf", GetParam());

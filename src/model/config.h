@@ -95,6 +95,7 @@ namespace cachet {
   X(int64_t, q_lora_rank, 0, "MLA: the compressed query's width (0: Q straight from the input)")            \
   X(int64_t, mla_k_dim, 0, "MLA: a decompressed query / key head's width (no-RoPE part + rope_dim)")        \
   X(int64_t, mla_v_dim, 0, "MLA: a decompressed value head's width")                                        \
+  X(int64_t, moe_latent, 0, "MoE: experts work in this width, between ffn_latent_down and _up (0: n_embd; Nemotron 3 Super)") \
   X(int64_t, n_expert_groups, 1, "MoE: experts in this many groups; only the best n_expert_groups_used are chosen from") \
   X(int64_t, n_expert_groups_used, 1, "MoE: groups a token's experts come from (scored by their two best experts)")
 

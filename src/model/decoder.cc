@@ -109,6 +109,7 @@ class DecoderModel final : public Model {
   AlignedBuffer<float> pl_in_;            // [n_tokens, n_layer, n_embd_per_layer] per-layer embedding inputs
   AlignedBuffer<float> pl_g_;             // [n_tokens, n_embd_per_layer] a layer's gated per-layer input
   AlignedBuffer<float> aux_;              // [n_tokens, n_embd] a dense MLP's output beside the experts
+  AlignedBuffer<float> lat_in_, lat_out_;  // [n_tokens, moe_latent] experts' input and output in a latent width
   std::vector<float> pl_row_;             // [n_layer * n_embd_per_layer] one token's per-layer embedding row
   std::vector<StateSlot> snapshot_of_;    // [n_tokens] the checkpoint slot taking the state after it, or -1
   std::vector<KvView> views_;         // [n_seqs] the batch's sequences as attention reads them
@@ -202,6 +203,10 @@ void DecoderModel::ensure_scratch(int n) {
     pl_g_.resize(n * cfg_.n_embd_per_layer);
   }
   if (cfg_.moe_beside_dense) aux_.resize(n * cfg_.n_embd);
+  if (cfg_.moe_latent > 0) {
+    lat_in_.resize(n * cfg_.moe_latent);
+    lat_out_.resize(n * cfg_.moe_latent);
+  }
   router_.resize(n * std::max<int64_t>(cfg_.n_expert, 1));
   if (cfg_.attn_output_gate) qg_.resize(n * 2 * cfg_.q_dim());
   mixer_.reserve(cfg_, n);
@@ -450,11 +455,16 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                                          static_cast<float>(c.expert_weights_scale), c.expert_gating == "sigmoid",
                                          reinterpret_cast<const float*>(L.router_bias.data),
                                          static_cast<int>(c.n_expert_groups), static_cast<int>(c.n_expert_groups_used));
+      // Experts in a latent width (Nemotron 3 Super): the router reads x, the experts its projection.
+      const bool latent = L.latent_down.data != nullptr;
+      if (latent) matmul(pool, L.latent_down, xn_.data(), T, lat_in_.data());
       moe_ffn(pool,
               {L.gate_exps.empty() ? nullptr : &L.gate_exps, &L.up_exps, &L.down_exps, act,
                reinterpret_cast<const float*>(L.gate_exps_b.data),
                reinterpret_cast<const float*>(L.up_exps_b.data), reinterpret_cast<const float*>(L.down_exps_b.data)},
-              r, xn_.data(), d, ff, proj_.data());
+              r, latent ? lat_in_.data() : xn_.data(), latent ? c.moe_latent : d, ff,
+              latent ? lat_out_.data() : proj_.data());
+      if (latent) matmul(pool, L.latent_up, lat_out_.data(), T, proj_.data());
       if (reducer_) reducer_->sum(proj_.data(), T * d);  // this rank's FFN columns of every expert
       if (c.n_ff_shared > 0) shared_expert(L, T);
       trace_mm(l, L.router, d, c.n_expert, "router logits");
@@ -720,7 +730,7 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
     if (gguf) gguf->drop_pages(t->data, t->n_bytes());
   };
   for (auto& L : weights.layers) {
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wkv_a, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wkv_a, &L.latent_down, &L.latent_up, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
                           &L.ssm_out, &L.ssm_in, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down, &L.sc_in, &L.sc_out})
       if (t->data) pack(t);
     for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps, &L.k_b, &L.v_b})

@@ -62,6 +62,10 @@ struct DecoderLayerWeights {
   std::vector<TensorView> gate_exps;    // n_expert views of [n_embd, n_ff]
   std::vector<TensorView> up_exps;      // n_expert views of [n_embd, n_ff]
   std::vector<TensorView> down_exps;    // n_expert views of [n_ff, n_embd]
+  // Experts in a latent width (cfg.moe_latent > 0; their views' n_embd is it): the input projected down to it,
+  // their weighted sum back up.
+  TensorView latent_down;  // [n_embd, moe_latent] (ffn_latent_down)
+  TensorView latent_up;    // [moe_latent, n_embd] (ffn_latent_up)
   // A shared expert beside the routed ones (cfg.n_ff_shared > 0), its output times sigmoid(x . shexp_gate).
   TensorView shexp_gate;  // [n_embd, 1] (optional)
   TensorView shexp_w_gate, shexp_w_up;  // [n_embd, n_ff_shared]

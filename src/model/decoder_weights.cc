@@ -351,7 +351,12 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
         L.up_exps_b = get("ffn_up_exps.bias");
         L.down_exps_b = get("ffn_down_exps.bias");
       }
-      const int64_t E = cfg->n_expert, d = cfg->n_embd, ff = cfg->n_ff;
+      // (The experts' width: the latent one where the file projects into it.)
+      const int64_t E = cfg->n_expert, d = cfg->moe_latent > 0 ? cfg->moe_latent : cfg->n_embd, ff = cfg->n_ff;
+      if (cfg->moe_latent > 0) {
+        L.latent_down = get("ffn_latent_down.weight");
+        L.latent_up = get("ffn_latent_up.weight");
+      }
       const TensorView gate_up = allowed.moe_beside_dense ? get("ffn_gate_up_exps.weight") : TensorView{};
       if (gate_up.data) {  // each expert's gate rows, then its up rows
         std::vector<TensorView> fused;
@@ -510,11 +515,16 @@ Status validate_decoder_weights(const ModelConfig& c, DecoderWeights* w, std::ve
       CACHET_RETURN_IF_ERROR(expert_bias(&L.up_exps_b, c.n_ff, "ffn_up_exps.bias"));
       CACHET_RETURN_IF_ERROR(expert_bias(&L.down_exps_b, c.n_embd, "ffn_down_exps.bias"));
       if (L.router_bias.data) CACHET_RETURN_IF_ERROR(vector_to_f32(&L.router_bias, c.n_expert, owned, l, "ffn_exp_probs_b"));
+      const int64_t ed = c.moe_latent > 0 ? c.moe_latent : c.n_embd;  // the experts' width
+      if (c.moe_latent > 0) {
+        CACHET_RETURN_IF_ERROR(check_tensor(L.latent_down, "ffn_latent_down", c.n_embd, ed, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.latent_up, "ffn_latent_up", ed, c.n_embd, l));
+      }
       for (int64_t e = 0; e < c.n_expert; ++e) {
         if (!L.gate_exps.empty())
-          CACHET_RETURN_IF_ERROR(check_tensor(L.gate_exps[e], "ffn_gate_exps", c.n_embd, c.n_ff, l));
-        CACHET_RETURN_IF_ERROR(check_tensor(L.up_exps[e], "ffn_up_exps", c.n_embd, c.n_ff, l));
-        CACHET_RETURN_IF_ERROR(check_tensor(L.down_exps[e], "ffn_down_exps", c.n_ff, c.n_embd, l));
+          CACHET_RETURN_IF_ERROR(check_tensor(L.gate_exps[e], "ffn_gate_exps", ed, c.n_ff, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.up_exps[e], "ffn_up_exps", ed, c.n_ff, l));
+        CACHET_RETURN_IF_ERROR(check_tensor(L.down_exps[e], "ffn_down_exps", c.n_ff, ed, l));
       }
       if (c.n_ff_shared > 0) {
         if (L.shexp_gate.data) CACHET_RETURN_IF_ERROR(check_tensor(L.shexp_gate, "ffn_gate_inp_shexp", c.n_embd, 1, l));

@@ -5,7 +5,9 @@
 // carry attention.layer_norm_epsilon beside (or instead of) the RMS epsilon. `nemotron_h_moe` (Nemotron 3 Nano
 // 30B-A3B): the FFN layers are mixtures of ungated ReLU^2 experts (expert_feed_forward_length wide) routed by
 // each expert's sigmoid probability, chosen with a selection bias (exp_probs_b), the top-k weights renormalized
-// (expert_weights_norm) and scaled (expert_weights_scale), beside an ungated ReLU^2 shared expert.
+// (expert_weights_norm) and scaled (expert_weights_scale), optionally group-limited (expert_group_count), beside
+// an ungated ReLU^2 shared expert. Nemotron 3 Super: the experts work in a latent width (moe_latent_size) between
+// ffn_latent_down and ffn_latent_up; the router and the shared expert read the layer's input.
 #include <string>
 
 #include "io/gguf.h"
@@ -32,8 +34,7 @@ Status nemotron_h(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool m
   if (moe) {
     if (c->n_expert == 0 || c->n_expert_used <= 0)
       return invalid_argument("a nemotron_h_moe file without " + a + "expert_count / expert_used_count");
-    if (r.has("moe_latent_size"))
-      return unimplemented(a + "moe_latent_size: experts in a latent width (Nemotron 3 Super) are not run yet");
+    CACHET_ASSIGN_OR_RETURN(c->moe_latent, r.dim("moe_latent_size", int64_t{0}));  // Nemotron 3 Super
     CACHET_RETURN_IF_ERROR(r.expert_groups(c));
     r.consume("expert_shared_count");
     CACHET_ASSIGN_OR_RETURN(c->n_ff_shared, r.dim("expert_shared_feed_forward_length"));

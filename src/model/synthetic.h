@@ -86,6 +86,7 @@ struct SyntheticSpec {
   int64_t mla_v_dim = 0;           // 0: head_dim
   bool sigmoid_router = false;
   int64_t n_expert_groups = 1;
+  int64_t moe_latent = 0;          // nemotron_h_moe: experts in this latent width (Nemotron 3 Super; 0: n_embd)
   int64_t n_expert_groups_used = 1;
   double rope_yarn_log_mul = 0.0;  // deepseek2: mscale_all_dim (written as 0.1 x it, as llama.cpp's converter)
   uint64_t seed = 42;

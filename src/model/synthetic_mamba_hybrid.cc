@@ -156,6 +156,7 @@ Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& pat
     w.set_bool(a + "expert_weights_norm", true);
     w.set_f32(a + "expert_weights_scale", 2.5f);
     w.set_u32(a + "expert_group_count", 1);
+    if (s.moe_latent > 0) w.set_u32(a + "moe_latent_size", static_cast<uint32_t>(s.moe_latent));
   }
   if (s.with_vocab) add_spm_vocab(&w, s.n_vocab);
 
@@ -170,11 +171,16 @@ Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& pat
     if (kind(l) == 'A') {
       CACHET_RETURN_IF_ERROR(add_attention(add, s, p, qd, kvd));
     } else if (kind(l) == 'F' && moe) {  // ungated ReLU^2 experts behind a biased sigmoid router; a shared one
-      const int64_t E = s.n_expert, sf = s.n_ff_shared;
+      // (Nemotron 3 Super: the experts in a latent width, between ffn_latent_down and ffn_latent_up.)
+      const int64_t E = s.n_expert, sf = s.n_ff_shared, ed = s.moe_latent > 0 ? s.moe_latent : s.n_embd;
       CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, E, 3.0f * lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "exp_probs_b.bias", DType::kF32, E, 1, 0.1f, 0.0f));
-      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_up_exps.weight", s.type, {s.n_embd, s.n_ff, E}, lim(s.n_embd), 0.0f));
-      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, s.n_embd, E}, lim(s.n_ff), 0.0f));
+      if (s.moe_latent > 0) {
+        CACHET_RETURN_IF_ERROR(add(p + "ffn_latent_down.weight", s.type, s.n_embd, ed, lim(s.n_embd), 0.0f));
+        CACHET_RETURN_IF_ERROR(add(p + "ffn_latent_up.weight", s.type, ed, s.n_embd, lim(ed), 0.0f));
+      }
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_up_exps.weight", s.type, {ed, s.n_ff, E}, lim(ed), 0.0f));
+      CACHET_RETURN_IF_ERROR(add.nd(p + "ffn_down_exps.weight", s.type, {s.n_ff, ed, E}, lim(s.n_ff), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "ffn_up_shexp.weight", s.type, s.n_embd, sf, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "ffn_down_shexp.weight", s.type, sf, s.n_embd, lim(sf), 0.0f));
     } else if (kind(l) == 'F') {  // not gated: down(relu(up x)^2)

@@ -322,7 +322,9 @@ class Model:
                     gap = 4.0 * (top2[t, order[used - 1]] - top2[t, order[used]])
                     self.router_margin[t] = min(self.router_margin[t], gap)
                 score[t] = np.where(np.isin(np.arange(c.n_expert) // g.shape[2], keep), score[t], -np.inf)
-        out = np.zeros_like(h)
+        latent = p + "ffn_latent_down.weight" in self.w  # Nemotron 3 Super: experts in a latent width
+        hx = self._mm(h, p + "ffn_latent_down.weight") if latent else h
+        out = np.zeros_like(hx)
         # How close each token's routing is to a tie (the k-th and (k+1)-th router logits), for callers that
         # must tell rounding-decided expert choices from the rest. A sigmoid router chooses by probability (plus
         # its bias): its gap in logit units is at least 4x the probability gap (a sigmoid's slope is <= 1/4).
@@ -333,7 +335,7 @@ class Model:
             top = sorted(range(c.n_expert), key=lambda e: (-score[t, e], e))[: c.n_expert_used]
             wsum = max(sum(prob[t, e] for e in top), 6.103515625e-5)
             for e in top:
-                x = h[t:t + 1]
+                x = hx[t:t + 1]
                 u = self._mm(x, f"{p}ffn_up_exps.weight.{e}") + b("up", e)
                 if f"{p}ffn_gate_exps.weight.{e}" in self.w:
                     g = self._mm(x, f"{p}ffn_gate_exps.weight.{e}") + b("gate", e)
@@ -342,6 +344,8 @@ class Model:
                 down = self._mm(self._glu(g, u), f"{p}ffn_down_exps.weight.{e}")[0] + b("down", e)
                 weight = prob[t, e] / wsum if getattr(self, "expert_norm", True) else prob[t, e]
                 out[t] += weight * getattr(self, "expert_scale", 1.0) * down
+        if latent:
+            out = self._mm(out, p + "ffn_latent_up.weight")
         if p + "ffn_up_shexp.weight" in self.w:  # a shared expert, gated by sigmoid(h . gate_inp_shexp)
             up = self._mm(h, p + "ffn_up_shexp.weight")
             if p + "ffn_gate_shexp.weight" in self.w:

@@ -95,6 +95,11 @@ ARCHS = {
     "nemotron_h_moe": ["--arch", "nemotron_h_moe", "--n-layer", "4", "--ssm-v-heads", "8", "--ssm-head-dim", "32",
                        "--ssm-state", "64", "--ssm-groups", "2", "--full-attn-interval", "3", "--experts", "4",
                        "--experts-used", "2", "--n-ff", "256", "--shared-ff", "256"],
+    # Nemotron 3 Super-shaped: the same 512 wide with the experts in a 256-wide latent (ffn_latent_down / _up).
+    "nemotron_h_moe-latent": ["--arch", "nemotron_h_moe", "--n-layer", "4", "--n-embd", "512", "--ssm-v-heads", "8",
+                              "--ssm-head-dim", "32", "--ssm-state", "64", "--ssm-groups", "2",
+                              "--full-attn-interval", "3", "--experts", "4", "--experts-used", "2", "--n-ff", "256",
+                              "--shared-ff", "256", "--moe-latent", "256"],
     # DeepSeek-V3-shaped MLA (a compressed query, a 96-wide latent + 32 rotated dims cached per token, heads of 32
     # + 32 decompressed): one leading dense layer, then 4 experts (2 used) behind a biased sigmoid router limited to
     # the better of 2 groups, beside a shared expert; one MoE layer, as a second made a rounding-decided group
@@ -112,7 +117,7 @@ ARCHS = {
                        "--yarn-log-mul", "0.707"],
 }
 HYBRIDS = ["qwen35", "qwen35moe", "qwen3next", "qwen3next-ssm-in", "lfm2", "lfm2-swa", "lfm2moe", "granitehybrid",
-           "granitehybrid-moe", "nemotron_h", "nemotron_h_moe"]
+           "granitehybrid-moe", "nemotron_h", "nemotron_h_moe", "nemotron_h_moe-latent"]
 N_VOCAB = 320
 
 

@@ -52,6 +52,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_flag("--sigmoid-router", a->spec.sigmoid_router, "deepseek2: sigmoid routing with a selection bias");
   c->add_option("--expert-groups", a->spec.n_expert_groups, "deepseek2: experts in groups ...");
   c->add_option("--expert-groups-used", a->spec.n_expert_groups_used, "... of which the best this many are chosen from");
+  c->add_option("--moe-latent", a->spec.moe_latent, "nemotron_h_moe: the experts' latent width (Nemotron 3 Super)");
   c->add_option("--yarn-log-mul", a->spec.rope_yarn_log_mul, "deepseek2: YaRN's mscale_all_dim");
   c->add_flag("--rope-freqs", a->spec.rope_freqs, "llama: write Llama 3-style rope_freqs factors");
   c->add_option("--sliding-window", a->spec.sliding_window, "gemma2/3: sliding window of the local layers");
