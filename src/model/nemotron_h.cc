@@ -18,8 +18,14 @@ namespace cachet {
 
 namespace {
 
-Status nemotron_h(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe) {
+Status nemotron_h(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, bool mtp_head) {
   const std::string a = r.arch() + ".";
+  // Nemotron 3's files carry a multi-token-prediction block after the trunk (attention, then experts behind
+  // post_attention_norm, in one layer): the trunk reads past it; as a proposer it does not run yet.
+  if (mtp_head)
+    return unimplemented("Nemotron-H's multi-token-prediction block does not run as a proposer yet (--mtp); the "
+                         "model runs without it");
+  CACHET_RETURN_IF_ERROR(take_mtp_blocks(r, c, allowed, false));
   c->one_block_layers = true;
   c->ffn_act = "relu2";
   c->nope_interval = 1;                  // no layer sees positions: the Mamba-2 layers carry the order
@@ -70,8 +76,8 @@ void register_nemotron_h_arch() {
     const bool moe = std::string(name) == "nemotron_h_moe";
     register_arch(name, [moe](std::unique_ptr<GgufFile> f, std::shared_ptr<ThreadPool> pool, const LoadOptions& opts) {
       return load_decoder_from_gguf(std::move(f), std::move(pool), opts,
-                                    [moe](ArchReader& r, ModelConfig* c, DecoderTensors* t) {
-                                      return nemotron_h(r, c, t, moe);
+                                    [moe, &opts](ArchReader& r, ModelConfig* c, DecoderTensors* t) {
+                                      return nemotron_h(r, c, t, moe, opts.mtp_head);
                                     });
     });
   }

@@ -131,14 +131,22 @@ Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& pat
   const int64_t qd = s.n_head * hd, kvd = s.n_head_kv * hd;
   const std::string a = s.arch + ".";
   // Every full_attn_interval-th layer attends; of the others, even ones are Mamba-2, odd ones FFNs.
-  auto kind = [&](int64_t l) { return (l + 1) % s.full_attn_interval == 0 ? 'A' : l % 2 == 0 ? 'M' : 'F'; };
+  // A multi-token-prediction block after the trunk (Nemotron 3's): attention and experts in one layer, listed
+  // with both KV heads and an FFN width.
+  if (s.n_mtp < 0 || (s.n_mtp > 0 && !moe)) return invalid_argument("synthetic model: nemotron_h's MTP blocks need experts");
+  auto kind = [&](int64_t l) {
+    return l >= s.n_layer ? 'X' : (l + 1) % s.full_attn_interval == 0 ? 'A' : l % 2 == 0 ? 'M' : 'F';
+  };
+  SyntheticSpec all = s;
+  all.n_layer += s.n_mtp;
   GgufWriter w;
-  add_common_keys(&w, s, /*ff_key=*/false);
+  add_common_keys(&w, all, /*ff_key=*/false);
+  if (s.n_mtp > 0) w.set_u32(a + "nextn_predict_layers", static_cast<uint32_t>(s.n_mtp));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
   std::vector<int32_t> kv_heads, ff;
-  for (int64_t l = 0; l < s.n_layer; ++l) {
-    kv_heads.push_back(kind(l) == 'A' ? static_cast<int32_t>(s.n_head_kv) : 0);
-    ff.push_back(kind(l) == 'F' ? static_cast<int32_t>(s.n_ff) : 0);
+  for (int64_t l = 0; l < all.n_layer; ++l) {
+    kv_heads.push_back(kind(l) == 'A' || kind(l) == 'X' ? static_cast<int32_t>(s.n_head_kv) : 0);
+    ff.push_back(kind(l) == 'F' || kind(l) == 'X' ? static_cast<int32_t>(s.n_ff) : 0);
   }
   w.set_i32_array(a + "attention.head_count_kv", kv_heads);
   w.set_i32_array(a + "feed_forward_length", ff);
@@ -165,12 +173,19 @@ Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& pat
   CACHET_RETURN_IF_ERROR(add("token_embd.weight", s.embd_type, s.n_embd, s.n_vocab, 1.0f, 0.0f));
   CACHET_RETURN_IF_ERROR(add("output_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
   if (!s.tied_output) CACHET_RETURN_IF_ERROR(add("output.weight", s.type, s.n_embd, s.n_vocab, lim(s.n_embd), 0.0f));
-  for (int64_t l = 0; l < s.n_layer; ++l) {
+  for (int64_t l = 0; l < all.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     CACHET_RETURN_IF_ERROR(add(p + "attn_norm.weight", DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
+    if (kind(l) == 'X') {  // the MTP block: eh_proj and its norms, attention, post_attention_norm, then experts
+      CACHET_RETURN_IF_ERROR(add(p + "nextn.eh_proj.weight", s.type, 2 * s.n_embd, s.n_embd, lim(2 * s.n_embd), 0.0f));
+      for (const char* n : {"nextn.enorm.weight", "nextn.hnorm.weight", "nextn.shared_head_norm.weight",
+                            "post_attention_norm.weight"})
+        CACHET_RETURN_IF_ERROR(add(p + n, DType::kF32, s.n_embd, 1, 0.1f, 1.0f));
+      CACHET_RETURN_IF_ERROR(add_attention(add, s, p, qd, kvd));
+    }
     if (kind(l) == 'A') {
       CACHET_RETURN_IF_ERROR(add_attention(add, s, p, qd, kvd));
-    } else if (kind(l) == 'F' && moe) {  // ungated ReLU^2 experts behind a biased sigmoid router; a shared one
+    } else if ((kind(l) == 'F' || kind(l) == 'X') && moe) {  // ungated ReLU^2 experts behind a biased sigmoid router; a shared one
       // (Nemotron 3 Super: the experts in a latent width, between ffn_latent_down and ffn_latent_up.)
       const int64_t E = s.n_expert, sf = s.n_ff_shared, ed = s.moe_latent > 0 ? s.moe_latent : s.n_embd;
       CACHET_RETURN_IF_ERROR(add(p + "ffn_gate_inp.weight", DType::kF32, s.n_embd, E, 3.0f * lim(s.n_embd), 0.0f));

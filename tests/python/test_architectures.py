@@ -375,6 +375,20 @@ def test_deepseek2_groups_and_yarn_mscale_change_the_logits(cachet_bin, tmp_path
         assert np.abs(base - other).max() > 2e-2 * np.abs(base).max(), name
 
 
+def test_nemotron_h_file_with_an_mtp_block_runs_its_trunk(cachet_bin, tmp_path):
+    """Nemotron 3's files carry an MTP block after the trunk (attention and experts in one layer, listed with both
+    KV heads and an FFN width): the trunk loads past it and its logits are llama.cpp's on the same file; asking
+    for the block as a proposer is refused with the reason."""
+    path = synth(cachet_bin, tmp_path, "nemotron_h_moe-latent", "F32", ["--mtp", "1"])
+    ids = prompt()
+    ours = our_logits(cachet_bin, path, ids, tmp_path)
+    ref = llama_cpp_logits(path, ids)
+    assert np.abs(ours - ref).max() <= 2e-3 * np.abs(ref).max()
+    r = subprocess.run([cachet_bin, "logits", "-m", str(path), "--prompt-ids", "5 6 7", "-o", str(tmp_path / "x.f32"),
+                        "--mtp"], capture_output=True, text=True)
+    assert r.returncode != 0 and "multi-token-prediction block does not run as a proposer yet" in r.stderr
+
+
 def test_deepseek2_mtp_speculation_keeps_greedy_output(cachet_bin, tmp_path):
     """GLM-4.7-Flash-style: the file's MTP block proposes, the trunk verifies (MLA's latent cache rolled back on
     rejection): greedy ids as without speculation."""
