@@ -9,8 +9,8 @@ namespace cachet {
 
 Status kv_types_fit(const ModelConfig& cfg, KvTypes t) {
   if (cfg.v_in_k() && t.k != t.v)
-    return invalid_argument(std::string("this model reads V from K's rows (MLA's latent): the KV types must agree, got ") +
-                            kv_type_name(t.k) + " and " + kv_type_name(t.v));
+    return invalid_argument(std::string("this model reads V from K's rows (MLA's latent): the KV types must agree, "
+                                        "got ") + kv_type_name(t.k) + " and " + kv_type_name(t.v));
   for (int64_t hd : {cfg.head_dim, cfg.head_dim_swa > 0 ? cfg.head_dim_swa : cfg.head_dim}) {
     for (KvType x : {t.k, t.v})
       if (hd % kv_block(x) != 0)

@@ -210,8 +210,8 @@ float ModelConfig::query_scale(int64_t l) const {
 
 float ModelConfig::attn_temperature(int32_t pos) const {
   if (attn_temp_scale == 0.0) return 1.0f;
-  return static_cast<float>(
-      std::log(std::floor(static_cast<double>(pos) / static_cast<double>(attn_temp_floor)) + 1.0) * attn_temp_scale + 1.0);
+  const double steps = std::floor(static_cast<double>(pos) / static_cast<double>(attn_temp_floor));
+  return static_cast<float>(std::log(steps + 1.0) * attn_temp_scale + 1.0);
 }
 
 std::string ModelConfig::to_string() const {

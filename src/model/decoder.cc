@@ -730,8 +730,8 @@ Result<std::unique_ptr<Model>> make_decoder_model(ModelConfig cfg, DecoderWeight
     if (gguf) gguf->drop_pages(t->data, t->n_bytes());
   };
   for (auto& L : weights.layers) {
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wkv_a, &L.latent_down, &L.latent_up, &L.router, &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha,
-                          &L.ssm_out, &L.ssm_in, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down, &L.sc_in, &L.sc_out})
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wkv_a, &L.latent_down, &L.latent_up, &L.router,
+                          &L.ssm_qkv, &L.ssm_z, &L.ssm_beta, &L.ssm_alpha, &L.ssm_out, &L.ssm_in, &L.shexp_w_gate, &L.shexp_w_up, &L.shexp_w_down, &L.sc_in, &L.sc_out})
       if (t->data) pack(t);
     for (auto* v : {&L.gate_exps, &L.up_exps, &L.down_exps, &L.k_b, &L.v_b})
       for (TensorView& t : *v) pack(&t);

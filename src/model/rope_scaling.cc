@@ -111,9 +111,9 @@ RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors) {
     const float S = static_cast<float>(1.0 / c.rope_freq_scale), s = static_cast<float>(1.0 / fs);
     // (MLA models, DeepSeek's YaRN: llama.cpp takes mscale = mscale_all_dim, a ratio of 1; the multiplier
     // scales the scores instead, ModelConfig::query_scale.)
-    float yarn_attn = c.rope_yarn_log_mul == 0.0 ? get_mscale(S, 1.0f)
-                      : c.is_mla()               ? 1.0f
-                                                 : get_mscale(S, 1.0f) / get_mscale(S, static_cast<float>(c.rope_yarn_log_mul));
+    float yarn_attn = get_mscale(S, 1.0f);
+    if (c.rope_yarn_log_mul != 0.0)
+      yarn_attn = c.is_mla() ? 1.0f : yarn_attn / get_mscale(S, static_cast<float>(c.rope_yarn_log_mul));
     yarn_attn *= 1.0f / (1.0f + 0.1f * std::log(S));
     m *= yarn_attn * (1.0f + 0.1f * std::log(s));
   }
