@@ -178,6 +178,89 @@ TEST(OutputParser, DeepSeekCalls) {
   EXPECT_EQ(std::get<2>(p.calls[1]), R"({"city": "Lima"})");
 }
 
+// DeepSeek V3.1: the name, then the bare JSON, in the one section; arguments stream before the call closes.
+TEST(OutputParser, DeepSeekV31Calls) {
+  const Parsed p = parse_every_way(
+      fmt(ToolSyntax::kDeepSeekV31), true, true, kTools,
+      "hmm</think>Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"<｜tool▁call▁end｜>?\"}"
+      "<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Lima\"}<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜>");
+  EXPECT_EQ(p.reasoning, "hmm");
+  EXPECT_EQ(p.content, "Sure.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "search");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"city": "Lima"})");
+  ChatOutputParser s(fmt(ToolSyntax::kDeepSeekV31), false, false, kTools, "c");
+  OutputDelta d = s.push("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>search<｜tool▁sep｜>{\"q\": \"lo");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].name, "search");
+  EXPECT_EQ(d.calls[0].arguments, "{\"q\": \"lo");
+}
+
+// GLM-4.5 / 4.6 (newlines between) and 4.7 (none): string values as written, the rest JSON, typed by the schema;
+// a value may spell </tool_call>.
+TEST(OutputParser, GlmKeyValueCalls) {
+  const ChatFormat f = fmt(ToolSyntax::kGlm);
+  Parsed p = parse_every_way(f, true, true, kTools,
+                             "plan</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New York"
+                             "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n"
+                             "<tool_call>search\n<arg_key>q</arg_key>\n<arg_value>a</tool_call> b</arg_value>\n"
+                             "</tool_call>");
+  EXPECT_EQ(p.reasoning, "plan");
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"city": "New York", "days": 3})");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"q": "a</tool_call> b"})");
+  p = parse_every_way(f, false, false, kTools,
+                      "Checking.<tool_call>get_weather<arg_key>days</arg_key><arg_value>2</arg_value><arg_key>unit"
+                      "</arg_key><arg_value>c</arg_value></tool_call><tool_call>search</tool_call>");
+  EXPECT_EQ(p.content, "Checking.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"days": 2, "unit": "c"})");
+  EXPECT_EQ(std::get<1>(p.calls[1]), "search");
+  EXPECT_EQ(std::get<2>(p.calls[1]), "{}");
+}
+
+// Kimi K2: the model numbers its calls (functions.NAME:N), and that id is the call's (the template renders the
+// result by it); an id written twice falls back to ours.
+TEST(OutputParser, KimiSectionWithTheModelsIds) {
+  const Parsed p = parse_every_way(
+      fmt(ToolSyntax::kKimi), true, false, kTools,
+      "<think>look it up</think>One moment.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+      "<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|><|tool_call_begin|>functions.search:0"
+      "<|tool_call_argument_begin|>{\"q\": \"b\"}<|tool_call_end|><|tool_call_begin|>functions.search:0"
+      "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>");
+  EXPECT_EQ(p.reasoning, "look it up");
+  EXPECT_EQ(p.content, "One moment.");
+  ASSERT_EQ(p.calls.size(), 3u);
+  EXPECT_EQ(p.calls[0], std::make_tuple(std::string("functions.get_weather:0"), std::string("get_weather"),
+                                        std::string(R"({"city": "Oslo"})")));
+  EXPECT_EQ(std::get<0>(p.calls[1]), "functions.search:0");
+  EXPECT_EQ(std::get<1>(p.calls[2]), "search");
+  EXPECT_EQ(std::get<0>(p.calls[2]), "call_2");
+}
+
+// Devstral / Magistral / Ministral 3 / Mistral Small 3.2: [TOOL_CALLS]NAME[ARGS]{...} per call, the model's own
+// [CALL_ID] when it writes one, else a 9-character id (the only kind Mistral's templates take); [THINK] reasoning.
+TEST(OutputParser, MistralArgsCalls) {
+  ChatFormat f = fmt(ToolSyntax::kMistralArgs, false);
+  f.think_start = "[THINK]", f.think_end = "[/THINK]";
+  const Parsed p = parse_every_way(
+      f, true, false, kTools,
+      "[THINK]weather first[/THINK]Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Rome\", \"days\": 1}"
+      "[TOOL_CALLS]search[CALL_ID]a1B2c3D4e[ARGS]{\"q\": \"x}\"}");
+  EXPECT_EQ(p.reasoning, "weather first");
+  EXPECT_EQ(p.content, "Sure.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "get_weather");
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"city": "Rome", "days": 1})");
+  const std::string& id = std::get<0>(p.calls[0]);
+  EXPECT_EQ(id.size(), 9u);
+  EXPECT_EQ(id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"), std::string::npos);
+  EXPECT_EQ(std::get<0>(p.calls[1]), "a1B2c3D4e");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"q": "x}"})");
+}
+
 TEST(OutputParser, ArgumentsStreamBeforeTheCallCloses) {
   ChatOutputParser p(fmt(ToolSyntax::kHermes), false, false, kTools, "c");
   OutputDelta d = p.push("<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"lo");
@@ -307,7 +390,15 @@ TEST(ToolFormat, DetectsEachFamilyFromItsTemplate) {
   EXPECT_EQ(detect_chat_format("{{ tools }}<tool_call><function=x><parameter=y>").tools, ToolSyntax::kQwenXml);
   EXPECT_EQ(detect_chat_format("<|start_header_id|>{{ tools }}<|python_tag|>").tools, ToolSyntax::kLlama3);
   EXPECT_EQ(detect_chat_format("[AVAILABLE_TOOLS]{{ tools }}[TOOL_CALLS]").tools, ToolSyntax::kMistral);
-  EXPECT_EQ(detect_chat_format("{{ tools }}<｜tool▁calls▁begin｜>").tools, ToolSyntax::kDeepSeek);
+  EXPECT_EQ(detect_chat_format("{{ tools }}<｜tool▁calls▁begin｜>```json").tools, ToolSyntax::kDeepSeek);
+  EXPECT_EQ(detect_chat_format("{{ tools }}<｜tool▁calls▁begin｜>").tools, ToolSyntax::kDeepSeekV31);
+  EXPECT_EQ(detect_chat_format("<tool_call>{{ n }}<arg_key>{{ k }}</arg_key>").tools, ToolSyntax::kGlm);
+  EXPECT_EQ(detect_chat_format("<|tool_calls_section_begin|>{{ tools }}").tools, ToolSyntax::kKimi);
+  const ChatFormat m = detect_chat_format("[TOOL_CALLS]{{ n }}[CALL_ID]{{ i }}[ARGS]{{ a }}[THINK]x[/THINK]");
+  EXPECT_EQ(m.tools, ToolSyntax::kMistralArgs);
+  EXPECT_TRUE(m.call_ids);
+  EXPECT_EQ(m.think_start, "[THINK]");
+  EXPECT_EQ(m.call_separator, "");
   const ChatFormat g = detect_chat_format("<|im_start|>{{ message.content }}");
   EXPECT_EQ(g.tools, ToolSyntax::kGeneric);
   EXPECT_FALSE(g.template_renders_tools);

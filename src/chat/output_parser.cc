@@ -58,9 +58,48 @@ size_t json_value_end(const std::string& s, size_t i, bool at_end) {
   return j == i ? npos : j;
 }
 
-const char* kDsCallBegin = "<｜tool▁call▁begin｜>";
-const char* kDsSep = "<｜tool▁sep｜>";
-const char* kDsCallEnd = "<｜tool▁call▁end｜>";
+// A parameter's text as a JSON value, typed by the function's schema: strings (and enums of strings) as strings,
+// the rest as the JSON they spell (a string when they spell none). strip_newlines: a free string loses one newline
+// on each side (qwen-xml's layout); any other value may have whitespace around it, which is layout too.
+std::string typed_value(const ToolSpec* spec, const std::string& key, std::string v, bool strip_newlines) {
+  bool as_string = true, free_string = true;
+  if (spec && spec->parameters.contains("properties") && spec->parameters["properties"].contains(key)) {
+    const json& ps = spec->parameters["properties"][key];
+    if (ps.is_object()) {
+      const json t = ps.value("type", json());
+      bool enum_strings = false;
+      if (ps.contains("enum") && ps["enum"].is_array()) {
+        enum_strings = true;
+        for (const json& e : ps["enum"]) enum_strings = enum_strings && e.is_string();
+      }
+      if (ps.contains("const")) enum_strings = ps["const"].is_string();
+      as_string = t == "string" || enum_strings;
+      free_string = t == "string" && !ps.contains("enum") && !ps.contains("const") && !ps.contains("pattern") &&
+                    !ps.contains("format");
+    }
+  }
+  if (free_string) {
+    if (strip_newlines && !v.empty() && v.front() == '\n') v.erase(0, 1);
+    if (strip_newlines && !v.empty() && v.back() == '\n') v.pop_back();
+  } else {
+    const size_t b0 = skip_ws(v, 0);
+    size_t b1 = v.size();
+    while (b1 > b0 && is_ws(v[b1 - 1])) --b1;
+    v = v.substr(b0, b1 - b0);
+  }
+  if (!as_string) {
+    try {
+      return json::parse(v).dump();
+    } catch (...) {
+    }
+  }
+  return json(v).dump();
+}
+
+// Whether s from i on could still grow into `what` (it is a proper prefix of it).
+bool could_become(const std::string& s, size_t i, const std::string& what) {
+  return s.size() - i < what.size() && what.compare(0, s.size() - i, s, i) == 0;
+}
 
 }  // namespace
 
@@ -70,7 +109,8 @@ ChatOutputParser::ChatOutputParser(ChatFormat format, bool reasoning, bool open_
       reasoning_((reasoning || format_.always_reasons) && !format_.think_start.empty()),
       tools_(std::move(tools)),
       id_prefix_(std::move(id_prefix)),
-      markers_(call_markers(format_.tools)) {
+      markers_(call_markers(format_.tools)),
+      section_(call_section(format_.tools)) {
   if (reasoning_ && open_reasoning) mode_ = Mode::kReasoning;
 }
 
@@ -109,10 +149,25 @@ void ChatOutputParser::emit_text(const std::string& s, OutputDelta* out) {
   out->content += t.substr(0, end);
 }
 
-void ChatOutputParser::start_call(const std::string& name, OutputDelta* out) {
+void ChatOutputParser::start_call(const std::string& name, OutputDelta* out, const std::string& id) {
   ToolCallDelta d;
   d.index = n_calls_;
-  d.id = id_prefix_ + std::to_string(n_calls_);
+  if (!id.empty() && std::find(ids_.begin(), ids_.end(), id) == ids_.end()) {
+    d.id = id;
+  } else if (format_.tools == ToolSyntax::kMistral || format_.tools == ToolSyntax::kMistralArgs) {
+    // Mistral's templates refuse any id but 9 letters and digits: one drawn from this response's prefix.
+    static const char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (char c : id_prefix_ + std::to_string(n_calls_)) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    do {
+      d.id.clear();
+      for (int k = 0; k < 9; ++k, h /= 62) d.id += kAlnum[h % 62];
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+    } while (std::find(ids_.begin(), ids_.end(), d.id) != ids_.end());
+  } else {
+    d.id = id_prefix_ + std::to_string(n_calls_);
+  }
+  ids_.push_back(d.id);
   d.name = name;
   out->calls.push_back(std::move(d));
   call_started_ = true;
@@ -221,7 +276,15 @@ OutputDelta ChatOutputParser::finish(bool cut) {
 bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
   switch (format_.tools) {
     case ToolSyntax::kQwenXml: return scan_xml_call(out, at_end);
-    case ToolSyntax::kDeepSeek: return scan_deepseek_calls(out, at_end);
+    case ToolSyntax::kDeepSeek:
+    case ToolSyntax::kDeepSeekV31:
+    case ToolSyntax::kKimi: return scan_section_calls(out, at_end);
+    case ToolSyntax::kMistralArgs: return scan_mistral_args_call(out, at_end);
+    case ToolSyntax::kGlm: {  // a hermes-style JSON body from a GLM model is read as JSON
+      const size_t i = skip_ws(body_, 0);
+      if (i < body_.size() && body_[i] == '{') return scan_json_calls(out, at_end);
+      return scan_glm_call(out, at_end);
+    }
     case ToolSyntax::kHarmony: return scan_harmony_call(out, at_end);
     case ToolSyntax::kGemma4: return scan_gemma4_call(out, at_end);
     default: return scan_json_calls(out, at_end);
@@ -364,39 +427,7 @@ bool ChatOutputParser::scan_xml_call(OutputDelta* out, bool at_end) {
     if (pend == npos) break;
     if (k >= xml_params_emitted_) {
       const std::string key = body_.substr(pos + 11, pgt - pos - 11);
-      std::string v = body_.substr(pgt + 1, pend - pgt - 1);
-      // A free string keeps its text but the newline on each side (the family's layout); any other value
-      // (numbers, enums, objects) may have whitespace around it, which is layout too.
-      bool as_string = true, free_string = true;
-      if (spec && spec->parameters.contains("properties") && spec->parameters["properties"].contains(key)) {
-        const json& ps = spec->parameters["properties"][key];
-        if (ps.is_object()) {
-          const json t = ps.value("type", json());
-          bool enum_strings = false;
-          if (ps.contains("enum") && ps["enum"].is_array()) {
-            enum_strings = true;
-            for (const json& e : ps["enum"]) enum_strings = enum_strings && e.is_string();
-          }
-          if (ps.contains("const")) enum_strings = ps["const"].is_string();
-          as_string = t == "string" || enum_strings;
-          free_string = t == "string" && !ps.contains("enum") && !ps.contains("const") && !ps.contains("pattern") &&
-                        !ps.contains("format");
-        }
-      }
-      if (free_string) {
-        if (!v.empty() && v.front() == '\n') v.erase(0, 1);
-        if (!v.empty() && v.back() == '\n') v.pop_back();
-      } else {
-        const size_t b0 = skip_ws(v, 0);
-        size_t b1 = v.size();
-        while (b1 > b0 && is_ws(v[b1 - 1])) --b1;
-        v = v.substr(b0, b1 - b0);
-      }
-      std::string value;
-      if (!as_string) {
-        try { value = json::parse(v).dump(); } catch (...) { value.clear(); }
-      }
-      if (value.empty()) value = json(v).dump();
+      const std::string value = typed_value(spec, key, body_.substr(pgt + 1, pend - pgt - 1), true);
       emit_args(std::string(xml_params_emitted_ == 0 ? "{" : ", ") + json(key).dump() + ": " + value, out);
       ++xml_params_emitted_;
     }
@@ -417,46 +448,170 @@ bool ChatOutputParser::body_looks_like_call() const {
   if (i == body_.size()) return true;  // nothing yet
   switch (format_.tools) {
     case ToolSyntax::kQwenXml: return body_.compare(i, 10, "<function=") == 0 || std::string("<function=").rfind(body_.substr(i), 0) == 0;
-    case ToolSyntax::kDeepSeek: return false;
+    case ToolSyntax::kDeepSeek:
+    case ToolSyntax::kDeepSeekV31:
+    case ToolSyntax::kKimi: return false;
+    case ToolSyntax::kGlm: return true;  // a name, then key/value pairs, up to </tool_call>
+    case ToolSyntax::kMistralArgs: return true;
     case ToolSyntax::kHarmony: return true;  // a name, a header, then the arguments, up to <|call|>
     case ToolSyntax::kGemma4: return body_.compare(i, 5, "call:") == 0 || std::string("call:").rfind(body_.substr(i), 0) == 0;
     default: return body_[i] == '{' || body_[i] == '[';
   }
 }
 
-// <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>, repeated: each call goes
-// out when it closes.
-bool ChatOutputParser::scan_deepseek_calls(OutputDelta* out, bool at_end) {
+// CALL_BEGIN HEAD SEP ARGS CALL_END, repeated inside the section (call_section): a call's first delta goes out
+// when its name is known, its arguments as they come (a tail that may begin CALL_END held back); deepseek's
+// fenced JSON block goes out when the call closes.
+bool ChatOutputParser::scan_section_calls(OutputDelta* out, bool at_end) {
+  const CallSection& sec = *section_;
+  const bool fenced = format_.tools == ToolSyntax::kDeepSeek;
   size_t pos = 0, k = 0;
   while (true) {
-    const size_t b = body_.find(kDsCallBegin, pos);
+    const size_t b = body_.find(sec.call_begin, pos);
     if (b == npos) break;
-    const size_t e = body_.find(kDsCallEnd, b);
-    if (e == npos) break;
+    const size_t h = b + sec.call_begin.size();
+    const size_t sep = body_.find(sec.sep, h);
+    if (sep == npos) break;  // cut short before the name: dropped, never shown as content
+    const size_t a = sep + sec.sep.size();
+    const size_t e = body_.find(sec.call_end, a);
     if (k >= calls_done_in_body_) {
-      const std::string call = body_.substr(b + std::string(kDsCallBegin).size(), e - b - std::string(kDsCallBegin).size());
-      const size_t sep = call.find(kDsSep);
-      std::string rest = sep == npos ? call : call.substr(sep + std::string(kDsSep).size());
-      const size_t nl = rest.find('\n');
-      const std::string name = rest.substr(0, nl);
-      std::string args = nl == npos ? "" : rest.substr(nl + 1);
-      if (args.rfind("```json", 0) == 0) args = args.substr(7);
-      const size_t fence = args.rfind("```");
-      if (fence != npos) args.resize(fence);
-      const size_t a0 = skip_ws(args, 0);
-      size_t a1 = args.size();
-      while (a1 > a0 && is_ws(args[a1 - 1])) --a1;
-      start_call(name, out);
-      emit_args(a1 > a0 ? args.substr(a0, a1 - a0) : "{}", out);
+      size_t a0 = skip_ws(body_, a), upto = e == npos ? body_.size() : e;
+      if (fenced) {  // "function" SEP NAME \n ```json \n ARGS \n ```
+        const size_t nl = std::min(body_.find('\n', a), upto);  // the name ends at a newline (or the call's end)
+        if (nl == upto && e == npos && !at_end) break;
+        if (!call_started_) start_call(body_.substr(a, nl - a), out);
+        if (e == npos && !at_end) break;
+        std::string args = nl < upto ? body_.substr(nl + 1, upto - nl - 1) : "";
+        if (args.rfind("```json", 0) == 0) args = args.substr(7);
+        const size_t fence = args.rfind("```");
+        if (fence != npos) args.resize(fence);
+        const size_t x0 = skip_ws(args, 0);
+        size_t x1 = args.size();
+        while (x1 > x0 && is_ws(args[x1 - 1])) --x1;
+        emit_args(args.substr(x0, x1 - x0), out);
+      } else {
+        if (!call_started_) {
+          std::string head = body_.substr(h, sep - h), name = head, id;
+          // kimi: functions.NAME:N, the id the template renders the call's result by
+          if (name.rfind("functions.", 0) == 0) name = name.substr(10);
+          const size_t colon = name.rfind(':');
+          if (colon != npos && colon + 1 < name.size() &&
+              name.find_first_not_of("0123456789", colon + 1) == npos) {
+            name.resize(colon);
+            if (head.rfind("functions.", 0) == 0) id = head;
+          }
+          start_call(name, out, id);
+        }
+        if (e == npos && !at_end) {  // hold back what may begin CALL_END, and trailing whitespace
+          for (size_t n = std::min(sec.call_end.size() - 1, upto - a); n > 0; --n)
+            if (body_.compare(upto - n, n, sec.call_end, 0, n) == 0) {
+              upto -= n;
+              break;
+            }
+        }
+        while (upto > a0 && is_ws(body_[upto - 1])) --upto;
+        if (upto > a0 + args_emitted_) emit_args(body_.substr(a0 + args_emitted_, upto - a0 - args_emitted_), out);
+        if (e == npos && !at_end) break;
+      }
+      if (args_emitted_ == 0) emit_args("{}", out);
       ++n_calls_;
       call_started_ = false;
       ++calls_done_in_body_;
     }
     ++k;
-    pos = e + std::string(kDsCallEnd).size();
+    if (e == npos) break;
+    pos = e + sec.call_end.size();
   }
   if (at_end) body_.clear();
   return at_end;
+}
+
+// NAME<arg_key>K</arg_key><arg_value>V</arg_value>... (GLM-4.5 / 4.6 put newlines between): the name goes out once
+// its end is seen, each argument as a JSON member when its value closes (typed by the schema: GLM writes a string
+// as it is and anything else as JSON). The pairs are read in order, so a value may hold any text but
+// "</arg_value>".
+bool ChatOutputParser::scan_glm_call(OutputDelta* out, bool at_end) {
+  static const std::string kKey = "<arg_key>", kKeyEnd = "</arg_key>", kValue = "<arg_value>",
+                           kValueEnd = "</arg_value>";
+  const size_t n0 = skip_ws(body_, 0);
+  const size_t n1 = body_.find_first_of("\n<", n0);
+  if (n1 == npos && !at_end) return false;
+  const size_t name_end = n1 == npos ? body_.size() : n1;
+  size_t t = name_end;
+  while (t > n0 && is_ws(body_[t - 1])) --t;
+  const std::string name = body_.substr(n0, t - n0);
+  if (name.empty()) {  // no name: markup, dropped
+    if (at_end) body_.clear();
+    return at_end;
+  }
+  if (!call_started_) start_call(name, out);
+  const ToolSpec* spec = nullptr;
+  for (const ToolSpec& tool : tools_)
+    if (tool.name == name) spec = &tool;
+  size_t pos = name_end, k = 0;
+  while (true) {
+    pos = skip_ws(body_, pos);
+    if (body_.compare(pos, kKey.size(), kKey) != 0) {
+      if (at_end || !could_become(body_, pos, kKey)) call_end_ = pos;
+      break;
+    }
+    const size_t ke = body_.find(kKeyEnd, pos);
+    const size_t v = ke == npos ? npos : skip_ws(body_, ke + kKeyEnd.size());
+    if (v == npos || body_.compare(v, kValue.size(), kValue) != 0) break;
+    const size_t ve = body_.find(kValueEnd, v + kValue.size());
+    if (ve == npos) break;
+    if (k >= xml_params_emitted_) {
+      const std::string key = body_.substr(pos + kKey.size(), ke - pos - kKey.size());
+      const std::string value = typed_value(spec, key, body_.substr(v + kValue.size(), ve - v - kValue.size()), false);
+      emit_args(std::string(xml_params_emitted_ == 0 ? "{" : ", ") + json(key).dump() + ": " + value, out);
+      ++xml_params_emitted_;
+    }
+    ++k;
+    pos = ve + kValueEnd.size();
+  }
+  if (!at_end) return false;
+  emit_args(xml_params_emitted_ == 0 ? "{}" : "}", out);
+  ++n_calls_;
+  call_started_ = false;
+  body_.clear();
+  return true;
+}
+
+// NAME[ARGS]{...} or NAME[CALL_ID]ID[ARGS]{...} (the open marker ended at [TOOL_CALLS]): the name goes out once
+// [ARGS] is seen (with the model's id when it wrote one), the arguments as they come; the call ends where its JSON
+// object does, and what follows is text again (usually the next [TOOL_CALLS]).
+bool ChatOutputParser::scan_mistral_args_call(OutputDelta* out, bool at_end) {
+  static const std::string kArgs = "[ARGS]", kCallId = "[CALL_ID]";
+  const size_t ax = body_.find(kArgs);
+  if (ax == npos) {
+    if (at_end) body_.clear();  // cut short before the arguments: markup, dropped
+    return at_end;
+  }
+  if (!call_started_) {
+    std::string name = body_.substr(0, ax), id;
+    const size_t ci = name.find(kCallId);
+    if (ci != npos) {
+      id = name.substr(ci + kCallId.size());
+      name.resize(ci);
+    }
+    start_call(name, out, id);
+  }
+  const size_t a0 = skip_ws(body_, ax + kArgs.size());
+  if (a0 >= body_.size()) {
+    if (!at_end) return false;
+  } else {
+    const size_t end = json_value_end(body_, a0, at_end);
+    const size_t upto = end != npos ? end : body_.size();
+    if (body_[a0] == '{' || body_[a0] == '[' || end != npos)
+      if (upto > a0 + args_emitted_) emit_args(body_.substr(a0 + args_emitted_, upto - a0 - args_emitted_), out);
+    if (end == npos && !at_end) return false;
+    if (end != npos) buf_ = body_.substr(end) + buf_;  // what follows the call is text again
+  }
+  if (args_emitted_ == 0) emit_args("{}", out);
+  ++n_calls_;
+  call_started_ = false;
+  body_.clear();
+  return true;
 }
 
 // NAME [<|constrain|>json]<|message|>ARGS (the open marker ended at "to=functions."): the name goes out once its end

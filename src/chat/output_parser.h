@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -51,14 +52,16 @@ class ChatOutputParser {
   bool scan_call(OutputDelta* out, bool at_end);
   bool scan_json_calls(OutputDelta* out, bool at_end);
   bool scan_xml_call(OutputDelta* out, bool at_end);
-  bool scan_deepseek_calls(OutputDelta* out, bool at_end);
+  bool scan_section_calls(OutputDelta* out, bool at_end);
+  bool scan_glm_call(OutputDelta* out, bool at_end);
+  bool scan_mistral_args_call(OutputDelta* out, bool at_end);
   bool scan_harmony_call(OutputDelta* out, bool at_end);
   bool scan_gemma4_call(OutputDelta* out, bool at_end);
   // The region so far could still be a call of the family's syntax (else it ends at the first close marker).
   bool body_looks_like_call() const;
   void emit_text(const std::string& s, OutputDelta* out);
-  // A call's name is known: its first delta.
-  void start_call(const std::string& name, OutputDelta* out);
+  // A call's name is known: its first delta (id: the model's own, when its syntax numbers calls; else ours).
+  void start_call(const std::string& name, OutputDelta* out, const std::string& id = "");
   void emit_args(const std::string& s, OutputDelta* out);
 
   ChatFormat format_;
@@ -66,6 +69,8 @@ class ChatOutputParser {
   std::vector<ToolSpec> tools_;
   std::string id_prefix_;
   CallMarkers markers_;
+  std::optional<CallSection> section_;
+  std::vector<std::string> ids_;  // the ids given so far (a model's own id is used once)
   Mode mode_ = Mode::kContent, return_mode_ = Mode::kContent;
   std::string buf_;       // text not yet placed
   bool content_started_ = false;  // non-whitespace content seen (a llama3 call opens only a message)

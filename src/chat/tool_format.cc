@@ -14,7 +14,11 @@ const char* tool_syntax_name(ToolSyntax s) {
     case ToolSyntax::kQwenXml: return "qwen-xml";
     case ToolSyntax::kLlama3: return "llama3";
     case ToolSyntax::kMistral: return "mistral";
+    case ToolSyntax::kMistralArgs: return "mistral-args";
     case ToolSyntax::kDeepSeek: return "deepseek";
+    case ToolSyntax::kDeepSeekV31: return "deepseek-v3.1";
+    case ToolSyntax::kGlm: return "glm";
+    case ToolSyntax::kKimi: return "kimi";
     case ToolSyntax::kHarmony: return "harmony";
     case ToolSyntax::kGemma4: return "gemma4";
     case ToolSyntax::kGeneric: return "generic";
@@ -31,6 +35,8 @@ const char* kDsSep = "<｜tool▁sep｜>";
 const char* kDsCallEnd = "<｜tool▁call▁end｜>";
 const char* kDsCallsEnd = "<｜tool▁calls▁end｜>";
 const char* kHarmonyCall = "<|channel|>commentary to=functions.";
+const char* kKimiSectionBegin = "<|tool_calls_section_begin|>";
+const char* kKimiSectionEnd = "<|tool_calls_section_end|>";
 }  // namespace
 
 ChatFormat detect_chat_format(const std::string& t) {
@@ -55,15 +61,27 @@ ChatFormat detect_chat_format(const std::string& t) {
     return f;
   }
   if (has(t, "<function=") && has(t, "<parameter=")) f.tools = ToolSyntax::kQwenXml;
+  else if (has(t, "<tool_call>") && has(t, "<arg_key>")) f.tools = ToolSyntax::kGlm;
   else if (has(t, "<tool_call>")) f.tools = ToolSyntax::kHermes;
-  else if (has(t, "tool▁calls▁begin") || has(t, "tool_calls_begin")) f.tools = ToolSyntax::kDeepSeek;
+  else if (has(t, kKimiSectionBegin)) f.tools = ToolSyntax::kKimi;
+  // DeepSeek V3 / R1 write "function", the name and a fenced JSON block; V3.1 the name and the bare JSON.
+  else if (has(t, "tool▁calls▁begin") || has(t, "tool_calls_begin"))
+    f.tools = has(t, "```json") ? ToolSyntax::kDeepSeek : ToolSyntax::kDeepSeekV31;
+  else if (has(t, "[TOOL_CALLS]") && has(t, "[ARGS]")) f.tools = ToolSyntax::kMistralArgs;
   else if (has(t, "[TOOL_CALLS]")) f.tools = ToolSyntax::kMistral;
   else if (has(t, "<|python_tag|>") || (has(t, "<|start_header_id|>") && f.template_renders_tools)) f.tools = ToolSyntax::kLlama3;
   else f.tools = ToolSyntax::kGeneric;
   if (f.tools == ToolSyntax::kGeneric) f.template_renders_tools = false;
+  f.call_ids = f.tools == ToolSyntax::kMistralArgs && has(t, "[CALL_ID]");
+  // Mistral's calls follow each other directly; GLM-4.5 / 4.6 put a newline before each, GLM-4.7 nothing.
+  if (f.tools == ToolSyntax::kMistralArgs || (f.tools == ToolSyntax::kGlm && !has(t, "'\\n<tool_call>'")))
+    f.call_separator.clear();
   if (has(t, "<think>")) {
     f.think_start = "<think>";
     f.think_end = "</think>";
+  } else if (has(t, "[THINK]") && has(t, "[/THINK]")) {  // Magistral, Ministral 3 Reasoning
+    f.think_start = "[THINK]";
+    f.think_end = "[/THINK]";
   }
   return f;
 }
@@ -117,13 +135,28 @@ CallMarkers call_markers(ToolSyntax s) {
     case ToolSyntax::kQwenXml:
     case ToolSyntax::kGeneric: return {{"<tool_call>"}, "</tool_call>"};
     case ToolSyntax::kLlama3: return {{"<|python_tag|>", "{\"name\""}, ""};
-    case ToolSyntax::kMistral: return {{"[TOOL_CALLS]"}, ""};
-    case ToolSyntax::kDeepSeek: return {{kDsCallsBegin}, kDsCallsEnd};
+    case ToolSyntax::kMistral:
+    case ToolSyntax::kMistralArgs: return {{"[TOOL_CALLS]"}, ""};
+    case ToolSyntax::kDeepSeek:
+    case ToolSyntax::kDeepSeekV31: return {{kDsCallsBegin}, kDsCallsEnd};
+    case ToolSyntax::kGlm: return {{"<tool_call>"}, "</tool_call>"};
+    case ToolSyntax::kKimi: return {{kKimiSectionBegin}, kKimiSectionEnd};
     // The recipient may also come first: <|start|>assistant to=functions.f<|channel|>commentary json<|message|>.
     case ToolSyntax::kHarmony: return {{kHarmonyCall, " to=functions."}, "<|call|>"};
     case ToolSyntax::kGemma4: return {{"<|tool_call>"}, "<tool_call|>"};
   }
   return {{"<tool_call>"}, "</tool_call>"};
+}
+
+std::optional<CallSection> call_section(ToolSyntax s) {
+  switch (s) {
+    case ToolSyntax::kDeepSeek: return CallSection{kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsSep, kDsCallEnd, "\n"};
+    case ToolSyntax::kDeepSeekV31: return CallSection{kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsSep, kDsCallEnd, ""};
+    case ToolSyntax::kKimi:
+      return CallSection{kKimiSectionBegin, kKimiSectionEnd, "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                         "<|tool_call_end|>", ""};
+    default: return std::nullopt;
+  }
 }
 
 namespace {
@@ -133,9 +166,17 @@ json schema_of(const ToolSpec& t) {
 }
 
 // One call's tag in the family's text (begin, arguments, end).
-json call_tag(ToolSyntax s, const ToolSpec& t) {
+json call_tag(const ChatFormat& f, const ToolSpec& t) {
   json args = json_schema_format(schema_of(t));
-  switch (s) {
+  switch (f.tools) {
+    case ToolSyntax::kMistralArgs:
+      if (f.call_ids)
+        return {{"type", "tag"}, {"begin", "[TOOL_CALLS]" + t.name + "[CALL_ID]"},
+                {"content", {{"type", "sequence"}, {"elements", json::array({
+                    json{{"type", "regex"}, {"pattern", "[a-zA-Z0-9]{9}"}},
+                    json{{"type", "const_string"}, {"value", "[ARGS]"}}, args})}}},
+                {"end", ""}};
+      return {{"type", "tag"}, {"begin", "[TOOL_CALLS]" + t.name + "[ARGS]"}, {"content", args}, {"end", ""}};
     case ToolSyntax::kQwenXml:
       args["style"] = "qwen_xml";
       return {{"type", "tag"}, {"begin", "<tool_call>\n<function=" + t.name + ">\n"}, {"content", args},
@@ -146,11 +187,22 @@ json call_tag(ToolSyntax s, const ToolSpec& t) {
     case ToolSyntax::kMistral:
       return {{"type", "tag"}, {"begin", "[TOOL_CALLS][{\"name\": \"" + t.name + "\", \"arguments\": "},
               {"content", args}, {"end", "}]"}};
+    // The section families: one call, without its section (structural_tag_for wraps the calls in it).
     case ToolSyntax::kDeepSeek:
-      return {{"type", "tag"},
-              {"begin", std::string(kDsCallsBegin) + kDsCallBegin + "function" + kDsSep + t.name + "\n```json\n"},
-              {"content", args},
-              {"end", std::string("\n```") + kDsCallEnd + kDsCallsEnd}};
+      return {{"type", "tag"}, {"begin", std::string(kDsCallBegin) + "function" + kDsSep + t.name + "\n```json\n"},
+              {"content", args}, {"end", std::string("\n```") + kDsCallEnd}};
+    case ToolSyntax::kDeepSeekV31:
+      return {{"type", "tag"}, {"begin", std::string(kDsCallBegin) + t.name + kDsSep}, {"content", args},
+              {"end", kDsCallEnd}};
+    case ToolSyntax::kKimi:  // the model numbers its calls: functions.NAME:N
+      return {{"type", "tag"}, {"begin", "<|tool_call_begin|>functions." + t.name + ":"},
+              {"content", {{"type", "sequence"}, {"elements", json::array({
+                  json{{"type", "regex"}, {"pattern", "[0-9]{1,4}"}},
+                  json{{"type", "const_string"}, {"value", "<|tool_call_argument_begin|>"}}, args})}}},
+              {"end", "<|tool_call_end|>"}};
+    case ToolSyntax::kGlm:  // XGrammar's glm_xml: <arg_key>k</arg_key><arg_value>v</arg_value>, strings bare
+      args["style"] = "glm_xml";
+      return {{"type", "tag"}, {"begin", "<tool_call>" + t.name}, {"content", args}, {"end", "</tool_call>"}};
     case ToolSyntax::kHarmony:  // the call's end is <|call|>, an end of generation the grammar's end admits
       return {{"type", "tag"}, {"begin", std::string(kHarmonyCall) + t.name + " <|constrain|>json<|message|>"},
               {"content", args}, {"end", ""}};
@@ -169,8 +221,11 @@ json call_tag(ToolSyntax s, const ToolSpec& t) {
 std::string trigger(ToolSyntax s) {
   switch (s) {
     case ToolSyntax::kLlama3: return "{\"name\": \"";
-    case ToolSyntax::kMistral: return "[TOOL_CALLS]";
-    case ToolSyntax::kDeepSeek: return kDsCallsBegin;
+    case ToolSyntax::kMistral:
+    case ToolSyntax::kMistralArgs: return "[TOOL_CALLS]";
+    case ToolSyntax::kDeepSeek:
+    case ToolSyntax::kDeepSeekV31: return kDsCallsBegin;
+    case ToolSyntax::kKimi: return kKimiSectionBegin;
     case ToolSyntax::kHarmony: return kHarmonyCall;
     case ToolSyntax::kGemma4: return "<|tool_call>";
     default: return "<tool_call>";
@@ -187,12 +242,25 @@ std::optional<std::string> structural_tag_for(const OutputShape& sh) {
   if (calls) {
     json tags = json::array();
     for (const ToolSpec& t : sh.tools)
-      if (sh.choice != ToolChoice::kNamed || t.name == sh.named) tags.push_back(call_tag(sh.format.tools, t));
-    if (sh.choice == ToolChoice::kAuto) {
+      if (sh.choice != ToolChoice::kNamed || t.name == sh.named) tags.push_back(call_tag(sh.format, t));
+    const std::optional<CallSection> section = call_section(sh.format.tools);
+    if (section) {
+      // The calls, one after another as the template writes them, inside the family's one section.
+      const bool first_only = one_call || sh.choice == ToolChoice::kNamed;
+      json inner = {{"type", "tags_with_separator"}, {"tags", tags}, {"separator", section->between},
+                    {"at_least_one", true}, {"stop_after_first", first_only}};
+      json whole = {{"type", "tag"}, {"begin", section->begin}, {"content", inner}, {"end", section->end}};
+      if (sh.choice == ToolChoice::kAuto)
+        main = {{"type", "triggered_tags"}, {"triggers", {section->begin}}, {"tags", json::array({whole})},
+                {"at_least_one", false}, {"stop_after_first", true}};
+      else
+        main = whole;
+    } else if (sh.choice == ToolChoice::kAuto) {
       main = {{"type", "triggered_tags"}, {"triggers", {trigger(sh.format.tools)}}, {"tags", tags},
               {"at_least_one", false}, {"stop_after_first", one_call}};
     } else {
-      main = {{"type", "tags_with_separator"}, {"tags", tags}, {"separator", "\n"}, {"at_least_one", true},
+      main = {{"type", "tags_with_separator"}, {"tags", tags}, {"separator", sh.format.call_separator},
+              {"at_least_one", true},
               {"stop_after_first", one_call || sh.choice == ToolChoice::kNamed}};
     }
   } else if (!sh.answer.is_null()) {

@@ -6,8 +6,18 @@
 //   qwen-xml  <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>
 //                                                                                Qwen3-Coder, Qwen3.5 / 3.6
 //   llama3    {"name": "f", "parameters": {...}}  (or after <|python_tag|>)      Llama 3.1 / 3.2 / 3.3
-//   mistral   [TOOL_CALLS][{"name": "f", "arguments": {...}}]                    Mistral, Mixtral, Ministral
+//   mistral   [TOOL_CALLS][{"name": "f", "arguments": {...}}]                    Mistral Nemo, Mixtral
+//   mistral-args  [TOOL_CALLS]f[ARGS]{...} (Mistral Small 3.2: f[CALL_ID]abcdefgh1[ARGS]{...}), one per call
+//             Devstral, Magistral, Ministral 3, Mistral Small 3.2 (reasoning: [THINK]...[/THINK])
+//             (mistral templates take only 9-character alphanumeric call ids: both families' ids are such)
 //   deepseek  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>...
+//                                                                                DeepSeek V3 / R1
+//   deepseek-v3.1  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//   glm       <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>   GLM-4.5 / 4.6 / 4.7
+//             (4.7 without the newlines; a string value as written, any other as JSON)
+//   kimi      <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{...}
+//             <|tool_call_end|>...<|tool_calls_section_end|>                      Kimi K2 (the call's id is the
+//             model's own "functions.f:N", which the template renders tool results by)
 //   harmony   <|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}<|call|>      gpt-oss
 //             (reasoning: <|channel|>analysis<|message|>...<|end|>; the answer: <|start|>assistant<|channel|>final
 //             <|message|>...; the framing never reaches the content)
@@ -30,7 +40,9 @@ namespace cachet {
 // A structural tag's json_schema format for a (checked) schema.
 nlohmann::ordered_json json_schema_format(const nlohmann::ordered_json& schema);
 
-enum class ToolSyntax { kHermes, kQwenXml, kLlama3, kMistral, kDeepSeek, kHarmony, kGemma4, kGeneric };
+enum class ToolSyntax {
+  kHermes, kQwenXml, kLlama3, kMistral, kMistralArgs, kDeepSeek, kDeepSeekV31, kGlm, kKimi, kHarmony, kGemma4, kGeneric
+};
 
 const char* tool_syntax_name(ToolSyntax s);
 
@@ -41,6 +53,8 @@ struct ChatFormat {
   std::string after_think;              // what the model writes between reasoning and the next message (harmony:
                                         // "<|start|>assistant"), part of the reasoning's end in a structural tag
   std::vector<std::string> framing;     // message framing that is neither content nor reasoning (harmony's)
+  std::string call_separator = "\n";    // what the template writes between two calls (outside a section)
+  bool call_ids = false;                // the model writes each call's id (Mistral Small 3.2's [CALL_ID])
   bool always_reasons = false;          // the model writes its reasoning whatever is asked (harmony's analysis)
   bool results_in_calling_turn = false;  // the template reads tool results from the calling assistant message's
                                          // `tool_responses` (Gemma 4's first templates), not from role: tool ones
@@ -59,6 +73,15 @@ struct CallMarkers {
   std::string close;              // ends it ("" : the call runs to the end of the text)
 };
 CallMarkers call_markers(ToolSyntax s);
+
+// Families whose calls sit in one section (begin ... end), each call framed as call_begin HEAD sep ARGS call_end
+// (deepseek's HEAD is "function" and its ARGS "NAME\n```json\n{...}\n```"; deepseek-v3.1's HEAD is the name,
+// kimi's "functions.NAME:N"). nullopt for the others.
+struct CallSection {
+  std::string begin, end, call_begin, sep, call_end;
+  std::string between;  // what the template writes between two calls
+};
+std::optional<CallSection> call_section(ToolSyntax s);
 
 // A function the request offers: its name and parameters schema (already checked by check_json_schema).
 struct ToolSpec {

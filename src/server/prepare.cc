@@ -143,11 +143,12 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
   if (auto e = cannot_fit(*text)) return *e;
   p.prompt = app.tok->encode(*text, false, true);
 
-  // Off when asked, or when the generation prompt already holds a closed, empty reasoning block (Gemma 4's
-  // template writes <|channel>thought\n<channel|> unless enable_thinking is on).
+  // Off when asked, or when the generation prompt already closes the reasoning (Gemma 4's template writes
+  // <|channel>thought\n<channel|> unless enable_thinking is on, DeepSeek V3.1's <think></think>, GLM-4.7's
+  // </think>).
   const bool thinks = !format.think_start.empty() &&
                       !(ti.kwargs.contains("enable_thinking") && ti.kwargs["enable_thinking"] == false) &&
-                      !ends_with_marker(*text, format.think_start + format.think_end);
+                      !ends_with_marker(*text, format.think_end);
   const bool inside = thinks && ends_with_marker(*text, format.think_start);
   if (r.thinking_budget > 0 && !thinks)
     return invalid_request("thinking_budget", "'thinking_budget' needs a model that reasons (its template has no <think> "

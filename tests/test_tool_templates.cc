@@ -1,0 +1,137 @@
+// Each tool-calling family's official chat template (llama.cpp's models/templates, unpacked by
+// scripts/setup_oracles.sh) writes a past assistant turn with two calls. What it writes after the generation prompt
+// is what the model was trained to produce, so: the family is detected from the template, the parser reads that
+// text back into the same two calls (names and arguments equal as JSON, no content), and the grammar cachet puts
+// on a required call admits that text token by token (GPT-2's vocabulary) and may end where it ends.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "chat/chat_template.h"
+#include "chat/output_parser.h"
+#include "chat/tool_format.h"
+#include "grammar/grammar.h"
+#include "io/gguf.h"
+#include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cachet {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::string templates_dir() {
+  const char* src = std::getenv("CACHET_LLAMACPP_SRC");
+  const std::string root =
+      src ? std::string(src) : std::string(std::getenv("HOME")) + "/.cache/cachet/llama.cpp/src-0.3.36";
+  return root + "/vendor/llama.cpp/models/templates/";
+}
+
+const ojson kTools = ojson::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+      "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},
+  {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+      "q": {"type": "string"}}, "required": ["q"]}}}])");
+
+struct Family {
+  const char* file;
+  ToolSyntax syntax;
+  const char* end_of_turn;  // what the template writes after the calls ("" : nothing)
+  const char* id0;          // ids as the family's templates want them
+  const char* id1;
+};
+
+const Family kFamilies[] = {
+    {"Qwen-Qwen3-0.6B", ToolSyntax::kHermes, "<|im_end|>", "call_0", "call_1"},
+    {"Qwen3.5-4B", ToolSyntax::kQwenXml, "<|im_end|>", "call_0", "call_1"},
+    {"deepseek-ai-DeepSeek-V3.1", ToolSyntax::kDeepSeekV31, "<｜end▁of▁sentence｜>", "call_0", "call_1"},
+    {"GLM-4.6", ToolSyntax::kGlm, "", "call_0", "call_1"},
+    {"GLM-4.7-Flash", ToolSyntax::kGlm, "", "call_0", "call_1"},
+    {"moonshotai-Kimi-K2", ToolSyntax::kKimi, "<|im_end|>", "functions.get_weather:0", "functions.search:1"},
+    {"Kimi-K2-Thinking", ToolSyntax::kKimi, "<|im_end|>", "functions.get_weather:0", "functions.search:1"},
+    {"unsloth-mistral-Devstral-Small-2507", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
+    {"mistralai-Ministral-3-14B-Reasoning-2512", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
+    {"Mistral-Small-3.2-24B-Instruct-2506", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
+};
+
+TEST(ToolTemplates, EachFamilysOwnRenderingParsesBackAndFitsItsGrammar) {
+  auto vocab = GgufFile::open(testing::shared_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
+  ASSERT_TRUE(vocab.is_ok());
+  auto tok = Tokenizer::from_gguf(**vocab);
+  ASSERT_TRUE(tok.is_ok());
+  GrammarCompiler gc(**tok, {50256}, (*tok)->n_vocab());
+  std::vector<ToolSpec> specs;
+  for (const ojson& t : kTools) specs.push_back({t["function"]["name"], t["function"]["parameters"]});
+  for (const Family& fam : kFamilies) {
+    SCOPED_TRACE(fam.file);
+    std::ifstream in(templates_dir() + fam.file + ".jinja");
+    ASSERT_TRUE(in.good()) << templates_dir() << fam.file << " (bash scripts/setup_oracles.sh unpacks it)";
+    const std::string src((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const ChatFormat f = detect_chat_format(src);
+    EXPECT_EQ(tool_syntax_name(f.tools), std::string(tool_syntax_name(fam.syntax)));
+    const ojson calls = {
+        {{"id", fam.id0}, {"type", "function"},
+         {"function", {{"name", "get_weather"}, {"arguments", {{"city", "New York"}, {"days", 3}}}}}},
+        {{"id", fam.id1}, {"type", "function"}, {"function", {{"name", "search"}, {"arguments", {{"q", "x"}}}}}}};
+    ChatTemplateInputs ti;
+    ti.tools = kTools;
+    ti.bos_token = "<s>";
+    ti.eos_token = "</s>";
+    ti.kwargs["enable_thinking"] = false;
+    ti.messages = ojson::array({{{"role", "user"}, {"content", "Weather in New York?"}}});
+    auto prompt = render_chat_template(src, ti);
+    ASSERT_TRUE(prompt.is_ok()) << prompt.status().message();
+    ti.messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}});
+    ti.add_generation_prompt = false;
+    auto whole = render_chat_template(src, ti);
+    ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+    ASSERT_EQ(whole->compare(0, prompt->size(), *prompt), 0) << *prompt << "\n---\n" << *whole;
+    std::string text = whole->substr(prompt->size());
+    if (*fam.end_of_turn) {
+      const size_t eot = text.rfind(fam.end_of_turn);
+      ASSERT_NE(eot, std::string::npos) << text;
+      text.resize(eot);
+    }
+    // The reply as the model writes it: parsed back into the same calls, nothing left as content.
+    ChatOutputParser p(f, !f.think_start.empty(), false, specs, "call_");
+    OutputDelta d = p.push(text);
+    d.append(p.finish());
+    EXPECT_EQ(d.content, "") << text;
+    std::vector<std::pair<std::string, std::string>> got;  // name, arguments
+    for (const ToolCallDelta& c : d.calls) {
+      if (!c.name.empty()) got.emplace_back(c.name, "");
+      if (!got.empty()) got.back().second += c.arguments;
+    }
+    ASSERT_EQ(got.size(), 2u) << text;
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(got[k].first, calls[k]["function"]["name"]);
+      EXPECT_EQ(ojson::parse(got[k].second), calls[k]["function"]["arguments"]) << got[k].second;
+    }
+    // The grammar of a required call (after an optional thought) admits it (the layout before the first call is
+    // the model's to skip).
+    OutputShape sh;
+    sh.format = f;
+    sh.reasoning = !f.think_start.empty();
+    sh.tools = specs;
+    sh.choice = ToolChoice::kRequired;
+    auto g = gc.structural_tag(*structural_tag_for(sh));
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    const size_t start = text.find_first_not_of(" \n");
+    auto m = (*g)->matcher();
+    std::string walked;
+    bool all = true;
+    for (int32_t id : (*tok)->encode(text.substr(start), false, false)) {
+      if (!m->accept(id)) {
+        all = false;
+        break;
+      }
+      walked += (*tok)->decode({id});
+    }
+    EXPECT_TRUE(all) << "refused after: " << walked << "\nof: " << text;
+    EXPECT_TRUE(all && m->completed()) << text;
+  }
+}
+
+}  // namespace
+}  // namespace cachet
