@@ -324,3 +324,57 @@ def test_gemma4_calls_thought_channel_and_round_trip(gemma4_server):
         c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
                                   extra_body={"thinking_budget": 8})
 
+
+
+# The official templates of the families whose calls sit in their own markup: (template, what a call id looks like).
+OWN_SYNTAX = [("deepseek-ai-DeepSeek-V3.1", r"call_\d+_\w+"), ("GLM-4.7-Flash", r"call_\d+_\w+"),
+              ("moonshotai-Kimi-K2", r"functions\.\w+:\d+"),
+              ("mistralai-Ministral-3-14B-Reasoning-2512", r"[A-Za-z0-9]{9}"),
+              ("Mistral-Small-3.2-24B-Instruct-2506", r"[A-Za-z0-9]{9}")]
+
+
+@pytest.mark.parametrize("template,id_form", OWN_SYNTAX, ids=[t for t, _ in OWN_SYNTAX])
+def test_calls_in_each_familys_own_syntax(cachet_bin, default_model, llamacpp_models, template, id_form):
+    """DeepSeek V3.1 (name<sep>JSON in a section), GLM (<arg_key>/<arg_value> pairs), Kimi K2 (functions.NAME:N
+    ids), Mistral's [TOOL_CALLS]NAME[ARGS] (and [CALL_ID]): with tool_choice required and named, the default model
+    behind the family's own template returns valid calls to offered functions (jsonschema), no markup in the
+    content, streamed deltas assembling to the whole; the ids are the kind the template takes back (Mistral's
+    refuse all but 9 letters and digits), so the result goes back through it. One call a turn: a 135M model asked
+    for parallel calls repeats them until max_tokens (several calls in each syntax: test_tool_templates.cc)."""
+    s = Server(cachet_bin, default_model, "--chat-template-file", str(llamacpp_models / "templates" /
+                                                                      f"{template}.jinja"), "--alias", "m")
+    try:
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none", max_retries=0)
+        free = [t for t in TOOLS if not string_lengths(t["function"]["parameters"])][:12]
+        done, last = 0, None
+        for i, name in enumerate(t["function"]["name"] for t in free[::3]):
+            kw = dict(model="m", messages=[{"role": "user", "content": ASKS[i]}], tools=free, temperature=0.5,
+                      seed=i, max_tokens=300, frequency_penalty=0.5, parallel_tool_calls=False,
+                      tool_choice={"type": "function", "function": {"name": name}} if i % 2 else "required")
+            ch = c.chat.completions.create(**kw).choices[0]
+            if ch.finish_reason == "length":  # a 135M model, new to this syntax, can loop inside a string
+                continue
+            done += 1
+            assert ch.finish_reason == "tool_calls", ch
+            validate_calls(ch.message, [name] if i % 2 else [t["function"]["name"] for t in free], False)
+            for part in (ch.message.content or "", getattr(ch.message, "reasoning_content", None) or ""):
+                for mark in ("<tool_call>", "<arg_key>", "tool▁call", "<|tool_call", "[TOOL_CALLS]", "[ARGS]"):
+                    assert mark not in part, part
+            for t in ch.message.tool_calls:
+                assert re.fullmatch(id_form, t.id), t.id
+            content, reasoning, calls, finish = assemble(c.chat.completions.create(stream=True, **kw))
+            assert finish == "tool_calls" and content == (ch.message.content or "")
+            assert [(x["name"], x["arguments"]) for x in calls] == \
+                [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]
+            last = ch.message
+        assert done >= 2, f"only {done} of 4 calls finished within max_tokens"
+        call = last.tool_calls[0]
+        follow = c.chat.completions.create(
+            model="m", max_tokens=8, temperature=0, tools=free, messages=[
+                {"role": "user", "content": ASKS[0]},
+                {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                {"role": "tool", "tool_call_id": call.id, "content": "{\"temp\": 21}"}])
+        assert follow.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        assert follow.usage.prompt_tokens > 0
+    finally:
+        s.stop()
