@@ -261,6 +261,20 @@ TEST(OutputParser, MistralArgsCalls) {
   EXPECT_EQ(std::get<2>(p.calls[1]), R"({"q": "x}"})");
 }
 
+// Nemotron Nano 2: a JSON array of calls between <TOOLCALL> and </TOOLCALL>.
+TEST(OutputParser, NemotronToolcallArray) {
+  const Parsed p = parse_every_way(fmt(ToolSyntax::kNemotron), true, false, kTools,
+                                   "<think>two</think>Both.\n<TOOLCALL>[{\"name\": \"search\", \"arguments\": {\"q\": "
+                                   "\"]</TOOLCALL>\"}}, {\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}]"
+                                   "</TOOLCALL>");
+  EXPECT_EQ(p.reasoning, "two");
+  EXPECT_EQ(p.content, "Both.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"q": "]</TOOLCALL>"})");
+  EXPECT_EQ(std::get<1>(p.calls[1]), "get_weather");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"days": 2})");
+}
+
 TEST(OutputParser, ArgumentsStreamBeforeTheCallCloses) {
   ChatOutputParser p(fmt(ToolSyntax::kHermes), false, false, kTools, "c");
   OutputDelta d = p.push("<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"lo");
@@ -394,6 +408,7 @@ TEST(ToolFormat, DetectsEachFamilyFromItsTemplate) {
   EXPECT_EQ(detect_chat_format("{{ tools }}<｜tool▁calls▁begin｜>").tools, ToolSyntax::kDeepSeekV31);
   EXPECT_EQ(detect_chat_format("<tool_call>{{ n }}<arg_key>{{ k }}</arg_key>").tools, ToolSyntax::kGlm);
   EXPECT_EQ(detect_chat_format("<|tool_calls_section_begin|>{{ tools }}").tools, ToolSyntax::kKimi);
+  EXPECT_EQ(detect_chat_format("{{ tools }}<TOOLCALL>[").tools, ToolSyntax::kNemotron);
   const ChatFormat m = detect_chat_format("[TOOL_CALLS]{{ n }}[CALL_ID]{{ i }}[ARGS]{{ a }}[THINK]x[/THINK]");
   EXPECT_EQ(m.tools, ToolSyntax::kMistralArgs);
   EXPECT_TRUE(m.call_ids);

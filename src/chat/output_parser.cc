@@ -296,6 +296,10 @@ bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
 bool ChatOutputParser::scan_json_calls(OutputDelta* out, bool at_end) {
   size_t i = skip_ws(body_, 0);
   const bool array = i < body_.size() && body_[i] == '[';
+  if (array && !markers_.close.empty()) {  // a marked array (nemotron) ends at the close marker after it
+    const size_t e = json_value_end(body_, i, at_end);
+    if (e != npos) call_end_ = e;
+  }
   if (array) ++i;
   for (size_t k = 0;; ++k) {
     i = skip_ws(body_, i);

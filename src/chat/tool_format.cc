@@ -19,6 +19,7 @@ const char* tool_syntax_name(ToolSyntax s) {
     case ToolSyntax::kDeepSeekV31: return "deepseek-v3.1";
     case ToolSyntax::kGlm: return "glm";
     case ToolSyntax::kKimi: return "kimi";
+    case ToolSyntax::kNemotron: return "nemotron";
     case ToolSyntax::kHarmony: return "harmony";
     case ToolSyntax::kGemma4: return "gemma4";
     case ToolSyntax::kGeneric: return "generic";
@@ -64,6 +65,7 @@ ChatFormat detect_chat_format(const std::string& t) {
   else if (has(t, "<tool_call>") && has(t, "<arg_key>")) f.tools = ToolSyntax::kGlm;
   else if (has(t, "<tool_call>")) f.tools = ToolSyntax::kHermes;
   else if (has(t, kKimiSectionBegin)) f.tools = ToolSyntax::kKimi;
+  else if (has(t, "<TOOLCALL>")) f.tools = ToolSyntax::kNemotron;
   // DeepSeek V3 / R1 write "function", the name and a fenced JSON block; V3.1 the name and the bare JSON.
   else if (has(t, "tool▁calls▁begin") || has(t, "tool_calls_begin"))
     f.tools = has(t, "```json") ? ToolSyntax::kDeepSeek : ToolSyntax::kDeepSeekV31;
@@ -141,6 +143,7 @@ CallMarkers call_markers(ToolSyntax s) {
     case ToolSyntax::kDeepSeekV31: return {{kDsCallsBegin}, kDsCallsEnd};
     case ToolSyntax::kGlm: return {{"<tool_call>"}, "</tool_call>"};
     case ToolSyntax::kKimi: return {{kKimiSectionBegin}, kKimiSectionEnd};
+    case ToolSyntax::kNemotron: return {{"<TOOLCALL>"}, "</TOOLCALL>"};
     // The recipient may also come first: <|start|>assistant to=functions.f<|channel|>commentary json<|message|>.
     case ToolSyntax::kHarmony: return {{kHarmonyCall, " to=functions."}, "<|call|>"};
     case ToolSyntax::kGemma4: return {{"<|tool_call>"}, "<tool_call|>"};
@@ -155,6 +158,8 @@ std::optional<CallSection> call_section(ToolSyntax s) {
     case ToolSyntax::kKimi:
       return CallSection{kKimiSectionBegin, kKimiSectionEnd, "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
                          "<|tool_call_end|>", ""};
+    case ToolSyntax::kNemotron:  // a JSON array of calls (parsed as JSON; no per-call markers)
+      return CallSection{"<TOOLCALL>[", "]</TOOLCALL>", "", "", "", ", "};
     default: return std::nullopt;
   }
 }
@@ -200,6 +205,9 @@ json call_tag(const ChatFormat& f, const ToolSpec& t) {
                   json{{"type", "regex"}, {"pattern", "[0-9]{1,4}"}},
                   json{{"type", "const_string"}, {"value", "<|tool_call_argument_begin|>"}}, args})}}},
               {"end", "<|tool_call_end|>"}};
+    case ToolSyntax::kNemotron:
+      return {{"type", "tag"}, {"begin", "{\"name\": \"" + t.name + "\", \"arguments\": "}, {"content", args},
+              {"end", "}"}};
     case ToolSyntax::kGlm:  // XGrammar's glm_xml: <arg_key>k</arg_key><arg_value>v</arg_value>, strings bare
       args["style"] = "glm_xml";
       return {{"type", "tag"}, {"begin", "<tool_call>" + t.name}, {"content", args}, {"end", "</tool_call>"}};
@@ -226,6 +234,7 @@ std::string trigger(ToolSyntax s) {
     case ToolSyntax::kDeepSeek:
     case ToolSyntax::kDeepSeekV31: return kDsCallsBegin;
     case ToolSyntax::kKimi: return kKimiSectionBegin;
+    case ToolSyntax::kNemotron: return "<TOOLCALL>";
     case ToolSyntax::kHarmony: return kHarmonyCall;
     case ToolSyntax::kGemma4: return "<|tool_call>";
     default: return "<tool_call>";

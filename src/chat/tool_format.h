@@ -18,6 +18,7 @@
 //   kimi      <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{...}
 //             <|tool_call_end|>...<|tool_calls_section_end|>                      Kimi K2 (the call's id is the
 //             model's own "functions.f:N", which the template renders tool results by)
+//   nemotron  <TOOLCALL>[{"name": "f", "arguments": {...}}, ...]</TOOLCALL>          Nemotron Nano 2
 //   harmony   <|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}<|call|>      gpt-oss
 //             (reasoning: <|channel|>analysis<|message|>...<|end|>; the answer: <|start|>assistant<|channel|>final
 //             <|message|>...; the framing never reaches the content)
@@ -41,7 +42,7 @@ namespace cachet {
 nlohmann::ordered_json json_schema_format(const nlohmann::ordered_json& schema);
 
 enum class ToolSyntax {
-  kHermes, kQwenXml, kLlama3, kMistral, kMistralArgs, kDeepSeek, kDeepSeekV31, kGlm, kKimi, kHarmony, kGemma4, kGeneric
+  kHermes, kQwenXml, kLlama3, kMistral, kMistralArgs, kDeepSeek, kDeepSeekV31, kGlm, kKimi, kNemotron, kHarmony, kGemma4, kGeneric
 };
 
 const char* tool_syntax_name(ToolSyntax s);
@@ -76,7 +77,8 @@ CallMarkers call_markers(ToolSyntax s);
 
 // Families whose calls sit in one section (begin ... end), each call framed as call_begin HEAD sep ARGS call_end
 // (deepseek's HEAD is "function" and its ARGS "NAME\n```json\n{...}\n```"; deepseek-v3.1's HEAD is the name,
-// kimi's "functions.NAME:N"). nullopt for the others.
+// kimi's "functions.NAME:N"; nemotron's section is a JSON array whose calls the parser reads as JSON, so only its
+// begin, end and between are used). nullopt for the others.
 struct CallSection {
   std::string begin, end, call_begin, sep, call_end;
   std::string between;  // what the template writes between two calls
