@@ -188,6 +188,18 @@ void ChatOutputParser::emit_args(const std::string& s, OutputDelta* out) {
   args_emitted_ += s.size();
 }
 
+void ChatOutputParser::end_call() {
+  ++n_calls_;
+  call_started_ = false;
+}
+
+bool ChatOutputParser::end_region_call(const std::string& close, OutputDelta* out) {
+  emit_args(close, out);
+  end_call();
+  body_.clear();
+  return true;
+}
+
 OutputDelta ChatOutputParser::push(std::string_view text) {
   OutputDelta out;
   buf_ += text;
@@ -384,8 +396,7 @@ bool ChatOutputParser::scan_json_calls(OutputDelta* out, bool at_end) {
       }
       emit_args(a, out);
     }
-    ++n_calls_;
-    call_started_ = false;
+    end_call();
     ++calls_done_in_body_;
     if (obj_end == npos) {
       body_.clear();
@@ -440,11 +451,7 @@ bool ChatOutputParser::scan_xml_call(OutputDelta* out, bool at_end) {
   }
   if (closed) call_end_ = pos;
   if (!at_end) return false;
-  emit_args(xml_params_emitted_ == 0 ? "{}" : "}", out);
-  ++n_calls_;
-  call_started_ = false;
-  body_.clear();
-  return true;
+  return end_region_call(xml_params_emitted_ == 0 ? "{}" : "}", out);
 }
 
 bool ChatOutputParser::body_looks_like_call() const {
@@ -518,8 +525,7 @@ bool ChatOutputParser::scan_section_calls(OutputDelta* out, bool at_end) {
         if (e == npos && !at_end) break;
       }
       if (args_emitted_ == 0) emit_args("{}", out);
-      ++n_calls_;
-      call_started_ = false;
+      end_call();
       ++calls_done_in_body_;
     }
     ++k;
@@ -574,11 +580,7 @@ bool ChatOutputParser::scan_glm_call(OutputDelta* out, bool at_end) {
     pos = ve + kValueEnd.size();
   }
   if (!at_end) return false;
-  emit_args(xml_params_emitted_ == 0 ? "{}" : "}", out);
-  ++n_calls_;
-  call_started_ = false;
-  body_.clear();
-  return true;
+  return end_region_call(xml_params_emitted_ == 0 ? "{}" : "}", out);
 }
 
 // NAME[ARGS]{...} or NAME[CALL_ID]ID[ARGS]{...} (the open marker ended at [TOOL_CALLS]): the name goes out once
@@ -611,11 +613,7 @@ bool ChatOutputParser::scan_mistral_args_call(OutputDelta* out, bool at_end) {
     if (end == npos && !at_end) return false;
     if (end != npos) buf_ = body_.substr(end) + buf_;  // what follows the call is text again
   }
-  if (args_emitted_ == 0) emit_args("{}", out);
-  ++n_calls_;
-  call_started_ = false;
-  body_.clear();
-  return true;
+  return end_region_call(args_emitted_ == 0 ? "{}" : "", out);
 }
 
 // NAME [<|constrain|>json]<|message|>ARGS (the open marker ended at "to=functions."): the name goes out once its end
@@ -646,11 +644,7 @@ bool ChatOutputParser::scan_harmony_call(OutputDelta* out, bool at_end) {
     if (upto > from) emit_args(body_.substr(from, upto - from), out);
   }
   if (!at_end) return false;
-  if (args_emitted_ == 0) emit_args("{}", out);
-  ++n_calls_;
-  call_started_ = false;
-  body_.clear();
-  return true;
+  return end_region_call(args_emitted_ == 0 ? "{}" : "", out);
 }
 
 namespace {
@@ -743,11 +737,7 @@ bool ChatOutputParser::scan_gemma4_call(OutputDelta* out, bool at_end) {
   const std::optional<json> args = gemma_value(body_, brace, &end);
   if (args) call_end_ = end;
   if (!at_end) return false;
-  emit_args(args && args->is_object() ? args->dump() : "{}", out);
-  ++n_calls_;
-  call_started_ = false;
-  body_.clear();
-  return true;
+  return end_region_call(args && args->is_object() ? args->dump() : "{}", out);
 }
 
 }  // namespace cachet

@@ -63,6 +63,11 @@ class ChatOutputParser {
   // A call's name is known: its first delta (id: the model's own, when its syntax numbers calls; else ours).
   void start_call(const std::string& name, OutputDelta* out, const std::string& id = "");
   void emit_args(const std::string& s, OutputDelta* out);
+  // The current call is complete: what comes next belongs to the next call.
+  void end_call();
+  // The region's one call is complete once `close` (the rest of its arguments' text, maybe empty) goes out: the
+  // region is consumed.
+  bool end_region_call(const std::string& close, OutputDelta* out);
 
   ChatFormat format_;
   bool reasoning_;

@@ -274,6 +274,27 @@ def string_lengths(schema):
     return isinstance(schema, list) and any(string_lengths(v) for v in schema)
 
 
+def one_call_turn(c, kw, offered, marks):
+    """A turn asked for one call. None when the model ran to max_tokens inside it (a 135M model, new to a syntax,
+    can loop inside a string); else the message, checked: finish_reason tool_calls, a valid call to an offered
+    function, none of `marks` in the content or reasoning, and the streamed deltas assembling to the whole."""
+    ch = c.chat.completions.create(**kw).choices[0]
+    if ch.finish_reason == "length":
+        return None
+    assert ch.finish_reason == "tool_calls", ch
+    validate_calls(ch.message, offered, False)
+    thought = getattr(ch.message, "reasoning_content", None) or ""
+    for part in (ch.message.content or "", thought):
+        for mark in marks:
+            assert mark not in part, part
+    content, reasoning, calls, finish = assemble(c.chat.completions.create(stream=True, **kw))
+    assert finish == "tool_calls" and content == (ch.message.content or "")
+    assert reasoning == thought
+    assert [(x["name"], x["arguments"]) for x in calls] == \
+        [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]
+    return ch.message
+
+
 def test_gemma4_calls_thought_channel_and_round_trip(gemma4_server):
     """Gemma 4's calls (<|tool_call>call:NAME{key:<|"|>text<|"|>,...}<tool_call|>), constrained in its own syntax
     after an optional, budgeted thought: valid calls to the offered functions as JSON arguments, no markup in the
@@ -293,23 +314,15 @@ def test_gemma4_calls_thought_channel_and_round_trip(gemma4_server):
                   seed=i, tool_choice={"type": "function", "function": {"name": name}} if i % 2 else "required",
                   max_tokens=400, frequency_penalty=0.5, parallel_tool_calls=False,
                   extra_body={"thinking_budget": 12, "chat_template_kwargs": {"enable_thinking": True}})
-        ch = c.chat.completions.create(**kw).choices[0]
-        if ch.finish_reason == "length":  # a 135M model, new to this syntax, can loop inside a string
+        message = one_call_turn(c, kw, [name] if i % 2 else [t["function"]["name"] for t in free],
+                                ("<|tool_call>", "<|channel>", "<|\"|>"))
+        if message is None:
             continue
         done += 1
-        assert ch.finish_reason == "tool_calls", ch
-        validate_calls(ch.message, [name] if i % 2 else [t["function"]["name"] for t in free], False)
-        thought = getattr(ch.message, "reasoning_content", None) or ""
-        for part in (ch.message.content or "", thought):
-            assert "<|tool_call>" not in part and "<|channel>" not in part and "<|\"|>" not in part, part
-        content, reasoning, calls, finish = assemble(c.chat.completions.create(stream=True, **kw))
-        assert finish == "tool_calls" and content == (ch.message.content or "")
-        assert reasoning == thought
-        assert [(x["name"], x["arguments"]) for x in calls] == \
-            [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]
+        last = message
     assert done >= 3, f"only {done} of {len(names)} calls finished within max_tokens"
     # The round trip: the call and its result go back through the template; thinking off, no reasoning field.
-    call = ch.message.tool_calls[0]
+    call = last.tool_calls[0]
     follow = c.chat.completions.create(
         model="m", max_tokens=8, temperature=0, messages=[
             {"role": "user", "content": ASKS[4]},
@@ -351,22 +364,14 @@ def test_calls_in_each_familys_own_syntax(cachet_bin, default_model, llamacpp_mo
             kw = dict(model="m", messages=[{"role": "user", "content": ASKS[i]}], tools=free, temperature=0.5,
                       seed=i, max_tokens=300, frequency_penalty=0.5, parallel_tool_calls=False,
                       tool_choice={"type": "function", "function": {"name": name}} if i % 2 else "required")
-            ch = c.chat.completions.create(**kw).choices[0]
-            if ch.finish_reason == "length":  # a 135M model, new to this syntax, can loop inside a string
+            message = one_call_turn(c, kw, [name] if i % 2 else [t["function"]["name"] for t in free],
+                                    ("<tool_call>", "<arg_key>", "tool▁call", "<|tool_call", "[TOOL_CALLS]", "[ARGS]"))
+            if message is None:
                 continue
             done += 1
-            assert ch.finish_reason == "tool_calls", ch
-            validate_calls(ch.message, [name] if i % 2 else [t["function"]["name"] for t in free], False)
-            for part in (ch.message.content or "", getattr(ch.message, "reasoning_content", None) or ""):
-                for mark in ("<tool_call>", "<arg_key>", "tool▁call", "<|tool_call", "[TOOL_CALLS]", "[ARGS]"):
-                    assert mark not in part, part
-            for t in ch.message.tool_calls:
+            for t in message.tool_calls:
                 assert re.fullmatch(id_form, t.id), t.id
-            content, reasoning, calls, finish = assemble(c.chat.completions.create(stream=True, **kw))
-            assert finish == "tool_calls" and content == (ch.message.content or "")
-            assert [(x["name"], x["arguments"]) for x in calls] == \
-                [(t.function.name, t.function.arguments) for t in ch.message.tool_calls]
-            last = ch.message
+            last = message
         assert done >= 2, f"only {done} of 4 calls finished within max_tokens"
         call = last.tool_calls[0]
         follow = c.chat.completions.create(
