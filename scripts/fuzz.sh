@@ -13,7 +13,7 @@ cd "$root"
 secs="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf llama2c tokenizer jinja request stop)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf llama2c tokenizer jinja request stop image)
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCACHET_FUZZ=ON -DCACHET_BUILD_BENCH=OFF -DCACHET_PYTHON=/nonexistent >/dev/null
@@ -44,7 +44,7 @@ PY
 fi
 
 vocabs="$(ls "$root"/../shared/vocab/*.gguf | tr '\n' ':')"
-declare -A max_len=([gguf]=65536 [llama2c]=8192 [tokenizer]=1024 [jinja]=4096 [request]=4096 [stop]=256)
+declare -A max_len=([gguf]=65536 [llama2c]=8192 [tokenizer]=1024 [jinja]=4096 [request]=4096 [stop]=256 [image]=16384)
 status=0
 for t in "${targets[@]}"; do
   work="build-asan/fuzz-work/$t"

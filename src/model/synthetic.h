@@ -89,6 +89,12 @@ struct SyntheticSpec {
   int64_t moe_latent = 0;          // nemotron_h_moe: experts in this latent width (Nemotron 3 Super; 0: n_embd)
   int64_t n_expert_groups_used = 1;
   double rope_yarn_log_mul = 0.0;  // deepseek2: mscale_all_dim (written as 0.1 x it, as llama.cpp's converter)
+  // mmproj-gemma3: a projector file (vision encoder) for a language model n_proj wide; n_embd, n_ff, n_layer and
+  // n_head are the ViT's, images image_size square in patches of patch_size, pooled n_merge x n_merge.
+  int64_t image_size = 56;
+  int64_t patch_size = 14;
+  int64_t n_proj = 64;
+  int64_t n_merge = 2;
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

@@ -75,6 +75,8 @@ Status write_synthetic_gpt_oss(const SyntheticSpec& s, const std::string& path);
 // granite, granitemoe, granitehybrid and nemotron_h (model/synthetic_mamba_hybrid.cc).
 Status write_synthetic_granite(const SyntheticSpec& s, const std::string& path);
 Status write_synthetic_nemotron_h(const SyntheticSpec& s, const std::string& path);
+// mmproj-gemma3: a projector file (model/synthetic_projector.cc).
+Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path);
 // deepseek2 (model/synthetic_deepseek2.cc).
 Status write_synthetic_deepseek2(const SyntheticSpec& s, const std::string& path);
 // gemma4 (model/synthetic_gemma4.cc).

@@ -122,6 +122,7 @@ void add_synth_command(CLI::App& app, int* exit_code);
 void add_logits_command(CLI::App& app, int* exit_code);
 void add_tokenize_commands(CLI::App& app, int* exit_code);
 void add_embed_command(CLI::App& app, int* exit_code);
+void add_encode_image_command(CLI::App& app, int* exit_code);
 void add_template_command(CLI::App& app, int* exit_code);
 void add_chat_command(CLI::App& app, int* exit_code);
 void add_kv_math_command(CLI::App& app, int* exit_code);

@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
   cachet::cli::add_logits_command(app, &exit_code);
   cachet::cli::add_tokenize_commands(app, &exit_code);
   cachet::cli::add_embed_command(app, &exit_code);
+  cachet::cli::add_encode_image_command(app, &exit_code);
   cachet::cli::add_template_command(app, &exit_code);
   cachet::cli::add_chat_command(app, &exit_code);
   cachet::cli::add_kv_math_command(app, &exit_code);

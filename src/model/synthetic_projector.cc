@@ -1,0 +1,61 @@
+// A synthetic projector file (mmproj) as llama.cpp's converter writes Gemma 3's: the SigLIP ViT's tensors under
+// v.*, the projector's under mm.*, clip.* metadata. Convolution and position embeddings in F32 and the input
+// projection in F16, as the converter forces them; the rest in the spec's type.
+#include "model/synthetic_parts.h"
+
+namespace cachet {
+
+Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path) {
+  if (s.image_size <= 0 || s.patch_size <= 0 || s.image_size % s.patch_size != 0)
+    return invalid_argument("synthetic projector: the image size must be a whole number of patches");
+  const int64_t side = s.image_size / s.patch_size;
+  if (s.n_merge <= 0 || side % s.n_merge != 0)
+    return invalid_argument("synthetic projector: the pooling must divide the patches per side");
+  if (s.n_embd % s.n_head != 0) return invalid_argument("synthetic projector: heads must divide the width");
+  GgufWriter w;
+  w.set_string("general.architecture", "clip");
+  w.set_string("general.name", "cachet synthetic projector");
+  w.set_u32("general.alignment", 32);
+  w.set_bool("clip.has_vision_encoder", true);
+  w.set_string("clip.projector_type", "gemma3");
+  w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(s.n_proj));
+  w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
+  w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
+  w.set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32("clip.vision.block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_f32_array("clip.vision.image_mean", {0.5f, 0.5f, 0.5f});
+  w.set_f32_array("clip.vision.image_std", {0.5f, 0.5f, 0.5f});
+  w.set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
+  w.set_bool("clip.use_gelu", true);
+  if (s.n_merge != 4) w.set_u32("clip.vision.projector.scale_factor", static_cast<uint32_t>(s.n_merge));
+
+  RandomTensors add(&w, s.seed);
+  const int64_t d = s.n_embd, P = s.patch_size;
+  CACHET_RETURN_IF_ERROR(add.nd("v.patch_embd.weight", DType::kF32, {P, P, 3, d}, fan_in_limit(3 * P * P), 0.0f));
+  CACHET_RETURN_IF_ERROR(add("v.patch_embd.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+  CACHET_RETURN_IF_ERROR(add("v.position_embd.weight", DType::kF32, d, side * side, 0.5f, 0.0f));
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "v.blk." + std::to_string(l) + ".";
+    CACHET_RETURN_IF_ERROR(add(p + "ln1.weight", DType::kF32, d, 1, 0.2f, 1.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ln1.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
+      CACHET_RETURN_IF_ERROR(add(p + m + ".weight", s.type, d, d, fan_in_limit(d), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + m + ".bias", DType::kF32, d, 1, 0.1f, 0.0f));
+    }
+    CACHET_RETURN_IF_ERROR(add(p + "ln2.weight", DType::kF32, d, 1, 0.2f, 1.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ln2.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, d, s.n_ff, fan_in_limit(d), 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_up.bias", DType::kF32, s.n_ff, 1, 0.1f, 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, d, fan_in_limit(s.n_ff), 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+  }
+  CACHET_RETURN_IF_ERROR(add("v.post_ln.weight", DType::kF32, d, 1, 0.2f, 1.0f));
+  CACHET_RETURN_IF_ERROR(add("v.post_ln.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+  CACHET_RETURN_IF_ERROR(add("mm.soft_emb_norm.weight", DType::kF32, d, 1, 0.2f, 1.0f));
+  CACHET_RETURN_IF_ERROR(add("mm.input_projection.weight", DType::kF16, s.n_proj, d, fan_in_limit(d), 0.0f));
+  return w.write(path);
+}
+
+}  // namespace cachet

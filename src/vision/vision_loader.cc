@@ -1,0 +1,196 @@
+// VisionEncoder::load: a projector file's metadata and tensors, by the names llama.cpp's converter writes.
+#include <cmath>
+
+#include "io/gguf.h"
+#include "kernels/kernels.h"
+#include "model/arch_reader.h"
+#include "model/decoder.h"
+#include "vision/vision_encoder.h"
+
+namespace cachet {
+
+namespace {
+
+Result<bool> flag(ArchReader& r, const std::string& key, bool fallback) {
+  r.consume(key);
+  if (!r.has(key)) return fallback;
+  return r.file().get_bool("clip." + key);
+}
+
+Status three_floats(ArchReader& r, const std::string& key, std::array<float, 3>* out) {
+  r.consume(key);
+  const GgufValue* v = r.file().find("clip." + key);
+  if (!v) return Status::ok();
+  if (v->type != GgufType::kArray || !(v->elem_type == GgufType::kF32 || v->elem_type == GgufType::kF64) ||
+      v->count != 3)
+    return invalid_argument("metadata 'clip." + key + "' must hold three numbers (red, green, blue)");
+  for (size_t i = 0; i < 3; ++i) {
+    const double x = v->float_at(i);
+    if (!std::isfinite(x)) return invalid_argument("metadata 'clip." + key + "' holds a value that is not finite");
+    (*out)[i] = static_cast<float>(x);
+  }
+  return Status::ok();
+}
+
+// A weight the encoder multiplies by: [ne0, ne1] of a type cachet computes with.
+Status check_matrix(const TensorView& t, const std::string& name, int64_t ne0, int64_t ne1, int64_t layer) {
+  return check_tensor(t, name, ne0, ne1, layer);
+}
+
+}  // namespace
+
+VisionEncoder::~VisionEncoder() = default;
+
+Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& path, std::shared_ptr<ThreadPool> pool) {
+  CACHET_RETURN_IF_ERROR(kernel_choice());
+  CACHET_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(path));
+  CACHET_ASSIGN_OR_RETURN(std::string arch, f->get_string("general.architecture"));
+  if (arch != "clip")
+    return invalid_argument(path + " is a '" + arch + "' file, not a projector (general.architecture 'clip'); " +
+                            "pass the model with -m and its mmproj file with --mmproj");
+  std::unique_ptr<VisionEncoder> e(new VisionEncoder());
+  ArchReader r(*f, "clip");
+  VisionConfig& c = e->cfg_;
+  CACHET_ASSIGN_OR_RETURN(bool has_vision, flag(r, "has_vision_encoder", false));
+  CACHET_ASSIGN_OR_RETURN(bool has_audio, flag(r, "has_audio_encoder", false));
+  if (!has_vision) return unimplemented(path + " has no vision encoder (clip.has_vision_encoder)");
+  if (has_audio) return unimplemented(path + " has an audio encoder: cachet reads images only, not audio, so far");
+  std::string proj;
+  if (r.has("vision.projector_type")) {
+    CACHET_ASSIGN_OR_RETURN(proj, r.text("vision.projector_type"));
+  } else {
+    CACHET_ASSIGN_OR_RETURN(proj, r.text("projector_type"));
+  }
+  r.consume("projector_type");
+  c.projector_name = proj;
+  if (proj == "gemma3") {
+    c.projector = ProjectorType::kGemma3;
+  } else {
+    return unimplemented("projector type '" + proj + "' is not one cachet runs yet (gemma3 is)");
+  }
+  auto positive = [&](const char* key, std::optional<int64_t> fallback) -> Result<int64_t> {
+    CACHET_ASSIGN_OR_RETURN(int64_t v, r.dim(key, fallback));
+    if (v <= 0 || v > (int64_t{1} << 24)) return invalid_argument(std::string("metadata 'clip.") + key + "' is out of range");
+    return v;
+  };
+  CACHET_ASSIGN_OR_RETURN(c.image_size, positive("vision.image_size", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.patch_size, positive("vision.patch_size", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.n_embd, positive("vision.embedding_length", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.n_ff, positive("vision.feed_forward_length", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.n_layer, positive("vision.block_count", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(c.n_head, positive("vision.attention.head_count", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(int64_t n_embd_out, positive("vision.projection_dim", std::nullopt));
+  CACHET_ASSIGN_OR_RETURN(double eps, r.real("vision.attention.layer_norm_epsilon", 1e-6));
+  if (!(eps > 0.0 && eps < 1.0)) return invalid_argument("metadata 'clip.vision.attention.layer_norm_epsilon' is out of range");
+  c.eps = static_cast<float>(eps);
+  CACHET_RETURN_IF_ERROR(three_floats(r, "vision.image_mean", &c.mean));
+  CACHET_RETURN_IF_ERROR(three_floats(r, "vision.image_std", &c.std));
+  for (float s : c.std)
+    if (!(s > 0.0f)) return invalid_argument("metadata 'clip.vision.image_std' must be positive");
+  CACHET_ASSIGN_OR_RETURN(bool gelu, flag(r, "use_gelu", false));
+  CACHET_ASSIGN_OR_RETURN(bool silu, flag(r, "use_silu", false));
+  if (!gelu || silu) return unimplemented("a vision FFN other than GELU (clip.use_gelu) is not one cachet runs yet");
+  if (c.n_embd % c.n_head != 0) return invalid_argument("the vision width is not a whole number of heads");
+  c.head_dim = c.n_embd / c.n_head;
+  if (c.image_size % c.patch_size != 0) return invalid_argument("the image size is not a whole number of patches");
+  if (c.projector == ProjectorType::kGemma3) {
+    CACHET_ASSIGN_OR_RETURN(c.n_merge, positive("vision.projector.scale_factor", 4));
+    c.resize = ResizeFilter::kBilinear;
+    if (c.patches_per_side() % c.n_merge != 0)
+      return invalid_argument("gemma3: the patches per side are not a multiple of the pooling (scale_factor)");
+  }
+  if (c.n_patches() > 65536) return invalid_argument("the projector's image takes over 65536 patches");
+
+  VisionWeights& w = e->w_;
+  const int64_t d = c.n_embd, P = c.patch_size, K = 3 * P * P;
+  TensorView pe = r.tensor("v.patch_embd.weight");
+  if (!pe.data) return invalid_argument("missing tensor 'v.patch_embd.weight'");
+  if (pe.ne[0] != P || pe.ne[1] != P || pe.ne[2] != 3 || pe.ne[3] != d)
+    return invalid_argument("tensor 'v.patch_embd.weight' is not the patch convolution [" + std::to_string(P) +
+                            ", " + std::to_string(P) + ", 3, " + std::to_string(d) + "]");
+  const std::optional<size_t> rb = row_bytes(pe.type, K);
+  if (!rb) return unimplemented("tensor 'v.patch_embd.weight' is of a type cachet cannot use for the patch convolution");
+  pe.ne = {K, d, 1, 1};
+  pe.row_bytes = *rb;
+  w.patch_embd = pe;
+  CACHET_RETURN_IF_ERROR(check_matrix(w.patch_embd, "v.patch_embd.weight", K, d, -1));
+  w.patch_bias = r.tensor("v.patch_embd.bias");
+  w.pos_embd = r.tensor("v.position_embd.weight");
+  CACHET_RETURN_IF_ERROR(check_matrix(w.pos_embd, "v.position_embd.weight", d, c.n_patches(), -1));
+  w.post_ln_w = r.tensor("v.post_ln.weight");
+  w.post_ln_b = r.tensor("v.post_ln.bias");
+  std::vector<AlignedBuffer<float>>& owned = e->owned_;
+  auto vec = [&](TensorView* t, int64_t n, int64_t layer, const std::string& name, bool required) -> Status {
+    if (!t->data) return required ? invalid_argument("missing tensor '" + name + "'") : Status::ok();
+    return vector_to_f32(t, n, &owned, layer, name);
+  };
+  CACHET_RETURN_IF_ERROR(vec(&w.patch_bias, d, -1, "v.patch_embd.bias", false));
+  CACHET_RETURN_IF_ERROR(vec(&w.post_ln_w, d, -1, "v.post_ln.weight", false));
+  CACHET_RETURN_IF_ERROR(vec(&w.post_ln_b, d, -1, "v.post_ln.bias", false));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    VitLayerWeights L;
+    const std::string p = "v.blk." + std::to_string(l) + ".";
+    auto get = [&](const std::string& n) { return r.tensor(p + n); };
+    L.ln1_w = get("ln1.weight");
+    L.ln1_b = get("ln1.bias");
+    L.ln2_w = get("ln2.weight");
+    L.ln2_b = get("ln2.bias");
+    L.wq = get("attn_q.weight");
+    L.bq = get("attn_q.bias");
+    L.wk = get("attn_k.weight");
+    L.bk = get("attn_k.bias");
+    L.wv = get("attn_v.weight");
+    L.bv = get("attn_v.bias");
+    L.wo = get("attn_out.weight");
+    L.bo = get("attn_out.bias");
+    L.w_up = get("ffn_up.weight");
+    L.b_up = get("ffn_up.bias");
+    L.w_down = get("ffn_down.weight");
+    L.b_down = get("ffn_down.bias");
+    // Early conversions stored SigLIP's fc1 / fc2 under each other's names: tell them apart by shape.
+    if (L.w_up.data && L.w_down.data && L.w_down.ne[0] == d && L.w_down.ne[1] == c.n_ff && c.n_ff != d) {
+      std::swap(L.w_up, L.w_down);
+      std::swap(L.b_up, L.b_down);
+    }
+    for (auto [t, n0, n1, name] : {std::tuple{&L.wq, d, d, "attn_q.weight"}, {&L.wk, d, d, "attn_k.weight"},
+                                   {&L.wv, d, d, "attn_v.weight"}, {&L.wo, d, d, "attn_out.weight"},
+                                   {&L.w_up, d, c.n_ff, "ffn_up.weight"}, {&L.w_down, c.n_ff, d, "ffn_down.weight"}})
+      CACHET_RETURN_IF_ERROR(check_matrix(*t, p + name, n0, n1, l));
+    for (auto [t, n, name, req] : {std::tuple{&L.ln1_w, d, "ln1.weight", true}, {&L.ln1_b, d, "ln1.bias", false},
+                                   {&L.ln2_w, d, "ln2.weight", true}, {&L.ln2_b, d, "ln2.bias", false},
+                                   {&L.bq, d, "attn_q.bias", false}, {&L.bk, d, "attn_k.bias", false},
+                                   {&L.bv, d, "attn_v.bias", false}, {&L.bo, d, "attn_out.bias", false},
+                                   {&L.b_up, c.n_ff, "ffn_up.bias", false}, {&L.b_down, d, "ffn_down.bias", false}})
+      CACHET_RETURN_IF_ERROR(vec(t, n, l, p + name, req));
+    w.layers.push_back(std::move(L));
+  }
+  if (c.projector == ProjectorType::kGemma3) {
+    w.soft_emb_norm = r.tensor("mm.soft_emb_norm.weight");
+    CACHET_RETURN_IF_ERROR(vec(&w.soft_emb_norm, d, -1, "mm.soft_emb_norm.weight", true));
+    const TensorView proj = r.tensor("mm.input_projection.weight");
+    CACHET_RETURN_IF_ERROR(check_tensor(proj, "mm.input_projection.weight", n_embd_out, d, -1));
+    // Stored [n_embd_out, n_embd] (x @ W); the matmul wants rows of n_embd: transposed once, to f32.
+    AlignedBuffer<float> t(static_cast<size_t>(d * n_embd_out));
+    std::vector<float> row(static_cast<size_t>(n_embd_out));
+    const Kernels& kern = kernels();
+    for (int64_t i = 0; i < d; ++i) {
+      kern.dequantize_row(proj.type, proj.row(i), row.data(), n_embd_out);
+      for (int64_t j = 0; j < n_embd_out; ++j) t[j * d + i] = row[j];
+    }
+    TensorView tv;
+    tv.name = proj.name;
+    tv.type = DType::kF32;
+    tv.ne = {d, n_embd_out, 1, 1};
+    tv.data = reinterpret_cast<const uint8_t*>(t.data());
+    tv.row_bytes = static_cast<size_t>(d) * sizeof(float);
+    w.input_proj = tv;
+    owned.push_back(std::move(t));
+  }
+  c.n_embd_out = n_embd_out;
+  CACHET_RETURN_IF_ERROR(r.finish());
+  e->file_ = std::move(f);
+  e->pool_ = std::move(pool);
+  return e;
+}
+
+}  // namespace cachet
