@@ -7,6 +7,9 @@
 
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
 #include "model/synthetic.h"
 #include "tests/test_util.h"
 #include "vision/image.h"
@@ -199,6 +202,53 @@ TEST(VisionEncoder, RefusesWhatItWouldNotApply) {
   auto lm = VisionEncoder::load(testing::temp_path("vision_lm.gguf"), std::make_shared<ThreadPool>(1));
   ASSERT_FALSE(lm.is_ok());
   EXPECT_NE(lm.status().message().find("--mmproj"), std::string::npos) << lm.status().message();
+}
+
+// Rows in place of tokens: they replace the embedding (a row equal to a token's scaled embedding gives that
+// token's logits), and a batch that would attend past what it holds, or rows past those given, is refused.
+TEST(VisionEncoder, ImageRowsInTheLanguageModelsBatch) {
+  SyntheticSpec text;
+  text.arch = "gemma3";
+  ASSERT_TRUE(write_synthetic_model(text, testing::temp_path("vision_rows_lm.gguf")).is_ok());
+  LoadOptions o;
+  o.n_threads = 1;
+  o.precise = true;
+  auto m = load_model(testing::temp_path("vision_rows_lm.gguf"), o);
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  Model& model = **m;
+  const ModelConfig& c = model.config();
+  const std::vector<int32_t> ids = {5, 9, 13, 2};
+  const int64_t V = c.n_vocab, d = c.n_embd;
+  std::vector<float> want(ids.size() * V), got(ids.size() * V);
+  {
+    ContiguousKvCache cache(c, 8, KvTypes(KvType::kF32));
+    ForwardBatch b = ForwardBatch::single(cache, ids, 0, true);
+    ASSERT_TRUE(model.forward(b, want.data()).is_ok());
+  }
+  ContiguousKvCache cache(c, 8, KvTypes(KvType::kF32));
+  ForwardBatch b = ForwardBatch::single(cache, {5, 0, 0, 2}, 0, true);
+  b.input_embd.resize(2 * d);
+  const TensorView* emb = nullptr;
+  for (const TensorView& t : model.tensors())
+    if (t.name == "token_embd.weight") emb = &t;
+  ASSERT_NE(emb, nullptr);
+  for (int r = 0; r < 2; ++r) {
+    kernels().dequantize_row(emb->type, emb->row(ids[1 + r]), b.input_embd.data() + r * d, d);
+    for (int64_t i = 0; i < d; ++i) b.input_embd[r * d + i] *= static_cast<float>(c.embd_scale);
+  }
+  b.embd_row = {-1, 0, 1, -1};
+  ASSERT_TRUE(model.forward(b, got.data()).is_ok());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4f) << i;
+  ForwardBatch bad = b;
+  bad.attn_end = {-1, 2, 4, -1};  // position 4 is not in the batch
+  EXPECT_FALSE(model.forward(bad, got.data()).is_ok());
+  bad.attn_end = {-1, 2, 2, -1};
+  EXPECT_TRUE(model.forward(bad, got.data()).is_ok());
+  // Two-way: the first row now sees the second, so its logits move; the rows after stay causal.
+  EXPECT_GT(std::fabs(got[1 * V] - want[1 * V]) + std::fabs(got[1 * V + 1] - want[1 * V + 1]), 1e-4f);
+  bad = b;
+  bad.embd_row = {-1, 0, 2, -1};  // only two rows given
+  EXPECT_FALSE(model.forward(bad, got.data()).is_ok());
 }
 
 }  // namespace

@@ -141,6 +141,8 @@ class TpLeaderModel final : public Model {
 
   Status forward(const ForwardBatch& b, float* logits, float* hidden = nullptr) override {
     if (!b.kv) return invalid_argument("forward batch: no KV storage");
+    if (!b.embd_row.empty() || !b.attn_end.empty())
+      return unimplemented("tensor parallelism with images in the prompt (the ranks are sent token ids only)");
     const KvBlockStorage& kv = *b.kv;
     const KvTypes t = kv.types();
     std::vector<int64_t> body{b.n_tokens(),

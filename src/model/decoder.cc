@@ -127,11 +127,30 @@ class DecoderModel final : public Model {
 
 }  // namespace
 
-Status check_forward_batch(const ModelConfig& cfg_, const ForwardBatch& b) {
+Status check_forward_batch(const ModelConfig& cfg_, const ForwardBatch& b, bool embeddings_in) {
   const size_t n = b.token_ids.size();
   if (b.positions.size() != n || b.seq_index.size() != n || b.want_logits.size() != n || b.slots.size() != n ||
       (!b.want_hidden.empty() && b.want_hidden.size() != n))
     return invalid_argument("forward batch: token, position, sequence, output and slot lists differ in length");
+  if (!embeddings_in && (!b.embd_row.empty() || !b.attn_end.empty() || !b.input_embd.empty()))
+    return unimplemented("this model does not take embeddings (an image's) in place of tokens");
+  if ((!b.embd_row.empty() && b.embd_row.size() != n) || (!b.attn_end.empty() && b.attn_end.size() != n))
+    return invalid_argument("forward batch: the embedding-row and attention-end lists differ in length");
+  if (b.input_embd.size() % static_cast<size_t>(cfg_.n_embd) != 0)
+    return invalid_argument("forward batch: input embeddings are not rows of the model's width");
+  const int64_t n_rows = static_cast<int64_t>(b.input_embd.size()) / cfg_.n_embd;
+  for (int32_t r : b.embd_row)
+    if (r >= n_rows) return invalid_argument("forward batch: an embedding row past the rows given");
+  if (!b.attn_end.empty()) {
+    std::vector<int32_t> last(b.block_tables.size(), -1);
+    for (size_t i = 0; i < n; ++i)
+      if (b.seq_index[i] >= 0 && b.seq_index[i] < b.n_seqs())
+        last[b.seq_index[i]] = std::max(last[b.seq_index[i]], b.positions[i]);
+    for (size_t i = 0; i < n; ++i)
+      if (b.attn_end[i] >= 0 && (b.attn_end[i] < b.positions[i] || b.seq_index[i] < 0 ||
+                                 b.seq_index[i] >= b.n_seqs() || b.attn_end[i] > last[b.seq_index[i]]))
+        return invalid_argument("forward batch: a token attends past its sequence's last position in the batch");
+  }
   if (n == 0 && b.copies.empty()) return Status::ok();
   const KvBlockStorage* kv = b.kv;
   if (!kv) return invalid_argument("forward batch: no KV storage");
@@ -240,7 +259,9 @@ void DecoderModel::project(const TensorView& w, float* in, const std::vector<int
 }
 
 Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hidden) {
-  CACHET_RETURN_IF_ERROR(check_forward_batch(cfg_, batch));
+  CACHET_RETURN_IF_ERROR(check_forward_batch(cfg_, batch, /*embeddings_in=*/true));
+  if (!batch.attn_end.empty() && cfg_.is_mla())
+    return unimplemented("an image's two-way attention in an MLA model's latent attention");
   for (const KvBlockCopy& cp : batch.copies) batch.kv->copy_block(cp);  // copy-on-write, before any write
   for (auto [src, dst] : batch.state_copies) batch.state->copy(src, dst);  // forks of recurrent states
   const int T = batch.n_tokens();
@@ -287,6 +308,10 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
 
   for (int t = 0; t < T; ++t) {
     float* xt = x_.data() + t * d;
+    if (!batch.embd_row.empty() && batch.embd_row[t] >= 0) {  // an image's row, as the encoder gave it
+      std::copy_n(batch.input_embd.data() + static_cast<size_t>(batch.embd_row[t]) * d, d, xt);
+      continue;
+    }
     kern.dequantize_row(w_.tok_embd.type, w_.tok_embd.row(batch.token_ids[t]), xt, d);
     if (c.embd_scale != 1.0) {
       const float s = static_cast<float>(c.embd_scale);
@@ -311,6 +336,9 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     for (int t = 0; t < T; ++t) seq_end[batch.seq_index[t]] = std::max(seq_end[batch.seq_index[t]], batch.positions[t]);
     ends_.resize(T);
     for (int t = 0; t < T; ++t) ends_[t] = seq_end[batch.seq_index[t]];
+  } else if (!batch.attn_end.empty()) {  // an image's tokens see each other; the rest stay causal
+    ends_.resize(T);
+    for (int t = 0; t < T; ++t) ends_[t] = batch.attn_end[t] >= 0 ? batch.attn_end[t] : batch.positions[t];
   }
   rope_table(batch.positions.data(), T, rope_, cos_sin_.data());
   for (int t = 0; t < T; ++t)
@@ -407,7 +435,7 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
                      c.query_scale(l)};
     aa.window = swa ? static_cast<int>(c.sliding_window) : 0;
     aa.softcap = static_cast<float>(c.attn_softcap);
-    aa.ends = c.causal ? nullptr : ends_.data();
+    aa.ends = c.causal && batch.attn_end.empty() ? nullptr : ends_.data();
     aa.symmetric_window = c.swa_symmetric;
     aa.sinks = reinterpret_cast<const float*>(L.sinks.data);
     attention(pool, aa);

@@ -155,7 +155,8 @@ Result<DecoderWeights> read_decoder_weights(ArchReader& r, ModelConfig* cfg, con
 
 // A forward batch's lists, token ids, positions, slots, blocks and copies against a model of config `cfg`
 // (a batch may come from another rank's bytes).
-Status check_forward_batch(const ModelConfig& cfg, const ForwardBatch& b);
+// embeddings_in: whether the model reads ForwardBatch::input_embd / embd_row / attn_end (else they must be empty).
+Status check_forward_batch(const ModelConfig& cfg, const ForwardBatch& b, bool embeddings_in = false);
 
 // Rows [r0, r0 + n) of a matrix, as a matrix of its own (fused Q|K|V, gate|up); `part` names it.
 TensorView row_slice(const TensorView& t, int64_t r0, int64_t n, const char* part);

@@ -39,6 +39,8 @@ struct VisionConfig {
   float eps = 1e-6f;
   std::array<float, 3> mean{0.5f, 0.5f, 0.5f}, std{0.5f, 0.5f, 0.5f};
   ResizeFilter resize = ResizeFilter::kBilinear;
+  // Whether the language model attends both ways among one image's rows (Gemma 3), or causally as among text.
+  bool bidirectional = false;
 
   int64_t patches_per_side() const { return image_size / patch_size; }
   int64_t n_patches() const { return patches_per_side() * patches_per_side(); }

@@ -96,6 +96,7 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
   if (c.projector == ProjectorType::kGemma3) {
     CACHET_ASSIGN_OR_RETURN(c.n_merge, positive("vision.projector.scale_factor", 4));
     c.resize = ResizeFilter::kBilinear;
+    c.bidirectional = true;
     if (c.patches_per_side() % c.n_merge != 0)
       return invalid_argument("gemma3: the patches per side are not a multiple of the pooling (scale_factor)");
   }

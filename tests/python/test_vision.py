@@ -16,11 +16,11 @@ VIT = ["--n-embd", "96", "--n-layer", "3", "--n-head", "3", "--n-ff", "160", "--
        "--patch-size", "14", "--merge", "2", "--proj-dim", "64"]
 
 
-def synth_pair(cachet_bin, tmp_path, wtype):
+def synth_pair(cachet_bin, tmp_path, wtype, lm_extra=()):
     lm = tmp_path / "lm.gguf"
     mm = tmp_path / f"mmproj-{wtype}.gguf"
-    subprocess.run([cachet_bin, "synth", "--arch", "gemma3", "-o", str(lm), "--n-embd", "64", "--n-layer", "2",
-                    "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128", "--head-dim", "16"], check=True)
+    subprocess.run([cachet_bin, "synth", "--arch", "gemma3", "-o", str(lm), "--n-embd", "64", "--n-layer", "3",
+                    "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128", "--head-dim", "16", *lm_extra], check=True)
     subprocess.run([cachet_bin, "synth", "--arch", "mmproj-gemma3", "-o", str(mm), "--type", wtype] + VIT, check=True)
     return lm, mm
 
@@ -43,10 +43,12 @@ def ours(cachet_bin, mm, img_path, tmp_path, threads=2):
     return emb, np.fromfile(pix, dtype=np.float32), info
 
 
-def llama_cpp_embeddings(lm, mm, rgb, flash_attn):
+def llama_cpp_embeddings(lm, mm, rgb, flash_attn, model=None):
     """libmtmd's embeddings of one image: its tokenizer splits the marker out, its encoder runs the image chunk."""
     llama_cpp.llama_backend_init()
-    model = llama_cpp.llama_model_load_from_file(str(lm).encode(), llama_cpp.llama_model_default_params())
+    own = model is None
+    if own:
+        model = llama_cpp.llama_model_load_from_file(str(lm).encode(), llama_cpp.llama_model_default_params())
     assert model
     p = mtmd.mtmd_context_params_default()
     p.use_gpu = False
@@ -78,7 +80,8 @@ def llama_cpp_embeddings(lm, mm, rgb, flash_attn):
     mtmd.mtmd_input_chunks_free(chunks)
     mtmd.mtmd_bitmap_free(bitmap)
     mtmd.mtmd_free(ctx)
-    llama_cpp.llama_model_free(model)
+    if own:
+        llama_cpp.llama_model_free(model)
     assert ref is not None, "libmtmd made no image chunk"
     return ref
 
@@ -100,6 +103,75 @@ def test_gemma3_embeddings_match_llama_cpp(cachet_bin, tmp_path, wtype, side):
         assert scale > 0.5, "a vacuous fixture"
         err = np.abs(emb - ref).max()
         assert err <= 1e-3 * scale, f"{wtype} {side}px flash={flash}: {err:.3g} of {scale:.3g}"
+
+
+def llama_cpp_logits_with_image(lm, mm, rgb, ids, at):
+    """llama.cpp's logits at every position of ids[:at] + the image + ids[at:], fed as mtmd's helper feeds a
+    Gemma 3 image: its embeddings as one batch with causal attention off (mtmd_decode_use_non_causal), an f32 KV
+    cache."""
+    llama_cpp.llama_backend_init()
+    model = llama_cpp.llama_model_load_from_file(str(lm).encode(), llama_cpp.llama_model_default_params())
+    emb = llama_cpp_embeddings(lm, mm, rgb, False, model=model)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+    cp = llama_cpp.llama_context_default_params()
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = 64
+    cp.type_k = cp.type_v = 0  # f32
+    cp.flash_attn_type = 0
+    cp.n_threads = cp.n_threads_batch = 2
+    ctx = llama_cpp.llama_init_from_model(model, cp)
+    rows = []
+
+    def decode(pos0, tokens=None, embd=None):
+        n = len(tokens) if tokens is not None else embd.shape[0]
+        b = llama_cpp.llama_batch_init(n, 0 if embd is None else embd.shape[1], 1)
+        for i in range(n):
+            if tokens is not None:
+                b.token[i] = tokens[i]
+            b.pos[i] = pos0 + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = 1
+        if embd is not None:
+            ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
+        b.n_tokens = n
+        assert llama_cpp.llama_decode(ctx, b) == 0
+        for i in range(n):
+            rows.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy())
+        llama_cpp.llama_batch_free(b)
+
+    decode(0, tokens=ids[:at])
+    llama_cpp.llama_set_causal_attn(ctx, False)
+    decode(at, embd=np.ascontiguousarray(emb, dtype=np.float32))
+    llama_cpp.llama_set_causal_attn(ctx, True)
+    decode(at + emb.shape[0], tokens=ids[at:])
+    llama_cpp.llama_free(ctx)
+    llama_cpp.llama_model_free(model)
+    return np.array(rows), emb.shape[0]
+
+
+# A prompt with an image in the middle: text before it (causal), the image's 16 rows (seeing each other both ways,
+# also past a sliding window of 6), text after. No final soft-cap, so the largest logit is a fair yardstick.
+@pytest.mark.parametrize("window", [0, 6])
+def test_gemma3_prompt_with_an_image_matches_llama_cpp(cachet_bin, tmp_path, window):
+    lm, mm = synth_pair(cachet_bin, tmp_path, "F16", ["--sliding-window", str(window)] if window else [])
+    rgb = random_image(140, 140, seed=3)
+    Image.fromarray(rgb).save(tmp_path / "img.png")
+    ids, at = [2, 17, 33, 5, 9, 101, 7, 44, 12, 3], 4
+    out = tmp_path / "logits.f32"
+    subprocess.run([cachet_bin, "logits", "-m", str(lm), "--prompt-ids", ",".join(map(str, ids)), "-o", str(out),
+                    "--mmproj", str(mm), "--image", str(tmp_path / "img.png"), "--image-at", str(at)], check=True)
+    ref, n_img = llama_cpp_logits_with_image(lm, mm, rgb, ids, at)
+    ours = np.fromfile(out, dtype=np.float32).reshape(ref.shape)
+    scale = np.abs(ref).max()
+    err = np.abs(ours - ref).max(axis=1)
+    assert err.max() <= 2e-3 * scale, f"rows {np.argsort(-err)[:4]}: {err.max():.3g} of {scale:.3g}"
+    assert n_img == 16
+    # Not vacuous: another picture moves the logits of the text after it far more than the tolerance.
+    Image.fromarray(rgb[::-1].copy()).save(tmp_path / "flipped.png")
+    subprocess.run([cachet_bin, "logits", "-m", str(lm), "--prompt-ids", ",".join(map(str, ids)), "-o", str(out),
+                    "--mmproj", str(mm), "--image", str(tmp_path / "flipped.png"), "--image-at", str(at)], check=True)
+    other = np.fromfile(out, dtype=np.float32).reshape(ref.shape)
+    assert np.abs(other[at + n_img:] - ours[at + n_img:]).max() > 20 * 2e-3 * scale
 
 
 def test_embeddings_do_not_depend_on_threads(cachet_bin, tmp_path):

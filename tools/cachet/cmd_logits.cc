@@ -9,6 +9,7 @@
 #include "io/gguf.h"
 #include "kv/kv_cache.h"
 #include "tools/cachet/common.h"
+#include "vision/vision_encoder.h"
 
 namespace cachet::cli {
 
@@ -36,7 +37,8 @@ Status mtp_logits(const Model& trunk, const std::vector<int32_t>& ids, const std
 
 void add_logits_command(CLI::App& app, int* exit_code) {
   struct Args {
-    std::string model, ids, out;
+    std::string model, ids, out, mmproj, image;
+    int image_at = 0;
     KvFlags kv{.fallback = "f32"};
     int threads = 0;
     bool one_by_one = false;
@@ -54,6 +56,9 @@ void add_logits_command(CLI::App& app, int* exit_code) {
   c->add_flag("--precise", a->precise, "f32 activations in every matmul");
   add_rope_flags(c, &a->rope);
   c->add_flag("--one-by-one", a->one_by_one, "feed the prompt one token per forward pass instead of one prefill");
+  c->add_option("--mmproj", a->mmproj, "a projector file: with --image, the image's rows go into the prompt");
+  c->add_option("--image", a->image, "an image (JPEG, PNG, WebP) encoded by --mmproj");
+  c->add_option("--image-at", a->image_at, "where the image's rows go: before the N-th prompt id (default 0)");
   c->add_flag("--mtp", a->mtp, "the multi-token-prediction head's logits (a qwen35 file's nextn block)");
   c->callback([a, exit_code] {
     auto ids = parse_ids(a->ids);
@@ -72,6 +77,43 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     }
     Model& model = **m;
     const int64_t V = model.config().n_vocab;
+    // An image: its rows replace placeholder ids (0) spliced in at --image-at.
+    std::vector<float> rows;
+    int img0 = -1, img_n = 0;
+    bool both_ways = false;
+    if (a->mmproj.empty() != a->image.empty()) {
+      *exit_code = fail(invalid_argument("--mmproj and --image go together"));
+      return;
+    }
+    if (!a->image.empty()) {
+      if (a->one_by_one || a->mtp || a->image_at < 0 || a->image_at > static_cast<int>(ids->size())) {
+        *exit_code = fail(invalid_argument("--image: one prefill, and --image-at within the prompt"));
+        return;
+      }
+      auto enc = VisionEncoder::load(a->mmproj, model.shared_pool() ? model.shared_pool()
+                                                                    : std::make_shared<ThreadPool>(1));
+      auto img = enc.is_ok() ? load_image(a->image) : Result<Image>(enc.status());
+      if (!img.is_ok()) {
+        *exit_code = fail(img.status());
+        return;
+      }
+      const VisionConfig& vc = (*enc)->config();
+      if (vc.n_embd_out != model.config().n_embd) {
+        *exit_code = fail(invalid_argument("the projector gives rows " + std::to_string(vc.n_embd_out) +
+                                           " wide; the model's are " + std::to_string(model.config().n_embd)));
+        return;
+      }
+      img_n = static_cast<int>(vc.n_output_tokens());
+      img0 = a->image_at;
+      both_ways = vc.bidirectional;
+      rows.resize(static_cast<size_t>(img_n) * vc.n_embd_out);
+      const std::vector<float> px = (*enc)->preprocess(*img);
+      if (Status s = (*enc)->encode(px.data(), rows.data()); !s.is_ok()) {
+        *exit_code = fail(s);
+        return;
+      }
+      ids->insert(ids->begin() + img0, static_cast<size_t>(img_n), 0);
+    }
     const int n = static_cast<int>(ids->size());
     if (Status s = kv_types_fit(model.config(), a->kv.types()); !s.is_ok()) {
       *exit_code = fail(s);
@@ -90,6 +132,15 @@ void add_logits_command(CLI::App& app, int* exit_code) {
       }
     } else {
       ForwardBatch b = ForwardBatch::single(cache, *ids, 0, true);
+      if (img_n > 0) {
+        b.input_embd = std::move(rows);
+        b.embd_row.assign(static_cast<size_t>(n), -1);
+        if (both_ways) b.attn_end.assign(static_cast<size_t>(n), -1);
+        for (int i = 0; i < img_n; ++i) {
+          b.embd_row[img0 + i] = i;
+          if (both_ways) b.attn_end[img0 + i] = img0 + img_n - 1;
+        }
+      }
       std::vector<float> hidden;
       if (a->mtp) {
         b.want_hidden.assign(static_cast<size_t>(n), 1);
