@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own tools (llama-bench, llama-server, llama-perplexity, llama-speculative) from the source
-# tree inside the PyPI sdist of llama-cpp-python, with clang, into ~/.cache/cachet/llama.cpp/VARIANT/bin.
+# Builds llama.cpp's own tools (llama-bench, llama-server, llama-perplexity, llama-speculative, llama-mtmd-cli)
+# from the source tree inside the PyPI sdist of llama-cpp-python, with clang, into ~/.cache/cachet/llama.cpp/VARIANT/bin.
 # The peer for the side-by-side benches; not needed by the tests. Nothing of it is committed.
 #
 #   bash scripts/setup_llamacpp.sh            # native: -DGGML_NATIVE=ON, its best build on this CPU
@@ -32,13 +32,14 @@ case "$variant" in
   *) echo "setup_llamacpp: unknown variant $variant (native|avx2|avxvnni)" >&2; exit 2 ;;
 esac
 
-if [ ! -x "$out/bin/llama-bench" ]; then
+if [ ! -x "$out/bin/llama-bench" ] || [ ! -x "$out/bin/llama-mtmd-cli" ]; then
   cmake -S "$src/vendor/llama.cpp" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF "${flags[@]}" >/dev/null
-  cmake --build "$out/build" --target llama-bench llama-server llama-perplexity llama-speculative llama-cli
+  cmake --build "$out/build" --target llama-bench llama-server llama-perplexity llama-speculative llama-cli \
+    llama-mtmd-cli
   mkdir -p "$out/bin"
-  cp "$out/build/bin/"llama-{bench,server,perplexity,speculative,cli} "$out/bin/"
+  cp "$out/build/bin/"llama-{bench,server,perplexity,speculative,cli,mtmd-cli} "$out/bin/"
 fi
 "$out/bin/llama-bench" --help >/dev/null
 echo "llama.cpp ($variant): $out/bin"
