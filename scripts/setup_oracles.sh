@@ -40,4 +40,7 @@ if ! ls "$wheels"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
     "$venv/bin/pip" wheel -q --disable-pip-version-check --no-cache-dir --no-deps --no-binary llama-cpp-python \
     -w "$wheels" "$sdist"
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$wheels"/llama_cpp_python-"$version"-*.whl
+whl="$(ls "$wheels"/llama_cpp_python-"$version"-*.whl | head -1)"
+# Replace any build of the same version (without libmtmd), then add its dependencies (diskcache, ...).
+"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$whl"
+"$venv/bin/pip" install -q --disable-pip-version-check "$whl"
