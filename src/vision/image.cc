@@ -38,7 +38,6 @@ struct JpegError {
 struct JpegProgress {
   jpeg_progress_mgr mgr;
   int max_scans;
-  bool too_many = false;
 };
 
 [[noreturn]] void jpeg_fail(j_common_ptr c) {
@@ -57,7 +56,6 @@ void jpeg_scans(j_common_ptr c) {
   auto* p = reinterpret_cast<JpegProgress*>(c->progress);
   auto* d = reinterpret_cast<j_decompress_ptr>(c);
   if (c->is_decompressor && d->input_scan_number > p->max_scans) {
-    p->too_many = true;
     std::snprintf(reinterpret_cast<JpegError*>(c->err)->message, JMSG_LENGTH_MAX, "over %d progressive scans",
                   p->max_scans);
     std::longjmp(reinterpret_cast<JpegError*>(c->err)->jump, 1);

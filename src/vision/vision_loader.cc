@@ -32,11 +32,6 @@ Status three_floats(ArchReader& r, const std::string& key, std::array<float, 3>*
   return Status::ok();
 }
 
-// A weight the encoder multiplies by: [ne0, ne1] of a type cachet computes with.
-Status check_matrix(const TensorView& t, const std::string& name, int64_t ne0, int64_t ne1, int64_t layer) {
-  return check_tensor(t, name, ne0, ne1, layer);
-}
-
 }  // namespace
 
 VisionEncoder::~VisionEncoder() = default;
@@ -114,10 +109,10 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
   pe.ne = {K, d, 1, 1};
   pe.row_bytes = *rb;
   w.patch_embd = pe;
-  CACHET_RETURN_IF_ERROR(check_matrix(w.patch_embd, "v.patch_embd.weight", K, d, -1));
+  CACHET_RETURN_IF_ERROR(check_tensor(w.patch_embd, "v.patch_embd.weight", K, d, -1));
   w.patch_bias = r.tensor("v.patch_embd.bias");
   w.pos_embd = r.tensor("v.position_embd.weight");
-  CACHET_RETURN_IF_ERROR(check_matrix(w.pos_embd, "v.position_embd.weight", d, c.n_patches(), -1));
+  CACHET_RETURN_IF_ERROR(check_tensor(w.pos_embd, "v.position_embd.weight", d, c.n_patches(), -1));
   w.post_ln_w = r.tensor("v.post_ln.weight");
   w.post_ln_b = r.tensor("v.post_ln.bias");
   std::vector<AlignedBuffer<float>>& owned = e->owned_;
@@ -156,7 +151,7 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     for (auto [t, n0, n1, name] : {std::tuple{&L.wq, d, d, "attn_q.weight"}, {&L.wk, d, d, "attn_k.weight"},
                                    {&L.wv, d, d, "attn_v.weight"}, {&L.wo, d, d, "attn_out.weight"},
                                    {&L.w_up, d, c.n_ff, "ffn_up.weight"}, {&L.w_down, c.n_ff, d, "ffn_down.weight"}})
-      CACHET_RETURN_IF_ERROR(check_matrix(*t, p + name, n0, n1, l));
+      CACHET_RETURN_IF_ERROR(check_tensor(*t, p + name, n0, n1, l));
     for (auto [t, n, name, req] : {std::tuple{&L.ln1_w, d, "ln1.weight", true}, {&L.ln1_b, d, "ln1.bias", false},
                                    {&L.ln2_w, d, "ln2.weight", true}, {&L.ln2_b, d, "ln2.bias", false},
                                    {&L.bq, d, "attn_q.bias", false}, {&L.bk, d, "attn_k.bias", false},
