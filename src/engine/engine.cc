@@ -77,9 +77,9 @@ Engine::~Engine() {
 
 Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& params,
                                       std::vector<int32_t> stop_ids, bool stop_at_eos, int n, uint64_t cache_ns,
-                                      std::optional<SpecMode> spec) {
+                                      std::optional<SpecMode> spec, std::vector<PromptImage> images) {
   if (n < 1 || n > 128) return invalid_argument("n must be in 1..128, got " + std::to_string(n));
-  const SpecMode mode = spec.value_or(cfg_.spec);
+  const SpecMode mode = images.empty() ? spec.value_or(cfg_.spec) : SpecMode::kOff;
   if (mode == SpecMode::kDraft && !spec_->has_draft_model())
     return invalid_argument("speculation with a draft model was asked for, but the engine has no draft model");
   if (mode == SpecMode::kMtp && !spec_->has_mtp())
@@ -94,19 +94,25 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, const Samplin
                             std::to_string(params.grammar->vocab_size()) + " tokens, the model has " +
                             std::to_string(c.n_vocab) + ")");
   if (prompt.empty()) return invalid_argument("the prompt is empty");
-  for (int32_t t : prompt)
-    if (t < 0 || t >= c.n_vocab) return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
-  const int64_t max_len = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  auto r = std::make_unique<Request>();
+  r->tokens = std::move(prompt);
+  CACHET_RETURN_IF_ERROR(set_images(r.get(), std::move(images)));  // the image rows' ids, before the check
+  size_t img = 0;  // the image whose rows are at or past the position
+  for (int pos = 0; pos < static_cast<int>(r->tokens.size()); ++pos) {
+    while (img < r->images.size() && r->images[img].second <= pos) ++img;
+    if (img < r->images.size() && r->images[img].first <= pos) continue;
+    if (const int32_t t = r->tokens[static_cast<size_t>(pos)]; t < 0 || t >= c.n_vocab)
+      return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
+  }
+  const int64_t max_len = static_cast<int64_t>(r->tokens.size()) + params.max_tokens;
   const int64_t blocks = (max_len + cfg_.block_size - 1) / cfg_.block_size +
                          (n - 1) * ((params.max_tokens + cfg_.block_size - 1) / cfg_.block_size + 1);
   if (blocks > cfg_.n_blocks)
     return resource_exhausted("the request needs up to " + std::to_string(blocks) + " KV blocks (" +
                               std::to_string(max_len) + " tokens) but the pool has " +
                               std::to_string(cfg_.n_blocks) + " in all: it can never fit");
-  auto r = std::make_unique<Request>();
   r->id = next_id_++;
-  r->n_prompt = static_cast<int>(prompt.size());
-  r->tokens = std::move(prompt);
+  r->n_prompt = static_cast<int>(r->tokens.size());
   r->params = params;
   r->sampler = std::make_unique<Sampler>(params);
   if (params.grammar) r->matcher = params.grammar->matcher(cfg_.draft_max + 1);
@@ -374,15 +380,19 @@ Result<std::vector<RequestEvent>> Engine::step() {
     int rows = 0;
     const bool mtp = r->spec == SpecMode::kMtp && spec_->has_mtp();
     if (mtp && n_add > 0) mtp_rows.push_back({r, r->num_computed, n_add, b.n_hidden()});
+    const int first = b.n_tokens();
     for (int k = 0; k < n_add; ++k) {
       const int pos = r->num_computed + k;
       b.add_token(r->tokens[pos], pos, seq, pos >= last_accepted);
       if (mtp) b.want_hidden_of_last();
       rows += pos >= last_accepted;
     }
+    if (!r->images.empty()) CACHET_RETURN_IF_ERROR(add_image_rows(r, r->num_computed, n_add, first, &b));
     if (rows > 0) row_counts.emplace_back(r, rows);
     decode_only = decode_only && rows == n_add;
   }
+  if (!b.embd_row.empty()) b.embd_row.resize(static_cast<size_t>(b.n_tokens()), -1);  // images' rows
+  if (!b.attn_end.empty()) b.attn_end.resize(static_cast<size_t>(b.n_tokens()), -1);
   if (work.empty()) {
     if (!b.copies.empty()) CACHET_RETURN_IF_ERROR(model_.forward(b, nullptr));
     spec_->drop_unverified([](const EngineRequest*) { return false; });
@@ -527,6 +537,9 @@ Result<std::vector<RequestEvent>> Engine::step() {
       c->cache_ns = r->cache_ns;
       c->cached_tokens = r->cached_tokens;
       c->spec = r->spec;
+      c->images = r->images;
+      c->prompt_images = r->prompt_images;
+      c->image_rows = r->image_rows;
       if (state_) {  // the sample continues from the prompt's recurrent state
         c->state_slot = take_state_slot(c.get());
         state_->copy(*r->state_slot, *c->state_slot);
@@ -614,6 +627,7 @@ EngineCounters Engine::counters() const {
   }
   c.spec_draft_tokens = spec_->draft_tokens();
   c.spec_accepted_tokens = spec_->accepted_tokens();
+  c.images_encoded = images_encoded_;
   return c;
 }
 

@@ -55,6 +55,7 @@ struct EngineCounters {
   int state_slots_total = 0, state_slots_used = 0;  // hybrid models: recurrent state slots (kv/state_store.h)
   int state_checkpoints = 0;                        // of those, checkpoints the prefix cache holds
   int64_t state_bytes_per_slot = 0;
+  int64_t images_encoded = 0;  // images the vision encoder ran on (a prefix-cache hit on one needs none)
 };
 
 class Engine {
@@ -72,9 +73,13 @@ class Engine {
   // seeds seed, seed + 1, ...
   // cache_ns: the prefix cache's namespace (a tenant: API key and cache_salt); prefixes never match across them.
   // spec: this request's speculation (default: the config's); kDraft needs the config's draft model.
+  // images: where the prompt's images are (vision/prompt_image.h; the config's vision encoder makes their rows,
+  // and their positions' ids are set from their hashes); such a request does not speculate. Errors: no
+  // encoder, a model that cannot take image rows, images out of the prompt or overlapping.
   Result<RequestId> add_request(std::vector<int32_t> prompt, const SamplingParams& params,
                                 std::vector<int32_t> stop_ids = {}, bool stop_at_eos = true, int n = 1,
-                                uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt);
+                                uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt,
+                                std::vector<PromptImage> images = {});
   // An embedding request: the prompt runs like any other (batched with generation, chunked), nothing is
   // sampled, and its finishing event carries the final hidden states pooled (not normalized) through the
   // model's pooled head (Model::pooled_head: a reranker's scores for rank pooling). Mean and CLS pooling need
@@ -147,6 +152,12 @@ class Engine {
     Request::PendingCheckpoint c;
   };
   void plan_checkpoints(Request* r, int n, int first, ForwardBatch* b, std::vector<PlannedCheckpoint>* planned);
+  // Images (engine_images.cc): a request's images checked and their rows' ids set; the rows of the images r's
+  // positions [from, from + n) cover encoded (if not yet) and given to the batch, whose token `first` is
+  // position from (embd_row, and attn_end for two-way attention within an image).
+  Status set_images(Request* r, std::vector<PromptImage> images);
+  Status add_image_rows(Request* r, int from, int n, int first, ForwardBatch* b);
+  int64_t images_encoded_ = 0;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<RequestId> aborted_;

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "speculative/proposer.h"
 #include "speculative/draft_model.h"
+#include "vision/vision_encoder.h"
 
 namespace cachet {
 
@@ -47,6 +48,9 @@ struct EngineConfig {
   // (DraftModelConfig::share_target_kv) unless this is set: then it keeps a pool of its own, as a draft of
   // another shape must.
   bool draft_own_kv = false;
+  // The vision encoder of requests with images (not owned; its output rows as wide as the model's embeddings):
+  // an image's rows are encoded inside the step that first computes them (engine_images.cc).
+  VisionEncoder* vision = nullptr;
 };
 
 }  // namespace cachet

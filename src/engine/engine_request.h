@@ -14,6 +14,7 @@
 #include "speculative/policy.h"
 #include "kv/state_store.h"
 #include "speculative/proposer.h"
+#include "vision/prompt_image.h"
 
 namespace cachet {
 
@@ -50,6 +51,10 @@ struct EngineRequest : SchedRequest {
   // Speculating on a hybrid model: this step's snapshots, [i] the state after the last accepted token and i
   // draft tokens (the rollback target when the verification accepts exactly i of them).
   std::vector<StateSlot> spec_snapshots;
+  // Its prompt's images (SchedRequest::images gives their positions), and each one's rows once encoded
+  // ([n_rows, n_embd]; kept for a recompute after preemption, shared with its samples).
+  std::vector<PromptImage> prompt_images;
+  std::vector<std::shared_ptr<const std::vector<float>>> image_rows;
 };
 
 }  // namespace cachet

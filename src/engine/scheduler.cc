@@ -20,8 +20,19 @@ void Scheduler::take_cached_prefix(SchedRequest* r) {
   if (!radix_ || !r->reuse_prefix || manager_.has(r->id)) return;
   // The last token is always computed: its logits are what the request samples from.
   const int n = static_cast<int>(r->tokens.size());
-  RadixCache::Match m =
-      radix_->match(r->cache_ns, r->tokens.data(), n, (n - 1) / cfg_.block_size, cfg_.state_checkpoints);
+  int max_blocks = (n - 1) / cfg_.block_size;
+  RadixCache::Match m = radix_->match(r->cache_ns, r->tokens.data(), n, max_blocks, cfg_.state_checkpoints);
+  // An image's K/V hold its rows seen both ways: a match ending inside one is cut back to before it.
+  for (bool cut = true; cut && m.last;) {
+    cut = false;
+    for (auto [b, e] : r->images)
+      if (b < m.n_tokens && m.n_tokens < e) {
+        max_blocks = b / cfg_.block_size;
+        m = radix_->match(r->cache_ns, r->tokens.data(), n, max_blocks, cfg_.state_checkpoints);
+        cut = true;
+        break;
+      }
+  }
   r->branch_tokens = m.kv_tokens;
   if (!m.last) return;
   r->resume_state = m.checkpoint;
@@ -30,6 +41,13 @@ void Scheduler::take_cached_prefix(SchedRequest* r) {
   manager_.adopt(r->id, m.blocks);
   r->num_computed = m.n_tokens;
   if (r->cached_tokens == 0) r->cached_tokens = m.n_tokens;
+}
+
+int Scheduler::fit_images(const SchedRequest* r, int n) {
+  const int from = r->num_computed, to = from + n;
+  for (auto [b, e] : r->images)
+    if (b < to && to < e) return b > from ? b - from : e - from;
+  return n;
 }
 
 void Scheduler::release(SchedRequest* r) {
@@ -85,7 +103,8 @@ std::vector<ScheduledWork> Scheduler::schedule() {
   int budget = cfg_.max_batch_tokens;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     SchedRequest* r = running_[i];
-    const int n = std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget});
+    const int n =
+        fit_images(r, std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget}));
     const int grow = r->num_computed + n - manager_.num_tokens(r->id);
     if (manager_.can_append(r->id, grow) || make_room(manager_.blocks_to_append(r->id, grow))) {
       manager_.append(r->id, grow);
@@ -110,7 +129,7 @@ std::vector<ScheduledWork> Scheduler::schedule() {
     SchedRequest* r = waiting_.front();
     take_cached_prefix(r);
     const int left = static_cast<int>(r->tokens.size()) - r->num_computed;
-    const int n = r->whole ? left : std::min({left, cfg_.prefill_chunk, budget});
+    const int n = r->whole ? left : fit_images(r, std::min({left, cfg_.prefill_chunk, budget}));
     if (!manager_.can_append(r->id, n) && !make_room(manager_.blocks_to_append(r->id, n))) {
       if (r->cache_node) {  // give the prefix back: it waits holding nothing
         radix_->unlock(r->cache_node);

@@ -40,6 +40,10 @@ struct SchedRequest {
   // Hybrid models: how far its prompt's blocks matched the tree before backing up to a checkpoint (where it
   // branches off a cached path: a checkpoint there serves the next request that shares as much).
   int branch_tokens = 0;
+  // Images in the prompt: each one's rows, [begin, end) positions, ascending. The rows attend to each other, so
+  // a step never ends inside an image (it runs whole, even past the step's budget), and a cached prefix is
+  // taken only up to an image's first row or past its last.
+  std::vector<std::pair<int, int>> images;
 };
 
 struct SchedulerConfig {
@@ -98,6 +102,9 @@ class Scheduler {
 
  private:
   void take_cached_prefix(SchedRequest* r);
+  // n tokens of r from num_computed, moved off the inside of an image: back to its start, or (when it starts
+  // there) on to its end.
+  static int fit_images(const SchedRequest* r, int n);
   void release(SchedRequest* r);
   bool make_room(int n_blocks);
   void preempt(SchedRequest* r);

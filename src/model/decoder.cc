@@ -56,6 +56,13 @@ class DecoderModel final : public Model {
   Status forward(const ForwardBatch& batch, float* logits, float* hidden = nullptr) override;
   int64_t pooled_dim(Pooling p) const override { return p == Pooling::kRank ? cfg_.n_cls_out : cfg_.n_embd; }
   Status pooled_head(const float* pooled, Pooling p, float* out) override;
+  Status accepts_image_rows(bool both_ways) const override {
+    if (cfg_.n_embd_per_layer > 0)
+      return unimplemented("image rows in a model with per-layer token embeddings (Gemma 4's small models)");
+    if (both_ways && cfg_.is_mla())
+      return unimplemented("an image's two-way attention in an MLA model's latent attention");
+    return Status::ok();
+  }
 
  private:
   void ensure_scratch(int n_tokens);

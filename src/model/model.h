@@ -45,6 +45,12 @@ class Model {
     std::copy_n(pooled, config().n_embd, out);
     return Status::ok();
   }
+  // Whether forward() takes an image's rows in place of tokens (ForwardBatch::embd_row), seeing each other both
+  // ways when both_ways (ForwardBatch::attn_end): ok, or why not.
+  virtual Status accepts_image_rows(bool both_ways) const {
+    (void)both_ways;
+    return unimplemented("this model (" + config().arch + ") does not take image rows");
+  }
   // The weights in file order (for `cachet info`).
   virtual const std::vector<TensorView>& tensors() const = 0;
   virtual const SpecialTokens& special_tokens() const = 0;

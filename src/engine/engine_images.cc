@@ -1,0 +1,73 @@
+// The Engine's image work: a request's images placed in its prompt, and their rows given to the step's batch.
+// An image is encoded inside the first step that computes its positions (on the model's threads, between the
+// scheduling and the forward pass), so a prefix-cache hit on it skips the encoder entirely; the rows are kept
+// with the request for a recompute after preemption.
+#include <algorithm>
+
+#include "base/check.h"
+#include "engine/engine.h"
+
+namespace cachet {
+
+Status Engine::set_images(Request* r, std::vector<PromptImage> images) {
+  if (images.empty()) return Status::ok();
+  if (!cfg_.vision)
+    return invalid_argument("this model was loaded without a vision encoder (a projector file, --mmproj): it takes "
+                            "no images");
+  const VisionConfig& vc = cfg_.vision->config();
+  CACHET_RETURN_IF_ERROR(model_.accepts_image_rows(vc.bidirectional));
+  if (vc.n_embd_out != model_.config().n_embd)
+    return invalid_argument("the projector's rows are " + std::to_string(vc.n_embd_out) + " wide; the model's "
+                            "embeddings are " + std::to_string(model_.config().n_embd));
+  const int n_rows = static_cast<int>(vc.n_output_tokens());
+  const size_t n_px = static_cast<size_t>(3 * vc.image_size * vc.image_size);
+  const int n = static_cast<int>(r->tokens.size());
+  int end = 0;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const PromptImage& im = images[i];
+    const std::string which = "image " + std::to_string(i);
+    if (!im.pixels || im.pixels->size() != n_px)
+      return invalid_argument(which + ": not preprocessed for this encoder (" + std::to_string(n_px) + " values)");
+    if (im.pos < end || im.pos > n - n_rows)
+      return invalid_argument(which + ": its " + std::to_string(n_rows) + " rows at position " +
+                              std::to_string(im.pos) + " overlap another image or leave the " + std::to_string(n) +
+                              "-token prompt");
+    for (int k = 0; k < n_rows; ++k) r->tokens[static_cast<size_t>(im.pos + k)] = image_row_id(im.hash, k);
+    r->images.emplace_back(im.pos, im.pos + n_rows);
+    end = im.pos + n_rows;
+  }
+  r->prompt_images = std::move(images);
+  r->image_rows.assign(r->prompt_images.size(), nullptr);
+  return Status::ok();
+}
+
+Status Engine::add_image_rows(Request* r, int from, int n, int first, ForwardBatch* b) {
+  const VisionConfig& vc = cfg_.vision->config();
+  const int64_t D = vc.n_embd_out;
+  for (size_t k = 0; k < r->images.size(); ++k) {
+    const auto [begin, end] = r->images[k];
+    const int lo = std::max(begin, from), hi = std::min(end, from + n);
+    if (lo >= hi) continue;
+    // The scheduler runs an image whole (Scheduler::fit_images) and takes no cached prefix ending inside one.
+    CACHET_CHECK(lo == begin && hi == end);
+    if (!r->image_rows[k]) {
+      auto rows = std::make_shared<std::vector<float>>(static_cast<size_t>((end - begin) * D));
+      CACHET_RETURN_IF_ERROR(cfg_.vision->encode(r->prompt_images[k].pixels->data(), rows->data()));
+      r->image_rows[k] = std::move(rows);
+      ++images_encoded_;
+    }
+    const int row0 = static_cast<int>(b->input_embd.size() / static_cast<size_t>(D));
+    b->input_embd.insert(b->input_embd.end(), r->image_rows[k]->begin(), r->image_rows[k]->end());
+    b->embd_row.resize(static_cast<size_t>(b->n_tokens()), -1);
+    if (vc.bidirectional) b->attn_end.resize(static_cast<size_t>(b->n_tokens()), -1);
+    for (int pos = begin; pos < end; ++pos) {
+      const size_t t = static_cast<size_t>(first + pos - from);
+      b->embd_row[t] = row0 + pos - begin;
+      b->token_ids[t] = 0;  // the model reads the row; the placeholder id keys only the prefix cache
+      if (vc.bidirectional) b->attn_end[t] = end - 1;
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace cachet
