@@ -66,6 +66,8 @@ struct LLMConfig {
   SpecOptions speculation;
   // The chat template to use instead of the file's `tokenizer.chat_template` (its source text).
   std::string chat_template;
+  // A projector file (mmproj-*.gguf, the model's vision encoder): requests may then carry images.
+  std::string mmproj;
 };
 
 }  // namespace cachet

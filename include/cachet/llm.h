@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cachet/config.h"
@@ -27,6 +28,9 @@
 #include "cachet/status.h"
 
 namespace cachet {
+
+// Where an image goes in a text prompt or a chat message (llama.cpp's marker, so prompts written for it work).
+inline constexpr std::string_view kImageMarker = "<__media__>";
 
 struct Request {
   // The prompt: text (tokenized with BOS as the vocabulary says; special tokens such as <|im_start|> are
@@ -38,6 +42,11 @@ struct Request {
   int n = 1;                // independent samples of the same prompt (seeds seed, seed + 1, ...)
   // Prompts never share cached KV across namespaces (a tenant: an API key, a cache salt).
   uint64_t cache_namespace = 0;
+  // Images (the bytes of JPEG, PNG or WebP files) for a model loaded with a projector (LLMConfig::mmproj), in
+  // the order the text prompt marks them with kImageMarker; a prompt without markers gets them at its start.
+  // The same picture sent again reuses its cached KV (keyed by its pixels).
+  std::vector<std::string> images;
+  bool add_special = true;  // the vocabulary's BOS (and EOS where it adds one) around a text prompt
 };
 
 enum class FinishReason {
@@ -80,6 +89,8 @@ struct Completion {
 struct ChatMessage {
   std::string role;  // system, user, assistant, ...
   std::string content;
+  // Images (file bytes) of this message, where its content marks them with kImageMarker (else before its text).
+  std::vector<std::string> images;
 };
 
 struct BeamParams {

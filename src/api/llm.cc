@@ -51,9 +51,25 @@ Result<EngineConfig> engine_config(const LLMConfig& c, const Model& model) {
 Result<std::vector<int32_t>> LLM::Impl::prompt_ids(const Request& r) const {
   if (!r.prompt_ids.empty()) return r.prompt_ids;
   if (!tok) return invalid_argument("this model file has no tokenizer: give the prompt as token ids");
-  std::vector<int32_t> ids = tok->encode(r.prompt, /*add_special=*/true, /*parse_special=*/true);
+  std::vector<int32_t> ids = tok->encode(r.prompt, r.add_special, /*parse_special=*/true);
   if (ids.empty()) return invalid_argument("the prompt is empty");
   return ids;
+}
+
+Result<ImagePrompt> LLM::Impl::prompt(const Request& r) const {
+  if (r.images.empty()) {
+    CACHET_ASSIGN_OR_RETURN(std::vector<int32_t> ids, prompt_ids(r));
+    return ImagePrompt{std::move(ids), {}};
+  }
+  if (!vision) return invalid_argument("this model was loaded without a projector file (mmproj): it takes no images");
+  if (!r.prompt_ids.empty() || !tok) return invalid_argument("a request with images needs a text prompt");
+  std::string text = r.prompt;
+  if (text.find(kImageMarker) == std::string::npos) {  // no markers: the images go first
+    std::string marks;
+    for (size_t i = 0; i < r.images.size(); ++i) marks += kImageMarker;
+    text = marks + text;
+  }
+  return build_image_prompt(*tok, *vision, text, r.images, r.add_special);
 }
 
 Result<std::unique_ptr<LLM>> make_llm(std::unique_ptr<Model> model, const LLMConfig& config,
@@ -72,6 +88,18 @@ Result<std::unique_ptr<LLM>> make_llm(std::unique_ptr<Model> model, const LLMCon
   impl->end_ids = end_of_generation_ids(*model, impl->tok.get());
   ec.end_of_generation = impl->end_ids;
   CACHET_RETURN_IF_ERROR(load_speculation(config.speculation, config.rope, *model, &ec, &impl->draft));
+  if (!config.mmproj.empty()) {
+    std::shared_ptr<ThreadPool> pool = model->shared_pool();
+    if (!pool) pool = std::make_shared<ThreadPool>(model->pool().n_threads());
+    CACHET_ASSIGN_OR_RETURN(impl->vision, VisionEncoder::load(config.mmproj, pool));
+    const VisionConfig& vc = impl->vision->config();
+    if (vc.n_embd_out != model->config().n_embd)
+      return invalid_argument("the projector " + config.mmproj + " gives rows " + std::to_string(vc.n_embd_out) +
+                              " wide; the model's embeddings are " + std::to_string(model->config().n_embd) +
+                              " (a projector of another model)");
+    CACHET_RETURN_IF_ERROR(model->accepts_image_rows(vc.bidirectional));
+    ec.vision = impl->vision.get();
+  }
   CACHET_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, ec));
   impl->draft_shares_target_kv = engine->draft_proposer() && engine->draft_proposer()->shares_target_kv();
   impl->model = std::move(model);

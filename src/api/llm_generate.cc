@@ -42,11 +42,11 @@ Result<std::vector<Completion>> LLM::generate(const std::vector<Request>& reques
   Impl& m = *impl_;
   const auto t0 = Clock::now();
   // Everything is checked before anything runs.
-  std::vector<std::vector<int32_t>> prompts;
+  std::vector<ImagePrompt> prompts;
   int total = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const Request& r = requests[i];
-    auto p = m.prompt_ids(r);
+    auto p = m.prompt(r);
     if (!p.is_ok()) return p.status().with_context("request " + std::to_string(i));
     if (!r.params.stop.empty() && !m.tok)
       return invalid_argument("request " + std::to_string(i) + ": stop sequences need the model's tokenizer");
@@ -59,7 +59,7 @@ Result<std::vector<Completion>> LLM::generate(const std::vector<Request>& reques
     for (int k = 0; k < requests[i].n; ++k) {
       auto s = std::make_unique<Sample>(Sample{static_cast<int>(i), k, requests[i].ignore_eos, 0,
                                                TextStream(m.tok.get(), requests[i].params.stop), {}, t0, false});
-      s->out.prompt_tokens = static_cast<int>(prompts[i].size());
+      s->out.prompt_tokens = static_cast<int>(prompts[i].ids.size());
       samples.push_back(std::move(s));
     }
   auto stream = std::make_shared<RequestStream>(total);
@@ -75,8 +75,8 @@ Result<std::vector<Completion>> LLM::generate(const std::vector<Request>& reques
       first += r.n;
       continue;
     }
-    auto id = m.service->add(prompts[i], r.params, {}, !r.ignore_eos, r.n, r.cache_namespace, std::nullopt, stream,
-                             first);
+    auto id = m.service->add(std::move(prompts[i].ids), r.params, {}, !r.ignore_eos, r.n, r.cache_namespace,
+                             std::nullopt, stream, first, std::move(prompts[i].images));
     if (!id.is_ok()) {
       cancel_all();
       return id.status().with_context("request " + std::to_string(i));
@@ -150,15 +150,28 @@ Result<Completion> LLM::generate(const Request& request, const OutputCallback& o
 
 Result<Completion> LLM::chat(const std::vector<ChatMessage>& messages, const SamplingParams& params,
                              const OutputCallback& on_event) {
-  CACHET_ASSIGN_OR_RETURN(std::string text, apply_chat_template(messages, true));
+  // A message's images without markers go before its text.
+  std::vector<ChatMessage> marked = messages;
   Request r;
+  for (ChatMessage& msg : marked) {
+    size_t marks = 0;
+    for (size_t at = msg.content.find(kImageMarker); at != std::string::npos;
+         at = msg.content.find(kImageMarker, at + kImageMarker.size()))
+      ++marks;
+    if (marks == 0)
+      for (size_t i = 0; i < msg.images.size(); ++i) msg.content = std::string(kImageMarker) + msg.content;
+    r.images.insert(r.images.end(), msg.images.begin(), msg.images.end());
+  }
+  CACHET_ASSIGN_OR_RETURN(std::string text, apply_chat_template(marked, true));
   // The template writes BOS and the role markers itself: nothing is added, special tokens are parsed.
-  r.prompt_ids = impl_->tok->encode(text, /*add_special=*/false, /*parse_special=*/true);
+  r.prompt = std::move(text);
+  r.add_special = false;
   r.params = params;
   return generate(r, on_event);
 }
 
 Result<BeamCompletion> LLM::beam_search(const Request& request, const BeamParams& params) {
+  if (!request.images.empty()) return unimplemented("beam search over a prompt with images");
   CACHET_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, impl_->prompt_ids(request));
   BeamSearchParams p;
   p.width = params.width;

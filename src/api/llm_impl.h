@@ -11,6 +11,8 @@
 #include "engine/engine_service.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/prompt_image.h"
+#include "vision/vision_encoder.h"
 
 namespace cachet {
 
@@ -22,10 +24,14 @@ struct LLM::Impl {
   std::string chat_template;        // the config's or the file's; empty when neither has one
   std::vector<int32_t> end_ids;     // end_of_generation_ids
   bool draft_shares_target_kv = false;
+  std::unique_ptr<VisionEncoder> vision;  // LLMConfig::mmproj's (outlives the service: declared before it)
   std::unique_ptr<EngineService> service;
 
   // A request's prompt as token ids (errors: text without a tokenizer, an empty prompt).
   Result<std::vector<int32_t>> prompt_ids(const Request& r) const;
+  // The same with its images placed (errors: images without a projector or a text prompt; an image that does
+  // not decode; markers that do not match the images).
+  Result<ImagePrompt> prompt(const Request& r) const;
 };
 
 // The LLM over an already loaded model (the CLI's tensor-parallel load, tests): reads the tokenizer (unless the

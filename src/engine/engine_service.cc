@@ -39,10 +39,11 @@ EngineService::~EngineService() {
 Result<std::shared_ptr<RequestStream>> EngineService::submit(std::vector<int32_t> prompt,
                                                              const SamplingParams& params,
                                                              std::vector<int32_t> stop_ids, bool stop_at_eos,
-                                                             int n, uint64_t cache_ns, std::optional<SpecMode> spec) {
+                                                             int n, uint64_t cache_ns, std::optional<SpecMode> spec,
+                                                             std::vector<PromptImage> images) {
   auto stream = std::make_shared<RequestStream>(n);
-  CACHET_ASSIGN_OR_RETURN(RequestId id,
-                          add(std::move(prompt), params, std::move(stop_ids), stop_at_eos, n, cache_ns, spec, stream, 0));
+  CACHET_ASSIGN_OR_RETURN(RequestId id, add(std::move(prompt), params, std::move(stop_ids), stop_at_eos, n, cache_ns,
+                                            spec, stream, 0, std::move(images)));
   stream->set_first_id(id);
   return stream;
 }
@@ -50,9 +51,9 @@ Result<std::shared_ptr<RequestStream>> EngineService::submit(std::vector<int32_t
 Result<RequestId> EngineService::add(std::vector<int32_t> prompt, const SamplingParams& params,
                                      std::vector<int32_t> stop_ids, bool stop_at_eos, int n, uint64_t cache_ns,
                                      std::optional<SpecMode> spec, std::shared_ptr<RequestStream> stream,
-                                     int index_base) {
+                                     int index_base, std::vector<PromptImage> images) {
   Submission sub{std::move(prompt), params, std::move(stop_ids), stop_at_eos, n, cache_ns, spec, std::nullopt,
-                 std::move(stream), index_base, {}};
+                 std::move(stream), index_base, {}, std::move(images)};
   return enqueue(sub);
 }
 
@@ -115,7 +116,8 @@ void EngineService::loop() {
     for (Submission* sub : subs) {
       auto id = sub->pooling ? engine_->add_embedding(std::move(sub->prompt), *sub->pooling, sub->cache_ns)
                              : engine_->add_request(std::move(sub->prompt), sub->params, std::move(sub->stop_ids),
-                                                    sub->stop_at_eos, sub->n, sub->cache_ns, sub->spec);
+                                                    sub->stop_at_eos, sub->n, sub->cache_ns, sub->spec,
+                                                    std::move(sub->images));
       if (!id.is_ok()) {
         sub->done.set_value(id.status());
         continue;

@@ -63,12 +63,13 @@ class EngineService {
   // waiting queue is full; the Engine's own errors (invalid parameters, a request that can never fit) as is.
   Result<std::shared_ptr<RequestStream>> submit(std::vector<int32_t> prompt, const SamplingParams& params,
                                                 std::vector<int32_t> stop_ids, bool stop_at_eos, int n,
-                                                uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt);
+                                                uint64_t cache_ns = 0, std::optional<SpecMode> spec = std::nullopt,
+                                                std::vector<PromptImage> images = {});
   // The same into a given stream, whose events for this request carry indices index_base .. index_base + n - 1.
   // Returns the request's first id (its samples: id .. id + n - 1).
   Result<RequestId> add(std::vector<int32_t> prompt, const SamplingParams& params, std::vector<int32_t> stop_ids,
                         bool stop_at_eos, int n, uint64_t cache_ns, std::optional<SpecMode> spec,
-                        std::shared_ptr<RequestStream> stream, int index_base);
+                        std::shared_ptr<RequestStream> stream, int index_base, std::vector<PromptImage> images = {});
   // An embedding request (Engine::add_embedding) into a stream, its one event at index `index`.
   Result<RequestId> add_embedding(std::vector<int32_t> prompt, Pooling pooling, uint64_t cache_ns,
                                   std::shared_ptr<RequestStream> stream, int index);
@@ -92,6 +93,7 @@ class EngineService {
     std::shared_ptr<RequestStream> stream;
     int index_base;
     std::promise<Result<RequestId>> done;
+    std::vector<PromptImage> images;
   };
   void loop();
   Result<RequestId> enqueue(Submission& sub);  // to the engine thread; waits until it took the submission

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cachet/llm.h"
 #include "cachet/status.h"
 #include "vision/image.h"
 
@@ -28,9 +29,6 @@ struct PromptImage {
   std::shared_ptr<const std::vector<float>> pixels;  // VisionEncoder::preprocess's output
   uint64_t hash = 0;                                 // of the pixels
 };
-
-// Where an image goes in a text prompt (llama.cpp's mtmd marker, so prompts written for it work here).
-inline constexpr std::string_view kImageMarker = "<__media__>";
 
 // 64-bit hash of preprocessed pixels (their bytes).
 uint64_t hash_pixels(const std::vector<float>& pixels);

@@ -1,5 +1,6 @@
 // cachet chat: an interactive chat with the model's template, streaming replies; multi-turn history reuses
-// the KV cache of earlier turns, so each turn prefills only its new tokens. /reset, /exit, Ctrl-D.
+// the KV cache of earlier turns, so each turn prefills only its new tokens. /image FILE (with --mmproj) adds a
+// picture to the next message. /reset, /exit, Ctrl-D.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -14,7 +15,7 @@ namespace cachet::cli {
 namespace {
 
 struct ChatArgs {
-  std::string model, system;
+  std::string model, system, mmproj;
   SamplingParams sampling;
   int threads = 0;
   int ctx_size = 4096;
@@ -31,6 +32,7 @@ int chat(ChatArgs a) {
   cfg.rope = a.rope;
   a.kv.apply(&cfg);
   cfg.speculation = a.spec;
+  cfg.mmproj = a.mmproj;
   auto model = load(a.model, cfg.threads, cfg.precise, cfg.rope);
   if (!model.is_ok()) return fail(model.status());
   const int ctx = static_cast<int>(std::min<int64_t>(a.ctx_size, (*model)->config().n_ctx_train));
@@ -52,6 +54,8 @@ int chat(ChatArgs a) {
   reset();
   const bool interactive = isatty(STDIN_FILENO);
   int turn = 0;
+  std::vector<std::string> images;  // for the next message
+  int image_rows = 0;               // positions the conversation's pictures take
   for (;;) {
     if (interactive) {
       std::printf("> ");
@@ -62,22 +66,44 @@ int chat(ChatArgs a) {
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       reset();
+      images.clear();
+      image_rows = 0;
       std::fprintf(stderr, "[history cleared]\n");
       continue;
     }
+    if (line.rfind("/image ", 0) == 0) {
+      if (!llm.impl().vision) {
+        std::fprintf(stderr, "[no projector: start with --mmproj FILE to send images]\n");
+        continue;
+      }
+      auto bytes = read_file(line.substr(7));
+      if (!bytes.is_ok()) {
+        std::fprintf(stderr, "[%s]\n", bytes.status().message().c_str());
+        continue;
+      }
+      images.push_back(std::move(*bytes));
+      std::fprintf(stderr, "[image %zu goes with the next message]\n", images.size());
+      continue;
+    }
     if (line.empty()) continue;
-    messages.push_back({"user", line});
+    const int new_rows = llm.impl().vision
+                             ? static_cast<int>(images.size() * llm.impl().vision->config().n_output_tokens())
+                             : 0;
+    messages.push_back({"user", line, std::move(images)});
+    images.clear();
     auto text = llm.apply_chat_template(messages);
     if (!text.is_ok()) return fail(text.status());
     SamplingParams params = a.sampling;
     auto prompt = llm.tokenize(*text, /*add_special=*/false, /*parse_special=*/true);
     if (!prompt.is_ok()) return fail(prompt.status());
-    params.max_tokens = std::min(a.sampling.max_tokens, ctx - static_cast<int>(prompt->size()));
+    params.max_tokens =
+        std::min(a.sampling.max_tokens, ctx - static_cast<int>(prompt->size()) - image_rows - new_rows);
     if (params.max_tokens <= 0) {
       std::fprintf(stderr, "[the conversation no longer fits the %d-token context: /reset]\n", ctx);
       messages.pop_back();
       continue;
     }
+    image_rows += new_rows;
     auto on_event = [&](const OutputEvent& ev) {
       std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
       std::fflush(stdout);
@@ -105,9 +131,10 @@ int chat(ChatArgs a) {
 void add_chat_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ChatArgs>();
   a->sampling.max_tokens = 512;
-  CLI::App* c = app.add_subcommand("chat", "chat with the model in its chat template (/reset, /exit, Ctrl-D)");
+  CLI::App* c = app.add_subcommand("chat", "chat with the model in its chat template (/image FILE, /reset, /exit, Ctrl-D)");
   c->add_option("-m,--model", a->model, "GGUF file (default: SmolLM2-135M-Instruct)");
   c->add_option("--system", a->system, "system message");
+  c->add_option("--mmproj", a->mmproj, "the model's projector file (mmproj-*.gguf): /image FILE sends a picture");
   c->add_option("-n,--n-predict", a->sampling.max_tokens, "most tokens per reply");
   c->add_option("-c,--ctx-size", a->ctx_size, "context size in tokens (KV cache capacity)");
   c->add_option("-t,--threads", a->threads, "threads (0 = all cores)");

@@ -36,6 +36,8 @@ struct RunArgs {
   bool no_prefix_cache = false;
   SpecOptions spec;
   RopeOverrides rope;
+  std::string mmproj;
+  std::vector<std::string> images;
 };
 
 Status parse_logit_bias(const std::vector<std::string>& flags, SamplingParams* p) {
@@ -110,6 +112,9 @@ int run(const RunArgs& a) {
     return run_batch(o);
   }
   if (a.prompt.empty() == a.prompt_ids.empty()) return fail(invalid_argument("give exactly one of -p or --prompt-ids"));
+  if (!a.images.empty() && (a.mmproj.empty() || a.prompt.empty() || a.no_kv_cache || a.beam_width > 0))
+    return fail(invalid_argument("--image needs --mmproj and a text prompt (-p), and runs in the engine (not with "
+                                 "--no-kv-cache or --beam-width)"));
   SamplingParams sampling = a.sampling;
   if (Status s = parse_logit_bias(a.logit_bias, &sampling); !s.is_ok()) return fail(s);
   if (a.beam_width > 0 && a.spec.any()) return fail(invalid_argument("beam search does not combine with speculation"));
@@ -122,6 +127,7 @@ int run(const RunArgs& a) {
   a.kv.apply(&cfg);
   cfg.prefix_cache = false;  // one request: nothing to share
   cfg.speculation = a.spec;
+  cfg.mmproj = a.mmproj;
   // One request: a pool that holds it, unless --kv-memory says otherwise (speculation drafts past the end).
   if (!a.kv_memory.empty() || a.spec.any()) {
     auto mem = parse_memory(a.kv_memory.empty() ? "512MiB" : a.kv_memory);
@@ -138,7 +144,13 @@ int run(const RunArgs& a) {
   }
   auto prompt = prompt_tokens(tok.get(), a.prompt, a.prompt_ids);
   if (!prompt.is_ok()) return fail(prompt.status());
-  if (a.kv_memory.empty() && !a.spec.any())
+  std::vector<std::string> images;
+  for (const std::string& f : a.images) {
+    auto bytes = read_file(f);
+    if (!bytes.is_ok()) return fail(bytes.status());
+    images.push_back(std::move(*bytes));
+  }
+  if (a.kv_memory.empty() && !a.spec.any() && images.empty())
     cfg.kv_tokens = static_cast<int64_t>(prompt->size()) +
                     std::max(a.beam_width > 0 ? 0 : sampling.max_tokens, 1) + cfg.block_size;
   auto llm_r = make_llm(std::move(*model), cfg, std::move(tok));  // the tokenizer is built once
@@ -147,6 +159,11 @@ int run(const RunArgs& a) {
   const bool has_text = llm.info().has_tokenizer;
   Request req;
   req.prompt_ids = *prompt;
+  if (!images.empty()) {  // the text goes with them: the images' rows are placed where it marks them
+    req.prompt_ids.clear();
+    req.prompt = a.prompt;
+    req.images = std::move(images);
+  }
   req.params = sampling;
   req.ignore_eos = a.ignore_eos;
 
@@ -248,6 +265,9 @@ void add_run_command(CLI::App& app, int* exit_code) {
   c->add_option("-m,--model", a->model, "GGUF file or llama2.c checkpoint (default: SmolLM2-135M-Instruct)");
   c->add_option("-p,--prompt", a->prompt, "prompt text");
   c->add_option("--prompt-ids", a->prompt_ids, "prompt as token ids, e.g. \"1 2 3\"");
+  c->add_option("--mmproj", a->mmproj, "the model's projector file (mmproj-*.gguf), for --image");
+  c->add_option("--image", a->images,
+                "an image (JPEG, PNG, WebP) for the prompt, where it says <__media__> (else first); repeatable");
   SamplingParams& s = a->sampling;
   c->add_option("-n,--n-predict", s.max_tokens, "tokens to generate");
   c->add_option("--temp", s.temperature, "temperature (0 = greedy)");
