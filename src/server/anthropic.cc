@@ -86,6 +86,11 @@ std::variant<ojson, ApiError> to_openai(const ojson& b) {
     if (!m["content"].is_array()) return bad(at + ".content: must be a string or a list of content blocks");
     std::string text, thinking;
     ojson calls = ojson::array();
+    ojson parts = ojson::array();  // a user message with images: OpenAI content parts, in order
+    auto flush_text = [&] {
+      if (!text.empty()) parts.push_back({{"type", "text"}, {"text", text}});
+      text.clear();
+    };
     for (size_t k = 0; k < m["content"].size(); ++k) {
       const ojson& blk = m["content"][k];
       const std::string bat = at + ".content." + std::to_string(k);
@@ -111,8 +116,20 @@ std::variant<ojson, ApiError> to_openai(const ojson& b) {
         }
         if (blk.value("is_error", false)) result = "Error: " + result;
         msgs.push_back({{"role", "tool"}, {"tool_call_id", blk.value("tool_use_id", "")}, {"content", result}});
+      } else if (type == "image" && role == "user") {
+        const ojson src = blk.value("source", ojson::object());
+        const std::string st = src.is_object() ? src.value("type", "") : "";
+        std::string url;
+        if (st == "base64" && src.contains("data") && src["data"].is_string())
+          url = "data:" + src.value("media_type", std::string("image/png")) + ";base64," + src["data"].get<std::string>();
+        else if (st == "url" && src.contains("url") && src["url"].is_string())
+          url = src["url"];
+        else
+          return bad(bat + ".source: an image block needs {\"type\": \"base64\", \"media_type\", \"data\"}");
+        flush_text();
+        parts.push_back({{"type", "image_url"}, {"image_url", {{"url", url}}}});
       } else if (type == "image" || type == "document") {
-        return bad(bat + ": " + type + " blocks are not supported (this model reads text)");
+        return bad(bat + ": " + type + " blocks are not supported here");
       } else {
         return bad(bat + ": unsupported content block type '" + type + "' in a " + role + " message");
       }
@@ -122,6 +139,9 @@ std::variant<ojson, ApiError> to_openai(const ojson& b) {
       if (!calls.empty()) a["tool_calls"] = calls;
       if (!thinking.empty()) a["reasoning_content"] = thinking;
       msgs.push_back(std::move(a));
+    } else if (!parts.empty()) {
+      flush_text();
+      msgs.push_back({{"role", "user"}, {"content", parts}});
     } else if (!text.empty() || msgs.empty() || msgs.back()["role"] != "tool") {
       msgs.push_back({{"role", "user"}, {"content", text}});
     }

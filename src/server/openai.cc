@@ -4,6 +4,9 @@
 #include <set>
 #include <variant>
 
+#include "cachet/llm.h"
+#include "server/data_uri.h"
+
 namespace cachet::server {
 
 using nlohmann::json;
@@ -288,14 +291,28 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
       } else if (m["content"].is_string()) {
         content = m["content"];
       } else if (m["content"].is_array()) {
-        for (const json& part : m["content"]) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-              !part["text"].is_string())
-            return bad(where + ".content", "only text content parts are supported");
+        for (size_t k = 0; k < m["content"].size(); ++k) {
+          const json& part = m["content"][k];
+          const std::string pw = where + ".content[" + std::to_string(k) + "]";
+          const std::string type = part.is_object() ? part.value("type", "") : "";
+          if (type == "image_url") {
+            if (role != "user") return bad(pw, "only user messages carry images");
+            const json& iu = part.contains("image_url") ? part["image_url"] : json();
+            const json& url = iu.is_object() && iu.contains("url") ? iu["url"] : iu;
+            if (!url.is_string()) return bad(pw + ".image_url", pw + ".image_url must be {\"url\": \"data:...\"}");
+            DataUri d = parse_data_uri(url.get<std::string>());
+            if (!d.error.empty()) return bad(pw + ".image_url", pw + ": " + d.error);
+            r.images.push_back(std::move(d.bytes));
+            content += kImageMarker;
+            continue;
+          }
+          if (type != "text" || !part.contains("text") || !part["text"].is_string())
+            return bad(pw, "content parts are {\"type\": \"text\", \"text\"} or {\"type\": \"image_url\", "
+                           "\"image_url\": {\"url\"}}");
           content += part["text"].get<std::string>();
         }
       } else {
-        return bad(where + ".content", where + ".content must be a string or an array of text parts");
+        return bad(where + ".content", where + ".content must be a string or an array of content parts");
       }
       nlohmann::ordered_json msg = {{"role", role == "developer" ? "system" : role}, {"content", content}};
       if (has_calls) {

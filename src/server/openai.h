@@ -31,6 +31,9 @@ struct GenerationRequest {
   std::string prompt_text;              // completions: the prompt; chat: filled by the caller from messages
   std::vector<int32_t> prompt_ids;      // completions given token ids
   nlohmann::ordered_json messages;      // chat
+  // Chat: the images of image_url parts (their bytes, decoded from data: URIs), in order; each message's content
+  // holds kImageMarker where one was.
+  std::vector<std::string> images;
   SamplingParams sampling;              // temperature, top_p, ..., seed, max_tokens (-1 = up to the context)
   std::vector<std::string> stop;
   int n = 1;

@@ -2,6 +2,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/tool_format.h"
+#include "api/llm_impl.h"
 #include "grammar/schema_check.h"
 
 namespace cachet::server {
@@ -141,7 +142,18 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
   auto text = render_chat_template(chat_template, ti);
   if (!text.is_ok()) return invalid_request("messages", "chat template: " + text.status().message());
   if (auto e = cannot_fit(*text)) return *e;
-  p.prompt = app.tok->encode(*text, false, true);
+  if (r.images.empty()) {
+    p.prompt = app.tok->encode(*text, false, true);
+  } else {
+    const VisionEncoder* vision = app.llm->impl().vision.get();
+    if (!vision)
+      return invalid_request("messages", "this model takes no images: the server was started without its projector "
+                                         "file (--mmproj)");
+    auto ip = build_image_prompt(*app.tok, *vision, *text, r.images, false);
+    if (!ip.is_ok()) return invalid_request("messages", ip.status().message());
+    p.prompt = std::move(ip->ids);
+    p.images = std::move(ip->images);
+  }
 
   // Off when asked, or when the generation prompt already closes the reasoning (Gemma 4's template writes
   // <|channel>thought\n<channel|> unless enable_thinking is on, DeepSeek V3.1's <think></think>, GLM-4.7's

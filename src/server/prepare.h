@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "vision/prompt_image.h"
 #include "server/generation.h"
 #include "server/openai.h"
 #include "server/server_app.h"
@@ -20,6 +21,7 @@ struct Prepared {
   std::vector<int32_t> prompt;
   std::optional<OutputSpec> output;  // chat: the output's split
   std::shared_ptr<const Grammar> grammar;
+  std::vector<PromptImage> images;  // where the prompt's images go (chat with image_url parts)
 };
 
 std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest& r);

@@ -109,7 +109,8 @@ void run_generation(App& app, const httplib::Request& req, httplib::Response& re
   const std::string key = req.has_header("Authorization") ? req.get_header_value("Authorization")
                                                           : req.get_header_value("x-api-key");
   const uint64_t cache_ns = std::hash<std::string>{}(key + '\0' + r.cache_salt);
-  auto stream = app.service->submit(p.prompt, r.sampling, {}, !r.ignore_eos, r.n, cache_ns, r.speculative);
+  auto stream = app.service->submit(p.prompt, r.sampling, {}, !r.ignore_eos, r.n, cache_ns, r.speculative,
+                                    std::move(p.images));
   if (!stream.is_ok()) {
     if (stream.status().code() == StatusCode::kResourceExhausted) res.set_header("Retry-After", "1");
     const ApiError e = error_of(stream.status());

@@ -27,7 +27,10 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--parallel", o->llm.max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
   c->add_option("--max-queue", o->llm.max_waiting, "queued requests before answering 429")
       ->check(CLI::PositiveNumber);
-  c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above)");
+  CLI::Option* max_body =
+      c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above; 1 MiB, 48 MiB with --mmproj)");
+  c->add_option("--mmproj", o->llm.mmproj, "the model's projector file (mmproj-*.gguf): chat messages may carry images")
+      ->check(CLI::ExistingFile);
   auto template_file = std::make_shared<std::string>();
   c->add_option("--chat-template-file", *template_file,
                  "a Jinja chat template replacing the model's (rendered within the template limits)")
@@ -45,12 +48,14 @@ void add_serve_command(CLI::App& app, int* exit_code) {
                  "hybrid models: a recurrent-state checkpoint for the prefix cache every N prompt tokens (0: none)")
       ->check(CLI::NonNegativeNumber);
   add_spec_flags(c, &o->llm.speculation);
-  c->callback([o, kv, kv_memory, template_file, no_prefix_cache, pooling, exit_code] {
+  c->callback([o, kv, kv_memory, template_file, no_prefix_cache, pooling, max_body, exit_code] {
     if (Status s = o->llm.speculation.validate(); !s.is_ok()) {
       *exit_code = fail(s);
       return;
     }
     server::ServerOptions opts = *o;
+    // Images arrive inline, base64 (4/3 of the bytes): room for the image decoder's 32 MiB limit.
+    if (!opts.llm.mmproj.empty() && max_body->count() == 0) opts.max_body_bytes = size_t{48} << 20;
     kv->apply(&opts.llm);
     opts.llm.prefix_cache = !*no_prefix_cache;
     if (!pooling->empty()) opts.pooling = pooling_from_name(*pooling);
