@@ -61,8 +61,26 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
         if (role != "user" && role != "assistant" && role != "system" && role != "developer")
           return invalid_request(at + ".role", "unknown role '" + role + "'");
         const auto text = it.contains("content") ? text_of(it["content"]) : std::nullopt;
-        if (!text) return invalid_request(at + ".content", at + ".content must be text (images are not supported)");
-        msgs.push_back({{"role", role}, {"content", *text}});
+        if (text) {
+          msgs.push_back({{"role", role}, {"content", *text}});
+          continue;
+        }
+        // Images (input_image with an image_url): the chat body's content parts, checked there.
+        ojson parts = ojson::array();
+        const ojson& c = it.contains("content") ? it["content"] : ojson();
+        for (size_t k = 0; c.is_array() && k < c.size(); ++k) {
+          const ojson& p = c[k];
+          const std::string t = p.is_object() ? p.value("type", "") : "";
+          if (t == "input_image" && p.contains("image_url") && p["image_url"].is_string())
+            parts.push_back({{"type", "image_url"}, {"image_url", {{"url", p["image_url"]}}}});
+          else if ((t == "input_text" || t == "output_text" || t == "text") && p.contains("text") && p["text"].is_string())
+            parts.push_back({{"type", "text"}, {"text", p["text"]}});
+          else
+            return invalid_request(at + ".content", at + ".content[" + std::to_string(k) + "] must be input_text or "
+                                   "input_image with an image_url (a data: URI)");
+        }
+        if (parts.empty()) return invalid_request(at + ".content", at + ".content must be text or content parts");
+        msgs.push_back({{"role", role}, {"content", parts}});
       } else if (type == "function_call") {
         ojson call = {{"id", it.value("call_id", "")}, {"type", "function"},
                       {"function", {{"name", it.value("name", "")}, {"arguments", it.value("arguments", "{}")}}}};

@@ -189,3 +189,13 @@ def test_cli_run_with_an_image(cachet_bin, pair, tmp_path):
     r = subprocess.run([cachet_bin, "run", "-m", str(lm), "--image", str(img), "-p", "x"], capture_output=True,
                        text=True)
     assert r.returncode != 0 and "--mmproj" in r.stderr
+
+
+def test_responses_input_image_is_the_same_prompt(oai):
+    uri = data_uri(random_image(60, 40, 8))
+    r = oai.responses.create(model="m", max_output_tokens=12, temperature=0, input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "Look: "}, {"type": "input_image", "image_url": uri},
+        {"type": "input_text", "text": "What is in this picture? Answer in one word."}]}])
+    o = ask(oai, question(uri))
+    assert r.usage.input_tokens == o.usage.prompt_tokens
+    assert r.output_text == o.choices[0].message.content
