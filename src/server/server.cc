@@ -230,6 +230,9 @@ std::string metrics_text(App& app) {
                 static_cast<double>(s.counters.spec_draft_tokens));
   render_scalar(&out, "vllm:spec_decode_num_accepted_tokens", "counter", "draft tokens accepted",
                 static_cast<double>(s.counters.spec_accepted_tokens));
+  render_scalar(&out, "cachet_images_encoded_total", "counter",
+                "images the vision encoder ran on (a prefix-cache hit on a picture needs none)",
+                static_cast<double>(s.counters.images_encoded));
   render_scalar(&out, "vllm:num_requests_running", "gauge", "requests in the running batch", s.counters.running);
   render_scalar(&out, "vllm:num_requests_waiting", "gauge", "requests waiting", s.counters.waiting);
   render_scalar(&out, "vllm:kv_cache_usage_perc", "gauge", "KV cache usage (1 = all blocks in use)",

@@ -189,6 +189,9 @@ def test_cli_run_with_an_image(cachet_bin, pair, tmp_path):
     r = subprocess.run([cachet_bin, "run", "-m", str(lm), "--image", str(img), "-p", "x"], capture_output=True,
                        text=True)
     assert r.returncode != 0 and "--mmproj" in r.stderr
+    info = json.loads(subprocess.run([cachet_bin, "info", "-m", str(mm), "--json"], capture_output=True, text=True,
+                                     check=True).stdout)
+    assert info["projector"] == "gemma3" and info["rows_per_image"] == 16 and info["row_width"] == 64
 
 
 def test_responses_input_image_is_the_same_prompt(oai):

@@ -6,6 +6,7 @@
 #include "base/cpu_features.h"
 #include "io/gguf.h"
 #include "kernels/kernels.h"
+#include "vision/vision_encoder.h"
 #include "tools/cachet/common.h"
 
 namespace cachet::cli {
@@ -60,7 +61,42 @@ int cpu_info(bool json) {
   return 0;
 }
 
+// A projector file (general.architecture "clip"): what the encoder is, what an image becomes, and its cost.
+int projector_info(const std::string& path, bool json) {
+  auto e = VisionEncoder::load(path, std::make_shared<ThreadPool>(1));
+  if (!e.is_ok()) return fail(e.status());
+  const VisionConfig& c = (*e)->config();
+  size_t bytes = 0;
+  for (const auto& t : (*e)->file().tensors()) bytes += t.n_bytes;
+  const double P = static_cast<double>(c.n_patches()), D = static_cast<double>(c.n_embd);
+  const double flops = 2 * P * 3 * c.patch_size * c.patch_size * D +
+                       c.n_layer * (2 * P * (4 * D * D + 2 * D * c.n_ff) + 4 * P * P * D) +
+                       2.0 * c.n_output_tokens() * D * c.n_embd_out;
+  nlohmann::json j = {{"projector", c.projector_name}, {"image_size", c.image_size}, {"patch_size", c.patch_size},
+                      {"patches", c.n_patches()}, {"n_embd", c.n_embd}, {"n_ff", c.n_ff}, {"n_layer", c.n_layer},
+                      {"n_head", c.n_head}, {"rows_per_image", c.n_output_tokens()}, {"row_width", c.n_embd_out},
+                      {"two_way_attention", c.bidirectional}, {"weight_bytes", bytes},
+                      {"gflop_per_image", flops / 1e9}};
+  if (json) {
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("projector: %s (%s)\n", path.c_str(), c.projector_name.c_str());
+  std::printf("encoder: ViT of %lld layers, %lld wide (%lld heads, FFN %lld), %lld px images in %lld px patches "
+              "(%lld)\n", static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
+              static_cast<long long>(c.n_head), static_cast<long long>(c.n_ff), static_cast<long long>(c.image_size),
+              static_cast<long long>(c.patch_size), static_cast<long long>(c.n_patches()));
+  std::printf("an image becomes %lld rows of %lld (the language model's width), seen %s\n",
+              static_cast<long long>(c.n_output_tokens()), static_cast<long long>(c.n_embd_out),
+              c.bidirectional ? "both ways among themselves" : "causally");
+  std::printf("weights: %zu bytes (%.2f MiB); %.1f GFLOP per image\n", bytes, bytes / 1048576.0, flops / 1e9);
+  return 0;
+}
+
 int info(const std::string& model_flag, bool json) {
+  if (auto g = GgufFile::open(resolve_model_path(model_flag)); g.is_ok())
+    if (auto a = (*g)->get_string("general.architecture"); a.is_ok() && *a == "clip")
+      return projector_info(resolve_model_path(model_flag), json);
   auto m = load(model_flag, 1);
   if (!m.is_ok()) return fail(m.status());
   const Model& model = **m;
