@@ -206,6 +206,22 @@ Status ArchReader::expert_groups(ModelConfig* c) {
   return Status::ok();
 }
 
+Status ArchReader::mrope_sections(ModelConfig* c, bool required) {
+  const std::string sk = arch_ + ".rope.dimension_sections";
+  consume("rope.dimension_sections");
+  const GgufValue* v = f_.find(sk);
+  if (!v) return required ? invalid_argument("a " + arch_ + " file without " + sk) : Status::ok();
+  if (v->type != GgufType::kArray || v->count < 3 || v->count > 4 || !gguf_type_is_integer(v->elem_type))
+    return invalid_argument(sk + " must hold 3 or 4 integers");
+  int64_t sec[4] = {0, 0, 0, 0}, sum = 0;
+  for (size_t i = 0; i < v->count; ++i) sum += sec[i] = v->int_at(i);
+  if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[3] < 0 || 2 * sum > c->rope_dim)
+    return invalid_argument(sk + " covers more pairs than rope.dimension_count has");
+  c->rope_sections = std::to_string(sec[0]) + "," + std::to_string(sec[1]) + "," + std::to_string(sec[2]) + "," +
+                     std::to_string(sec[3]);
+  return Status::ok();
+}
+
 Status ArchReader::mamba2(ModelConfig* c) {
   CACHET_ASSIGN_OR_RETURN(c->ssm_conv_kernel, dim("ssm.conv_kernel"));
   CACHET_ASSIGN_OR_RETURN(c->ssm_state_size, dim("ssm.state_size"));

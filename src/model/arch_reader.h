@@ -60,6 +60,10 @@ class ArchReader {
     return value_len_;
   }
 
+  // M-RoPE sections (`rope.dimension_sections`: t, h, w and a 4th, in rotary pairs) into c->rope_sections, when the
+  // file has them (or must: required). Interleaved, as Qwen3-VL and Qwen3.5 write them (ModelConfig).
+  Status mrope_sections(ModelConfig* c, bool required);
+
   // Mamba-2's widths (ssm.conv_kernel, state_size, group_count, time_step_rank = heads, inner_size = heads x
   // head width), checked: sets c->ssm_* (Granite 4.0-H, Nemotron-H).
   Status mamba2(ModelConfig* c);

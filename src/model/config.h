@@ -82,6 +82,7 @@ namespace cachet {
   X(bool, v_from_k, false, "a layer without attn_v takes K's projection (before K's norm and RoPE) as V")     \
   X(bool, v_norm, false, "V RMS-normalized per head without a weight (Gemma 4)")                              \
   X(int64_t, n_embd_per_layer, 0, "per-layer embedding width (Gemma 4's small models; 0: none)")              \
+  X(int64_t, n_deepstack_layers, 0, "Qwen3-VL: layers after which an image's deepstack rows are added (text: none)") \
   X(int64_t, n_ff_wide, 0, "dense FFN width of layers ffn_wide_from.. (Gemma 4 E2B's shared-KV layers; 0: none)") \
   X(int64_t, ffn_wide_from, 0, "the first layer whose dense FFN is n_ff_wide wide")                           \
   X(bool, moe_beside_dense, false, "MoE layers: a dense MLP n_ff_dense wide beside the experts (Gemma 4)")      \

@@ -57,6 +57,9 @@ class DecoderModel final : public Model {
   int64_t pooled_dim(Pooling p) const override { return p == Pooling::kRank ? cfg_.n_cls_out : cfg_.n_embd; }
   Status pooled_head(const float* pooled, Pooling p, float* out) override;
   Status accepts_image_rows(bool both_ways) const override {
+    if (cfg_.n_deepstack_layers > 0)
+      return unimplemented("image rows for a model with deepstack layers (Qwen3-VL): its projector's encoder is not "
+                           "read yet");
     if (cfg_.n_embd_per_layer > 0)
       return unimplemented("image rows in a model with per-layer token embeddings (Gemma 4's small models)");
     if (both_ways && cfg_.is_mla())

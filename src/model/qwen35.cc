@@ -57,18 +57,7 @@ Status qwen35(ArchReader& r, ModelConfig* c, DecoderTensors* allowed, bool moe, 
   if (mtp_head) c->n_layer = 1, c->layer_kinds = "A";
 
   // M-RoPE sections (t, h, w, e), interleaved (Qwen3-Next: plain partial NeoX RoPE).
-  const std::string sk = a + "rope.dimension_sections";
-  if (!next) r.consume("rope.dimension_sections");
-  if (const GgufValue* v = f.find(sk); !next && v && v->type == GgufType::kArray) {
-    if (v->count < 3 || v->count > 4 || !gguf_type_is_integer(v->elem_type))
-      return invalid_argument(sk + " must hold 3 or 4 integers");
-    int64_t sec[4] = {0, 0, 0, 0}, sum = 0;
-    for (size_t i = 0; i < v->count; ++i) sum += sec[i] = v->int_at(i);
-    if (sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[3] < 0 || 2 * sum > c->rope_dim)
-      return invalid_argument(sk + " covers more pairs than rope.dimension_count has");
-    c->rope_sections = std::to_string(sec[0]) + "," + std::to_string(sec[1]) + "," + std::to_string(sec[2]) + "," +
-                       std::to_string(sec[3]);
-  }
+  if (!next) CACHET_RETURN_IF_ERROR(r.mrope_sections(c, false));
   if (!moe) return Status::ok();
   const int64_t n_ff_dense = c->n_ff;
   const bool expert_ff_given = r.has("expert_feed_forward_length");

@@ -115,21 +115,24 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   if (s.arch == "mmproj-gemma3") return write_synthetic_projector(s, path);
   if (s.arch == "bert" || s.arch == "nomic-bert" || s.arch == "nomic-bert-moe" || s.arch == "modern-bert")
     return write_synthetic_encoder(s, path);
-  static const char* kArchs[] = {"llama", "qwen2",  "qwen3",    "qwen3moe", "gemma2",         "gemma3",
-                                 "phi3",  "smollm3", "mistral3", "gemma-embedding"};
+  static const char* kArchs[] = {"llama",   "qwen2",   "qwen3",    "qwen3moe",       "qwen3vl", "qwen3vlmoe",
+                                 "gemma2",  "gemma3",  "phi3",     "smollm3",        "mistral3", "gemma-embedding"};
   if (std::find(std::begin(kArchs), std::end(kArchs), s.arch) == std::end(kArchs))
     return invalid_argument("synthetic model: unknown architecture '" + s.arch + "'");
   if (s.n_head % s.n_head_kv != 0) return invalid_argument("synthetic model: KV heads must divide the heads");
   if (s.head_dim == 0 && s.n_embd % s.n_head != 0)
     return invalid_argument("synthetic model: heads must divide the width (or give a head_dim)");
   const bool moe = s.n_expert > 0;
-  if (moe && (s.arch != "llama" && s.arch != "qwen3moe"))
-    return invalid_argument("synthetic model: experts are written for llama and qwen3moe only");
-  if (s.arch == "qwen3moe" && !moe) return invalid_argument("synthetic model: qwen3moe needs experts");
+  const bool qwen_moe = s.arch == "qwen3moe" || s.arch == "qwen3vlmoe";
+  if (moe && s.arch != "llama" && !qwen_moe)
+    return invalid_argument("synthetic model: experts are written for llama, qwen3moe and qwen3vlmoe only");
+  if (qwen_moe && !moe) return invalid_argument("synthetic model: " + s.arch + " needs experts");
   if (moe && (s.n_expert_used < 1 || s.n_expert_used > s.n_expert))
     return invalid_argument("synthetic model: experts used must be in 1..experts");
   const bool gemma = s.arch == "gemma2" || s.arch == "gemma3" || s.arch == "gemma-embedding";
-  const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3" || s.arch == "gemma-embedding";
+  const bool qwen_vl = s.arch == "qwen3vl" || s.arch == "qwen3vlmoe";
+  const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || qwen_vl || s.arch == "gemma3" ||
+                       s.arch == "gemma-embedding";
   if (s.n_cls_out > 0 && s.arch != "qwen3") return invalid_argument("synthetic model: a decoder reranker is qwen3");
   if (s.n_dense > 0 && s.arch != "gemma-embedding")
     return invalid_argument("synthetic model: dense projections are gemma-embedding's");
@@ -150,7 +153,12 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   if (moe) {
     w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
     w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
-    if (s.arch == "qwen3moe") w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff));
+    if (qwen_moe) w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  }
+  if (qwen_vl) {  // Qwen3-VL's interleaved sections (about 3:2.5:2.5 of the pairs, as 24/20/20 of 64) and deepstack
+    const int32_t pairs = static_cast<int32_t>(hd / 2), t = pairs * 3 / 8, h = (pairs - t) / 2;
+    w.set_i32_array(a + "rope.dimension_sections", {t, h, pairs - t - h, 0});
+    w.set_u32(a + "n_deepstack_layers", static_cast<uint32_t>(std::min<int64_t>(3, s.n_layer)));
   }
   if (gemma && s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
   if (s.arch == "gemma-embedding") {

@@ -1,7 +1,8 @@
 """An independent numpy reference forward for the decoder architectures cachet runs (llama incl. rope_freqs and
-Mixtral-style experts, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, smollm3, mistral3; qwen35 and qwen35moe in
-reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py, gemma4 in reference_gemma4.py,
-granite / granitemoe / granitehybrid / nemotron_h in reference_mamba_hybrid.py, deepseek2 in reference_deepseek2.py).
+Mixtral-style experts, qwen2, qwen3, qwen3moe, qwen3vl(moe), gemma2, gemma3, phi3, smollm3, mistral3; qwen35 and
+qwen35moe in reference_qwen35.py, lfm2 in reference_lfm2.py, gpt-oss in reference_gpt_oss.py, gemma4 in
+reference_gemma4.py, granite / granitemoe / granitehybrid / nemotron_h in reference_mamba_hybrid.py, deepseek2 in
+reference_deepseek2.py).
 
 Reads GGUF files with the PyPI `gguf` package (its own parser and dequantizers) and llama2.c checkpoints
 with numpy, then runs the plain transformer in float64 with no KV cache: every call recomputes the whole
@@ -154,13 +155,15 @@ class Model:
             n_expert=int(get("expert_count", 0)),
             n_expert_used=int(get("expert_used_count", 0)),
         )
-        if arch in ("qwen3moe", "qwen35moe", "qwen3next"):
+        if arch in ("qwen3moe", "qwen3vlmoe", "qwen35moe", "qwen3next"):
             cfg.n_ff = int(get("expert_feed_forward_length"))
         if "output.weight" not in w:
             w["output.weight"] = w["token_embd.weight"]
             types["output.weight"] = types["token_embd.weight"]
         m = Model(cfg, w, types)
         m.arch = arch
+        if arch in ("qwen3vl", "qwen3vlmoe"):  # interleaved M-RoPE sections: a text token turns the pairs they cover
+            m.rope_sections = [int(v) for v in get("rope.dimension_sections")]
         if arch in ("qwen35", "qwen35moe", "qwen3next"):  # hybrid: reference_qwen35.py
             from reference_qwen35 import setup_hybrid
             setup_hybrid(m, arch, get, n_layer)
@@ -267,6 +270,11 @@ class Model:
         mscale = 1.0
         if getattr(self, "yarn", None) is not None and (not swa or getattr(self, "yarn_on_swa", False)):
             inv, mscale = self.yarn
+        if getattr(self, "rope_sections", None) is not None:
+            sec, i = self.rope_sections, np.arange(half)
+            covered = (((i % 3 == 0) & (i < 3 * sec[0])) | ((i % 3 == 1) & (i < 3 * sec[1])) |
+                       ((i % 3 == 2) & (i < 3 * sec[2])))
+            inv = np.where(covered, inv, 0.0)
         ang = np.arange(T)[:, None] * inv[None, :]
         cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
         if c.rope_neox:

@@ -27,6 +27,9 @@ ARCHS = {
     "qwen2": ["--arch", "qwen2"],
     "qwen3": ["--arch", "qwen3", "--head-dim", "64"],
     "qwen3moe": ["--arch", "qwen3moe", "--experts", "8", "--experts-used", "3", "--head-dim", "64"],
+    # Qwen3-VL's language models as text: interleaved M-RoPE sections, deepstack layers that text leaves alone.
+    "qwen3vl": ["--arch", "qwen3vl", "--head-dim", "64"],
+    "qwen3vlmoe": ["--arch", "qwen3vlmoe", "--experts", "8", "--experts-used", "3", "--head-dim", "64"],
     # Windows shorter than the 32-token prompt; gemma2's soft-caps low enough to bite.
     "gemma2": ["--arch", "gemma2", "--sliding-window", "12", "--attn-softcap", "5", "--final-softcap", "3"],
     "gemma3": ["--arch", "gemma3", "--sliding-window", "12", "--head-dim", "64", "--final-softcap", "3",
