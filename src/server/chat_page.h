@@ -1,5 +1,6 @@
 // The chat page served at "/": plain HTML and JavaScript, no build step. It streams replies from
-// /v1/chat/completions over SSE (fetch + a ReadableStream reader) and keeps the conversation in the page.
+// /v1/chat/completions over SSE (fetch + a ReadableStream reader) and keeps the conversation in the page. When
+// the model reads images (/v1/models says modalities.vision), a picture can go with a message (a data: URI).
 #pragma once
 
 namespace cachet::server {
@@ -20,12 +21,17 @@ inline constexpr const char* kChatPage = R"HTML(<!doctype html>
   #prompt { flex: 1; padding: 0.5rem; font-size: 1rem; }
   button { padding: 0.5rem 1rem; font-size: 1rem; }
   #status { color: #777; font-size: 0.85rem; margin-top: 0.5rem; min-height: 1rem; }
+  #attach { display: none; } #attach.on { display: inline-block; padding: 0.5rem; cursor: pointer; color: #0a58ca; }
+  #attach.picked { font-weight: bold; }
+  #image { position: absolute; opacity: 0; width: 1px; height: 1px; }
+  .msg img { display: block; max-width: 12rem; max-height: 9rem; margin: 0.3rem 0; border-radius: 4px; }
 </style>
 </head>
 <body>
 <h1>cachet chat <small id="model"></small></h1>
 <div id="log"></div>
 <form id="form">
+  <label id="attach" title="attach an image">Image<input id="image" type="file" accept="image/*"></label>
   <input id="prompt" autocomplete="off" placeholder="Ask something..." autofocus>
   <button id="send" type="submit">Send</button>
   <button id="stop" type="button" disabled>Stop</button>
@@ -35,10 +41,20 @@ inline constexpr const char* kChatPage = R"HTML(<!doctype html>
 const log = document.getElementById('log'), form = document.getElementById('form');
 const promptBox = document.getElementById('prompt'), statusLine = document.getElementById('status');
 const sendBtn = document.getElementById('send'), stopBtn = document.getElementById('stop');
+const imageInput = document.getElementById('image'), attach = document.getElementById('attach');
 const messages = [];
 let model = null, controller = null;
 
-function add(role, text) {
+function readImage(file) {
+  return new Promise((ok, fail) => {
+    const r = new FileReader();
+    r.onload = () => ok(r.result);
+    r.onerror = () => fail(r.error);
+    r.readAsDataURL(file);
+  });
+}
+
+function add(role, text, image) {
   const div = document.createElement('div');
   div.className = 'msg ' + role;
   const who = document.createElement('b');
@@ -46,7 +62,13 @@ function add(role, text) {
   const body = document.createElement('span');
   body.className = 'body';
   body.textContent = text;
-  div.append(who, body);
+  div.append(who);
+  if (image) {
+    const img = document.createElement('img');
+    img.src = image;
+    div.append(img);
+  }
+  div.append(body);
   log.append(div);
   return body;
 }
@@ -56,6 +78,7 @@ async function loadModel() {
   const j = await r.json();
   model = j.data[0].id;
   document.getElementById('model').textContent = '(' + model + ')';
+  if (j.data[0].modalities && j.data[0].modalities.vision) attach.classList.add('on');
 }
 
 form.addEventListener('submit', async (e) => {
@@ -64,8 +87,13 @@ form.addEventListener('submit', async (e) => {
   if (!text || controller) return;
   promptBox.value = '';
   if (!model) await loadModel();
-  messages.push({role: 'user', content: text});
-  add('user', text);
+  const file = imageInput.files[0];
+  const image = file ? await readImage(file) : null;
+  imageInput.value = '';
+  attach.classList.remove('picked');
+  messages.push({role: 'user', content: image ? [{type: 'image_url', image_url: {url: image}}, {type: 'text', text}]
+                                              : text});
+  add('user', text, image);
   const out = add('assistant', '');
   out.id = 'reply-' + messages.length;
   controller = new AbortController();
@@ -102,11 +130,12 @@ form.addEventListener('submit', async (e) => {
     }
     messages.push({role: 'assistant', content: reply});
     out.parentElement.dataset.done = '1';
-    statusLine.textContent = 'first token ' + Math.round(first - t0) + ' ms, ' + tokens + ' chunks in ' +
-                             Math.round(performance.now() - t0) + ' ms';
+    statusLine.textContent = (first ? 'first token ' + Math.round(first - t0) + ' ms, ' : 'no text, ') + tokens +
+                             ' chunks in ' + Math.round(performance.now() - t0) + ' ms';
   } catch (err) {
     statusLine.textContent = err.name === 'AbortError' ? 'stopped' : 'error: ' + err.message;
     if (reply) messages.push({role: 'assistant', content: reply});
+    else if (err.name !== 'AbortError') messages.pop();  // a refused turn (a bad image) leaves the history
     out.parentElement.dataset.done = '1';
   } finally {
     controller = null;
@@ -114,6 +143,7 @@ form.addEventListener('submit', async (e) => {
   }
 });
 stopBtn.addEventListener('click', () => controller && controller.abort());
+imageInput.addEventListener('change', () => attach.classList.toggle('picked', imageInput.files.length > 0));
 loadModel().catch(() => {});
 </script>
 </body>

@@ -329,7 +329,8 @@ void install_routes(App& app, httplib::Server& svr) {
                                                  {"object", "model"},
                                                  {"created", 0},
                                                  {"owned_by", "cachet"},
-                                                 {"context_length", app.n_ctx}}})}})
+                                                 {"context_length", app.n_ctx},
+                                                 {"modalities", {{"vision", app.llm->impl().vision != nullptr}}}}})}})
                         .dump(),
                     "application/json");
   });

@@ -202,3 +202,42 @@ def test_responses_input_image_is_the_same_prompt(oai):
     o = ask(oai, question(uri))
     assert r.usage.input_tokens == o.usage.prompt_tokens
     assert r.output_text == o.choices[0].message.content
+
+
+def test_chat_page_sends_a_picture_in_headless_chromium(server, oai, tmp_path):
+    """The page at `/` offers an attachment when the model reads images; a picture sent with a question reaches
+    the model (the encoder runs) and the reply is the API's for the same content parts."""
+    import os
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    img = tmp_path / "page.png"
+    Image.fromarray(random_image(48, 64, 9)).save(img)
+    before = server.metrics().get("cachet_images_encoded_total", 0)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1000,700"):
+        opts.add_argument(a)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    try:
+        driver.get(f"http://127.0.0.1:{server.port}/")
+        WebDriverWait(driver, 30).until(lambda d: "m" in d.find_element(By.ID, "model").text)
+        assert driver.find_element(By.ID, "attach").is_displayed()
+        driver.find_element(By.ID, "image").send_keys(str(img))
+        driver.find_element(By.ID, "prompt").send_keys("What is this?")
+        driver.find_element(By.ID, "send").click()
+        WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant[data-done='1']"))
+        reply = driver.find_element(By.CSS_SELECTOR, ".msg.assistant .body").get_attribute("textContent")
+        status = driver.find_element(By.ID, "status").text
+        assert driver.find_elements(By.CSS_SELECTOR, ".msg.user img")
+        driver.save_screenshot(os.environ.get("CACHET_VISION_SCREENSHOT", str(tmp_path / "chat_image.png")))
+    finally:
+        driver.quit()
+    assert "error" not in status, status
+    assert server.metrics()["cachet_images_encoded_total"] == before + 1
+    uri = "data:image/png;base64," + base64.b64encode(img.read_bytes()).decode()
+    want = oai.chat.completions.create(model="m", max_tokens=256, temperature=0, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": "What is this?"}]}])
+    assert reply == want.choices[0].message.content
