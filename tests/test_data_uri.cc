@@ -35,6 +35,9 @@ TEST(DataUri, ParsesAndExplainsWhatItRefuses) {
   EXPECT_NE(parse_data_uri("data:image/png;base64,").error.find("empty"), std::string::npos);
   EXPECT_NE(parse_data_uri("data:image/png;base64,%%%").error.find("base64"), std::string::npos);
   EXPECT_NE(parse_data_uri("data:,%4").error.find("escape"), std::string::npos);
+  d = parse_data_uri("data:,abc%4");  // a bad escape after good bytes (found by fuzz_request): no bytes
+  EXPECT_NE(d.error, "");
+  EXPECT_EQ(d.bytes, "");
 }
 
 }  // namespace

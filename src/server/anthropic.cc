@@ -37,7 +37,7 @@ std::optional<std::string> text_of(const json& c) {
   if (!c.is_array()) return std::nullopt;
   std::string out;
   for (const json& b : c) {
-    if (!b.is_object() || b.value("type", "") != "text" || !b.contains("text") || !b["text"].is_string())
+    if (!b.is_object() || string_field(b, "type") != "text" || !b.contains("text") || !b["text"].is_string())
       return std::nullopt;
     out += b["text"].get<std::string>();
   }
@@ -94,7 +94,7 @@ std::variant<ojson, ApiError> to_openai(const ojson& b) {
     for (size_t k = 0; k < m["content"].size(); ++k) {
       const ojson& blk = m["content"][k];
       const std::string bat = at + ".content." + std::to_string(k);
-      const std::string type = blk.is_object() ? blk.value("type", "") : "";
+      const std::string type = string_field(blk, "type");
       if (type == "text" && blk.contains("text") && blk["text"].is_string()) {
         text += blk["text"].get<std::string>();
       } else if (type == "thinking" && role == "assistant") {
@@ -118,10 +118,10 @@ std::variant<ojson, ApiError> to_openai(const ojson& b) {
         msgs.push_back({{"role", "tool"}, {"tool_call_id", blk.value("tool_use_id", "")}, {"content", result}});
       } else if (type == "image" && role == "user") {
         const ojson src = blk.value("source", ojson::object());
-        const std::string st = src.is_object() ? src.value("type", "") : "";
+        const std::string st = string_field(src, "type");
         std::string url;
         if (st == "base64" && src.contains("data") && src["data"].is_string())
-          url = "data:" + src.value("media_type", std::string("image/png")) + ";base64," + src["data"].get<std::string>();
+          url = "data:" + string_field(src, "media_type", "image/png") + ";base64," + src["data"].get<std::string>();
         else if (st == "url" && src.contains("url") && src["url"].is_string())
           url = src["url"];
         else
@@ -165,7 +165,7 @@ std::variant<ojson, ApiError> to_openai(const ojson& b) {
   }
   if (b.contains("tool_choice")) {
     const ojson& c = b["tool_choice"];
-    const std::string t = c.is_object() ? c.value("type", "") : "";
+    const std::string t = string_field(c, "type");
     if (t == "auto") o["tool_choice"] = "auto";
     else if (t == "any") o["tool_choice"] = "required";
     else if (t == "none") o["tool_choice"] = "none";
@@ -175,7 +175,7 @@ std::variant<ojson, ApiError> to_openai(const ojson& b) {
   }
   if (b.contains("thinking")) {
     const ojson& th = b["thinking"];
-    const std::string t = th.is_object() ? th.value("type", "") : "";
+    const std::string t = string_field(th, "type");
     if (t == "enabled") {
       if (!th.contains("budget_tokens") || !th["budget_tokens"].is_number_integer() || th["budget_tokens"].get<int64_t>() < 1)
         return bad("thinking.budget_tokens: Field required (an integer >= 1)");

@@ -83,6 +83,7 @@ DataUri parse_data_uri(std::string_view uri) {
       const int h = i + 2 < data.size() ? hex(data[i + 1]) : -1, l = h >= 0 ? hex(data[i + 2]) : -1;
       if (l < 0) {
         d.error = "the data: URI has a malformed %-escape";
+        d.bytes.clear();  // bytes only when usable
         return d;
       }
       d.bytes.push_back(static_cast<char>(h * 16 + l));

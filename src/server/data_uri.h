@@ -17,7 +17,7 @@ std::optional<std::string> base64_decode(std::string_view in);
 // error message.
 struct DataUri {
   std::string media_type;
-  std::string bytes;
+  std::string bytes;  // empty whenever error is set
   std::string error;  // non-empty: not usable
 };
 DataUri parse_data_uri(std::string_view uri);

@@ -119,7 +119,7 @@ std::optional<ApiError> read_structured(const json& b, const nlohmann::ordered_j
     for (size_t i = 0; i < tools.size(); ++i) {
       const json& t = tools[i];
       const std::string w = "tools[" + std::to_string(i) + "]";
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
+      if (!t.is_object() || string_field(t, "type") != "function" || !t.contains("function") || !t["function"].is_object())
         return bad(w, w + " must be {\"type\": \"function\", \"function\": {...}}");
       const json& f = t["function"];
       if (!f.contains("name") || !f["name"].is_string() || f["name"].get_ref<const std::string&>().empty())
@@ -294,7 +294,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(const json& b
         for (size_t k = 0; k < m["content"].size(); ++k) {
           const json& part = m["content"][k];
           const std::string pw = where + ".content[" + std::to_string(k) + "]";
-          const std::string type = part.is_object() ? part.value("type", "") : "";
+          const std::string type = string_field(part, "type");
           if (type == "image_url") {
             if (role != "user") return bad(pw, "only user messages carry images");
             const json& iu = part.contains("image_url") ? part["image_url"] : json();

@@ -64,6 +64,15 @@ constexpr size_t kMaxStopBytes = 4096;      // one stop sequence
 constexpr size_t kMaxIdBytes = 1024;        // model, user, cache_salt
 constexpr size_t kMaxTemplateBytes = 1 << 20;  // a request's chat_template
 
+// j[key] when j is an object holding a string there, else `fallback` (a field of the wrong type is then whatever
+// the caller says about a missing one: a 400, never json's type_error).
+template <class Json>
+std::string string_field(const Json& j, const char* key, const std::string& fallback = "") {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->template get<std::string>() : fallback;
+}
+
 // Parses a request body, refusing bodies nested deeper than kMaxJsonDepth (before building them).
 std::variant<nlohmann::json, ApiError> parse_body(const std::string& body);
 

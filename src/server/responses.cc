@@ -14,7 +14,7 @@ std::optional<std::string> text_of(const ojson& c) {
   if (!c.is_array()) return std::nullopt;
   std::string out;
   for (const ojson& p : c) {
-    const std::string t = p.is_object() ? p.value("type", "") : "";
+    const std::string t = string_field(p, "type");
     if ((t != "input_text" && t != "output_text" && t != "text") || !p.contains("text") || !p["text"].is_string())
       return std::nullopt;
     out += p["text"].get<std::string>();
@@ -55,7 +55,7 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
       const ojson& it = in[i];
       const std::string at = "input[" + std::to_string(i) + "]";
       if (!it.is_object()) return invalid_request(at, at + " must be an object");
-      const std::string type = it.value("type", it.contains("role") ? "message" : "");
+      const std::string type = string_field(it, "type", it.contains("role") ? "message" : "");
       if (type == "message") {
         const std::string role = it.value("role", "");
         if (role != "user" && role != "assistant" && role != "system" && role != "developer")
@@ -70,7 +70,7 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
         const ojson& c = it.contains("content") ? it["content"] : ojson();
         for (size_t k = 0; c.is_array() && k < c.size(); ++k) {
           const ojson& p = c[k];
-          const std::string t = p.is_object() ? p.value("type", "") : "";
+          const std::string t = string_field(p, "type");
           if (t == "input_image" && p.contains("image_url") && p["image_url"].is_string())
             parts.push_back({{"type", "image_url"}, {"image_url", {{"url", p["image_url"]}}}});
           else if ((t == "input_text" || t == "output_text" || t == "text") && p.contains("text") && p["text"].is_string())
@@ -108,7 +108,7 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
     ojson tools = ojson::array();
     for (size_t i = 0; i < b["tools"].size(); ++i) {
       const ojson& t = b["tools"][i];
-      if (!t.is_object() || t.value("type", "") != "function")
+      if (!t.is_object() || string_field(t, "type") != "function")
         return invalid_request("tools[" + std::to_string(i) + "]", "only function tools are supported (no built-in tools)");
       ojson f = {{"name", t.value("name", "")}};
       if (t.contains("description")) f["description"] = t["description"];
@@ -121,14 +121,14 @@ std::variant<ojson, ApiError> to_chat(const ojson& b, ojson* echo) {
   if (b.contains("tool_choice")) {
     const ojson& c = b["tool_choice"];
     if (c.is_string()) o["tool_choice"] = c;
-    else if (c.is_object() && c.value("type", "") == "function" && c.contains("name"))
+    else if (c.is_object() && string_field(c, "type") == "function" && c.contains("name"))
       o["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
     else return invalid_request("tool_choice", "'tool_choice' must be auto, none, required or {type: function, name}");
     (*echo)["tool_choice"] = c;
   }
   if (b.contains("text") && b["text"].is_object() && b["text"].contains("format")) {
     const ojson& f = b["text"]["format"];
-    const std::string t = f.is_object() ? f.value("type", "") : "";
+    const std::string t = string_field(f, "type");
     if (t == "json_schema") {
       if (!f.contains("schema")) return invalid_request("text.format.schema", "'text.format.schema' is required");
       o["response_format"] = {{"type", "json_schema"},
