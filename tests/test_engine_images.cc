@@ -82,27 +82,29 @@ struct Pair {
   std::unique_ptr<VisionEncoder> enc;
 };
 
-Pair load_pair() {
+// Gemma 3's pair, or Qwen3-VL's (qwen): its projector in 4 px patches merged 2 x 2, so the 9 x 6 seed images
+// grow to its 64-row minimum (80 x 56 px: a 10 x 7 grid).
+Pair load_pair(bool qwen = false) {
   SyntheticSpec text;
-  text.arch = "gemma3";
+  text.arch = qwen ? "qwen3vl" : "gemma3";
   text.n_embd = 64;
   text.n_head = 4;
   text.n_head_kv = 2;
   text.n_layer = 2;
   text.n_ff = 96;
-  const std::string lm_path = testing::temp_path("engine_images_lm.gguf");
+  const std::string lm_path = testing::temp_path(qwen ? "engine_images_lm_qwen.gguf" : "engine_images_lm.gguf");
   EXPECT_TRUE(write_synthetic_model(text, lm_path).is_ok());
   SyntheticSpec p;
-  p.arch = "mmproj-gemma3";
+  p.arch = qwen ? "mmproj-qwen3vl" : "mmproj-gemma3";
   p.n_embd = 48;
   p.n_head = 3;
   p.n_ff = 64;
   p.n_layer = 2;
-  p.image_size = 112;
-  p.patch_size = 14;
+  p.image_size = qwen ? 32 : 112;
+  p.patch_size = qwen ? 4 : 14;
   p.n_merge = 2;
   p.n_proj = 64;
-  const std::string mm_path = testing::temp_path("engine_images_mmproj.gguf");
+  const std::string mm_path = testing::temp_path(qwen ? "engine_images_mmproj_qwen.gguf" : "engine_images_mmproj.gguf");
   EXPECT_TRUE(write_synthetic_model(p, mm_path).is_ok());
   Pair out;
   auto m = load_model(lm_path, {2});
@@ -117,7 +119,8 @@ Pair load_pair() {
 PromptImage image_at(VisionEncoder& enc, const std::string& file, int pos) {
   PromptImage im;
   im.pos = pos;
-  im.pixels = std::make_shared<std::vector<float>>(enc.preprocess(*load_image(seed_image(file))));
+  im.pixels = std::make_shared<const EncoderInput>(*enc.preprocess(*load_image(seed_image(file))));
+  im.grid = enc.output_grid(im.pixels->width, im.pixels->height);
   im.hash = hash_pixels(*im.pixels);
   return im;
 }
@@ -133,8 +136,8 @@ std::vector<Out> run(Engine& e, VisionEncoder& enc, const std::vector<std::strin
                      const std::vector<int32_t>& extra = {}) {
   std::map<RequestId, Out> outs;
   std::map<RequestId, int> order;
-  const int n_rows = static_cast<int>(enc.config().n_output_tokens());
   auto add = [&](const std::string& file, size_t i) {
+    const int n_rows = image_at(enc, file, 3).grid.rows();
     std::vector<int32_t> prompt = {2, 7, 11};
     prompt.resize(3 + static_cast<size_t>(n_rows), 0);
     for (int32_t k = 0; k < 20; ++k) prompt.push_back(13 + 7 * k);  // a block past the picture, so it is cached
@@ -187,7 +190,7 @@ EngineConfig engine_cfg(VisionEncoder* enc, bool cache, int chunk, std::map<Requ
 TEST(EngineImages, TheSamePictureReusesItsCacheAndChangesNothing) {
   Pair p = load_pair();
   ASSERT_TRUE(p.lm && p.enc);
-  EXPECT_EQ(p.enc->config().n_output_tokens(), 16);
+  EXPECT_EQ(p.enc->output_grid(112, 112).rows(), 16);
   const std::vector<std::string> imgs = {"rgb.png", "rgb.png", "rgb.jpg", "rgb.png"};
   std::map<RequestId, std::vector<float>> l_off, l_on, l_chunk;
   auto off = Engine::create(*p.lm, engine_cfg(p.enc.get(), false, 256, &l_off));
@@ -225,7 +228,7 @@ TEST(EngineImages, TheSamePictureReusesItsCacheAndChangesNothing) {
     ForwardBatch fb = ForwardBatch::single(cache, prompt, 0, false);
     fb.want_logits.back() = 1;
     fb.input_embd.resize(static_cast<size_t>(16 * mc.n_embd));
-    ASSERT_TRUE(p.enc->encode(im.pixels->data(), fb.input_embd.data()).is_ok());
+    ASSERT_TRUE(p.enc->encode(*im.pixels, fb.input_embd.data()).is_ok());
     fb.embd_row.assign(prompt.size(), -1);
     fb.attn_end.assign(prompt.size(), -1);
     for (int k = 0; k < 16; ++k) {
@@ -251,6 +254,66 @@ TEST(EngineImages, TheSamePictureReusesItsCacheAndChangesNothing) {
   EXPECT_EQ((*on)->check(), "");
 }
 
+// Qwen3-VL: rows placed by M-RoPE (time at the image's start, height and width shifted by the grid; the text
+// after the image continues max(grid) positions on), and the deepstack rows added in the first layers. The
+// prefix cache reuses a picture's K/V (those positions included) and changes no id or logit.
+TEST(EngineImages, QwenVlRowsTakeTheirGridPositionsAndReuseTheCache) {
+  Pair p = load_pair(true);
+  ASSERT_TRUE(p.lm && p.enc);
+  const PromptImage im = image_at(*p.enc, "rgb.png", 3);
+  ASSERT_EQ(im.grid.x, 10);
+  ASSERT_EQ(im.grid.y, 7);
+  const std::vector<std::string> imgs = {"rgb.png", "rgb.png", "rgb.jpg", "rgb.png"};
+  std::map<RequestId, std::vector<float>> l_off, l_on;
+  auto off = Engine::create(*p.lm, engine_cfg(p.enc.get(), false, 256, &l_off));
+  ASSERT_TRUE(off.is_ok()) << off.status().message();
+  const std::vector<Out> a = run(**off, *p.enc, imgs, false);
+  auto on = Engine::create(*p.lm, engine_cfg(p.enc.get(), true, 256, &l_on));
+  ASSERT_TRUE(on.is_ok());
+  const std::vector<Out> b = run(**on, *p.enc, imgs, false);
+  EXPECT_EQ((*off)->counters().images_encoded, 4);
+  EXPECT_EQ((*on)->counters().images_encoded, 2);
+  EXPECT_EQ(b[1].cached, 80);  // 3 + 70 + 20 prompt tokens: the whole blocks past the picture
+  EXPECT_EQ(b[3].cached, 80);
+  for (size_t i = 0; i < imgs.size(); ++i) {
+    EXPECT_EQ(a[i].ids, b[i].ids) << i;
+    ASSERT_EQ(a[i].ids.size(), 6u);
+  }
+  ASSERT_EQ(l_off.size(), 4u);
+  ASSERT_EQ(l_on.size(), 4u);
+  auto first = [](const std::map<RequestId, std::vector<float>>& m, int k) { return std::next(m.begin(), k)->second; };
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(first(l_off, k), first(l_on, k)) << k;
+  EXPECT_NE(first(l_on, 0), first(l_on, 2));
+
+  // The model fed directly with positions written out here: the engine's row of logits, bitwise.
+  const ModelConfig& mc = p.lm->config();
+  const int64_t width = p.enc->config().row_width();
+  ASSERT_EQ(width, 3 * mc.n_embd);  // two deepstack rows beside each row (2 layers each side)
+  std::vector<int32_t> prompt = {2, 7, 11};
+  prompt.resize(73, 0);
+  for (int32_t k = 0; k < 20; ++k) prompt.push_back(13 + 7 * k);
+  ContiguousKvCache cache(mc, 128, KvTypes(KvType::kF16));
+  ForwardBatch fb = ForwardBatch::single(cache, prompt, 0, false);
+  fb.want_logits.back() = 1;
+  fb.input_embd.resize(static_cast<size_t>(70 * width));
+  ASSERT_TRUE(p.enc->encode(*im.pixels, fb.input_embd.data()).is_ok());
+  fb.embd_row.assign(prompt.size(), -1);
+  for (int t = 0; t < static_cast<int>(prompt.size()); ++t) {
+    const bool row = t >= 3 && t < 73;
+    if (row) fb.embd_row[static_cast<size_t>(t)] = t - 3;
+    const int32_t text = t < 3 ? t : t - 70 + 10;  // after the image: 3 + max(10, 7) onwards
+    const int32_t pos[3] = {row ? 3 : text, row ? 3 + (t - 3) / 10 : text, row ? 3 + (t - 3) % 10 : text};
+    fb.rope_pos.insert(fb.rope_pos.end(), pos, pos + 3);
+  }
+  std::vector<float> direct(static_cast<size_t>(mc.n_vocab));
+  ASSERT_TRUE(p.lm->forward(fb, direct.data()).is_ok());
+  EXPECT_EQ(direct, first(l_off, 0));
+  fb.rope_pos.clear();  // as plain positions: another answer
+  ASSERT_TRUE(p.lm->forward(fb, direct.data()).is_ok());
+  EXPECT_NE(direct, first(l_off, 0));
+  EXPECT_EQ((*on)->check(), "");
+}
+
 TEST(EngineImages, RefusesImagesItCannotPlace) {
   Pair p = load_pair();
   ASSERT_TRUE(p.lm && p.enc);
@@ -272,7 +335,7 @@ TEST(EngineImages, RefusesImagesItCannotPlace) {
   EXPECT_FALSE((*e)->add_request(prompt, sp, {}, true, 1, 0, std::nullopt,
                                  {image_at(*p.enc, "rgb.png", 0), image_at(*p.enc, "rgb.png", 3)}).is_ok());
   PromptImage wrong = image_at(*p.enc, "rgb.png", 0);
-  wrong.pixels = std::make_shared<std::vector<float>>(10, 0.0f);
+  wrong.pixels = std::make_shared<const EncoderInput>(EncoderInput{112, 112, std::vector<float>(10, 0.0f)});
   EXPECT_FALSE((*e)->add_request(prompt, sp, {}, true, 1, 0, std::nullopt, {wrong}).is_ok());
   std::vector<int32_t> bad = prompt;
   bad[18] = -3;  // a negative id outside every image

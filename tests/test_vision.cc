@@ -13,6 +13,7 @@
 #include "model/synthetic.h"
 #include "tests/test_util.h"
 #include "vision/image.h"
+#include "vision/prompt_image.h"
 #include "vision/resize.h"
 #include "vision/vision_encoder.h"
 
@@ -156,14 +157,17 @@ TEST(VisionEncoder, Gemma3ShapesAndThreadInvariance) {
     auto enc = VisionEncoder::load(path, std::make_shared<ThreadPool>(threads));
     ASSERT_TRUE(enc.is_ok()) << enc.status().message();
     const VisionConfig& c = (*enc)->config();
-    EXPECT_EQ(c.n_output_tokens(), 4);
     EXPECT_EQ(c.n_embd_out, 48);
     EXPECT_EQ(c.head_dim, 16);
-    const std::vector<float> px = (*enc)->preprocess(img);
-    ASSERT_EQ(px.size(), 3u * 56 * 56);
-    for (float v : px) ASSERT_TRUE(v >= -1.0f && v <= 1.0f);  // mean 0.5, std 0.5
-    std::vector<float> out(static_cast<size_t>(c.n_output_tokens() * c.n_embd_out));
-    ASSERT_TRUE((*enc)->encode(px.data(), out.data()).is_ok());
+    auto in = (*enc)->preprocess(img);
+    ASSERT_TRUE(in.is_ok());
+    ASSERT_EQ(in->width, 56);
+    ASSERT_EQ(in->height, 56);
+    EXPECT_EQ((*enc)->output_grid(56, 56).rows(), 4);
+    ASSERT_EQ(in->data.size(), 3u * 56 * 56);
+    for (float v : in->data) ASSERT_TRUE(v >= -1.0f && v <= 1.0f);  // mean 0.5, std 0.5
+    std::vector<float> out(static_cast<size_t>(4 * c.n_embd_out));
+    ASSERT_TRUE((*enc)->encode(*in, out.data()).is_ok());
     outs.push_back(out);
   }
   EXPECT_EQ(outs[0], outs[1]);
@@ -249,6 +253,32 @@ TEST(VisionEncoder, ImageRowsInTheLanguageModelsBatch) {
   bad = b;
   bad.embd_row = {-1, 0, 2, -1};  // only two rows given
   EXPECT_FALSE(model.forward(bad, got.data()).is_ok());
+}
+
+// Qwen-VL's M-RoPE positions without a model: two images in a prompt, a 4 x 2 grid at 2 and a 3 x 3 one after
+// text. Each gives back its rows but its longer side: the text after the first continues at 2 + 4.
+TEST(PromptImage, MropePositionsFollowTheGrids) {
+  std::vector<PromptImage> ims(2);
+  ims[0].pos = 2;
+  ims[0].grid = {4, 2};
+  ims[1].pos = 12;
+  ims[1].grid = {3, 3};
+  auto at = [&](int pos) {
+    int32_t p[3];
+    mrope_position(ims, pos, p);
+    return std::vector<int32_t>(p, p + 3);
+  };
+  EXPECT_EQ(at(0), (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_EQ(at(1), (std::vector<int32_t>{1, 1, 1}));
+  EXPECT_EQ(at(2), (std::vector<int32_t>{2, 2, 2}));   // row 0, column 0
+  EXPECT_EQ(at(5), (std::vector<int32_t>{2, 2, 5}));   // row 0, column 3
+  EXPECT_EQ(at(7), (std::vector<int32_t>{2, 3, 3}));   // row 1, column 1
+  EXPECT_EQ(at(10), (std::vector<int32_t>{6, 6, 6}));  // the text after it: 2 + max(4, 2)
+  EXPECT_EQ(at(11), (std::vector<int32_t>{7, 7, 7}));
+  EXPECT_EQ(at(12), (std::vector<int32_t>{8, 8, 8}));  // the second image starts where its first row would be
+  EXPECT_EQ(at(20), (std::vector<int32_t>{8, 10, 10}));
+  EXPECT_EQ(at(21), (std::vector<int32_t>{11, 11, 11}));  // 8 + 3
+  EXPECT_EQ(at(100), (std::vector<int32_t>{90, 90, 90}));  // 4 + 6 positions given back
 }
 
 }  // namespace

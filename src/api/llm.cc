@@ -92,12 +92,6 @@ Result<std::unique_ptr<LLM>> make_llm(std::unique_ptr<Model> model, const LLMCon
     std::shared_ptr<ThreadPool> pool = model->shared_pool();
     if (!pool) pool = std::make_shared<ThreadPool>(model->pool().n_threads());
     CACHET_ASSIGN_OR_RETURN(impl->vision, VisionEncoder::load(config.mmproj, pool));
-    const VisionConfig& vc = impl->vision->config();
-    if (vc.n_embd_out != model->config().n_embd)
-      return invalid_argument("the projector " + config.mmproj + " gives rows " + std::to_string(vc.n_embd_out) +
-                              " wide; the model's embeddings are " + std::to_string(model->config().n_embd) +
-                              " (a projector of another model)");
-    CACHET_RETURN_IF_ERROR(model->accepts_image_rows(vc.bidirectional));
     ec.vision = impl->vision.get();
   }
   CACHET_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(*model, ec));

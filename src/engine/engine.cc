@@ -29,6 +29,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, EngineConfig cfg) {
   if (cfg.state_checkpoint_every < 0 || cfg.state_checkpoint_every % cfg.block_size != 0)
     return invalid_argument("state checkpoints every N tokens: N must be 0 or a multiple of the block size (" +
                             std::to_string(cfg.block_size) + "), got " + std::to_string(cfg.state_checkpoint_every));
+  if (cfg.vision) CACHET_RETURN_IF_ERROR(projector_fits(model, cfg.vision->config()));
   std::unique_ptr<Engine> e(new Engine(model, std::move(cfg)));
   CACHET_ASSIGN_OR_RETURN(e->spec_, Speculator::create(model, *e->storage_, e->cfg_));
   return e;
@@ -393,6 +394,8 @@ Result<std::vector<RequestEvent>> Engine::step() {
   }
   if (!b.embd_row.empty()) b.embd_row.resize(static_cast<size_t>(b.n_tokens()), -1);  // images' rows
   if (!b.attn_end.empty()) b.attn_end.resize(static_cast<size_t>(b.n_tokens()), -1);
+  for (int t = static_cast<int>(b.rope_pos.size() / 3); !b.rope_pos.empty() && t < b.n_tokens(); ++t)
+    b.rope_pos.insert(b.rope_pos.end(), 3, b.positions[t]);  // text of requests after the last with images
   if (work.empty()) {
     if (!b.copies.empty()) CACHET_RETURN_IF_ERROR(model_.forward(b, nullptr));
     spec_->drop_unverified([](const EngineRequest*) { return false; });

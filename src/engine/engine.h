@@ -58,6 +58,10 @@ struct EngineCounters {
   int64_t images_encoded = 0;  // images the vision encoder ran on (a prefix-cache hit on one needs none)
 };
 
+// Whether the language model takes the rows of this projector (their width, deepstack rows, M-RoPE, two-way
+// attention): ok, or why not.
+Status projector_fits(const Model& model, const VisionConfig& vc);
+
 class Engine {
  public:
   // The only way to build one. Errors: KV types the model cannot use, a draft model that is not usable

@@ -9,25 +9,31 @@
 
 namespace cachet {
 
+Status projector_fits(const Model& model, const VisionConfig& vc) {
+  if (vc.n_embd_out != model.config().n_embd)
+    return invalid_argument("the projector's rows are " + std::to_string(vc.n_embd_out) + " wide; the model's "
+                            "embeddings are " + std::to_string(model.config().n_embd) + " (a projector of another "
+                            "model)");
+  return model.accepts_image_rows(vc.bidirectional, vc.n_deepstack, vc.mrope);
+}
+
 Status Engine::set_images(Request* r, std::vector<PromptImage> images) {
   if (images.empty()) return Status::ok();
   if (!cfg_.vision)
     return invalid_argument("this model was loaded without a vision encoder (a projector file, --mmproj): it takes "
                             "no images");
-  const VisionConfig& vc = cfg_.vision->config();
-  CACHET_RETURN_IF_ERROR(model_.accepts_image_rows(vc.bidirectional));
-  if (vc.n_embd_out != model_.config().n_embd)
-    return invalid_argument("the projector's rows are " + std::to_string(vc.n_embd_out) + " wide; the model's "
-                            "embeddings are " + std::to_string(model_.config().n_embd));
-  const int n_rows = static_cast<int>(vc.n_output_tokens());
-  const size_t n_px = static_cast<size_t>(3 * vc.image_size * vc.image_size);
   const int n = static_cast<int>(r->tokens.size());
   int end = 0;
   for (size_t i = 0; i < images.size(); ++i) {
     const PromptImage& im = images[i];
     const std::string which = "image " + std::to_string(i);
-    if (!im.pixels || im.pixels->size() != n_px)
-      return invalid_argument(which + ": not preprocessed for this encoder (" + std::to_string(n_px) + " values)");
+    const EncoderInput* px = im.pixels.get();
+    auto size = px ? cfg_.vision->input_size(px->width, px->height) : Result<ImageGrid>(invalid_argument(""));
+    const ImageGrid g = px ? cfg_.vision->output_grid(px->width, px->height) : ImageGrid{};
+    if (!px || !size.is_ok() || size->x != px->width || size->y != px->height ||
+        px->data.size() != static_cast<size_t>(3) * px->width * px->height || g.x != im.grid.x || g.y != im.grid.y)
+      return invalid_argument(which + ": not preprocessed for this encoder");
+    const int n_rows = g.rows();
     if (im.pos < end || im.pos > n - n_rows)
       return invalid_argument(which + ": its " + std::to_string(n_rows) + " rows at position " +
                               std::to_string(im.pos) + " overlap another image or leave the " + std::to_string(n) +
@@ -43,7 +49,18 @@ Status Engine::set_images(Request* r, std::vector<PromptImage> images) {
 
 Status Engine::add_image_rows(Request* r, int from, int n, int first, ForwardBatch* b) {
   const VisionConfig& vc = cfg_.vision->config();
-  const int64_t D = vc.n_embd_out;
+  const int64_t D = vc.row_width();
+  if (vc.mrope) {  // every token of the request: its place among the images (the text after one too)
+    b->rope_pos.reserve(static_cast<size_t>(3 * b->n_tokens()));
+    for (int t = static_cast<int>(b->rope_pos.size() / 3); t < first; ++t)
+      b->rope_pos.insert(b->rope_pos.end(), 3, b->positions[t]);
+    b->rope_pos.resize(static_cast<size_t>(3 * first));
+    for (int pos = from; pos < from + n; ++pos) {
+      int32_t p3[3];
+      mrope_position(r->prompt_images, pos, p3);
+      b->rope_pos.insert(b->rope_pos.end(), p3, p3 + 3);
+    }
+  }
   for (size_t k = 0; k < r->images.size(); ++k) {
     const auto [begin, end] = r->images[k];
     const int lo = std::max(begin, from), hi = std::min(end, from + n);
@@ -52,7 +69,7 @@ Status Engine::add_image_rows(Request* r, int from, int n, int first, ForwardBat
     CACHET_CHECK(lo == begin && hi == end);
     if (!r->image_rows[k]) {
       auto rows = std::make_shared<std::vector<float>>(static_cast<size_t>((end - begin) * D));
-      CACHET_RETURN_IF_ERROR(cfg_.vision->encode(r->prompt_images[k].pixels->data(), rows->data()));
+      CACHET_RETURN_IF_ERROR(cfg_.vision->encode(*r->prompt_images[k].pixels, rows->data()));
       r->image_rows[k] = std::move(rows);
       ++images_encoded_;
     }

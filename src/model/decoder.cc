@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "model/mla.h"
 #include "model/moe.h"
+#include "model/mrope.h"
 #include "model/ops.h"
 #include "model/recurrent_mixer.h"
 
@@ -34,17 +35,7 @@ class DecoderModel final : public Model {
     const float* factors = cfg_.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
     rope_ = rope_freqs(cfg_, false, factors);
     rope_swa_ = rope_freqs(cfg_, true, nullptr);  // rope_freqs are the global layers' (Gemma 4's proportional RoPE)
-    // Interleaved M-RoPE (Qwen3.5) on text: pair i turns with the t, h or w position (all the token's position)
-    // when its section covers it, else with the 4th (0 for text: not at all).
-    if (!cfg_.rope_sections.empty()) {
-      int sec[4] = {0, 0, 0, 0};
-      std::sscanf(cfg_.rope_sections.c_str(), "%d,%d,%d,%d", &sec[0], &sec[1], &sec[2], &sec[3]);
-      for (int i = 0; i < cfg_.rope_dim / 2; ++i) {
-        const bool covered = (i % 3 == 0 && i < 3 * sec[0]) || (i % 3 == 1 && i < 3 * sec[1]) ||
-                             (i % 3 == 2 && i < 3 * sec[2]);
-        if (!covered) still_pairs_.push_back(i);
-      }
-    }
+    if (!cfg_.rope_sections.empty()) mrope_pairs_ = mrope_pair_sections(cfg_.rope_sections, cfg_.rope_dim / 2);
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -56,10 +47,12 @@ class DecoderModel final : public Model {
   Status forward(const ForwardBatch& batch, float* logits, float* hidden = nullptr) override;
   int64_t pooled_dim(Pooling p) const override { return p == Pooling::kRank ? cfg_.n_cls_out : cfg_.n_embd; }
   Status pooled_head(const float* pooled, Pooling p, float* out) override;
-  Status accepts_image_rows(bool both_ways) const override {
-    if (cfg_.n_deepstack_layers > 0)
-      return unimplemented("image rows for a model with deepstack layers (Qwen3-VL): its projector's encoder is not "
-                           "read yet");
+  Status accepts_image_rows(bool both_ways, int64_t deepstack_rows, bool mrope) const override {
+    if (deepstack_rows != cfg_.n_deepstack_layers)
+      return invalid_argument("the projector gives " + std::to_string(deepstack_rows) + " deepstack rows per image "
+                              "row; the model takes " + std::to_string(cfg_.n_deepstack_layers));
+    if (mrope && cfg_.rope_sections.empty())
+      return invalid_argument("the projector places images by M-RoPE positions; the model has no M-RoPE sections");
     if (cfg_.n_embd_per_layer > 0)
       return unimplemented("image rows in a model with per-layer token embeddings (Gemma 4's small models)");
     if (both_ways && cfg_.is_mla())
@@ -93,7 +86,7 @@ class DecoderModel final : public Model {
   TpLayout tp_;                                      // every rank's share (model/tp_shard.h)
   RopeFreqs rope_, rope_swa_;                        // per-pair frequencies: global, sliding-window layers
   int64_t logit_rows_;                               // head rows computed (LoadOptions::logit_rows; 0: all)
-  std::vector<int> still_pairs_;                     // M-RoPE pairs no text position turns
+  std::vector<int8_t> mrope_pairs_;                  // M-RoPE: the position each rotary pair turns with
 
   // Activations for the current batch (n_tokens rows each).
   int scratch_tokens_ = 0;
@@ -134,84 +127,6 @@ class DecoderModel final : public Model {
   // proj_ = the output projection `w` of `in` (this rank's [T, n_in] share), joined over the ranks.
   void project(const TensorView& w, float* in, const std::vector<int64_t>& in_widths, float* in_full, int T);
 };
-
-}  // namespace
-
-Status check_forward_batch(const ModelConfig& cfg_, const ForwardBatch& b, bool embeddings_in) {
-  const size_t n = b.token_ids.size();
-  if (b.positions.size() != n || b.seq_index.size() != n || b.want_logits.size() != n || b.slots.size() != n ||
-      (!b.want_hidden.empty() && b.want_hidden.size() != n))
-    return invalid_argument("forward batch: token, position, sequence, output and slot lists differ in length");
-  if (!embeddings_in && (!b.embd_row.empty() || !b.attn_end.empty() || !b.input_embd.empty()))
-    return unimplemented("this model does not take embeddings (an image's) in place of tokens");
-  if ((!b.embd_row.empty() && b.embd_row.size() != n) || (!b.attn_end.empty() && b.attn_end.size() != n))
-    return invalid_argument("forward batch: the embedding-row and attention-end lists differ in length");
-  if (b.input_embd.size() % static_cast<size_t>(cfg_.n_embd) != 0)
-    return invalid_argument("forward batch: input embeddings are not rows of the model's width");
-  const int64_t n_rows = static_cast<int64_t>(b.input_embd.size()) / cfg_.n_embd;
-  for (int32_t r : b.embd_row)
-    if (r >= n_rows) return invalid_argument("forward batch: an embedding row past the rows given");
-  if (!b.attn_end.empty()) {
-    std::vector<int32_t> last(b.block_tables.size(), -1);
-    for (size_t i = 0; i < n; ++i)
-      if (b.seq_index[i] >= 0 && b.seq_index[i] < b.n_seqs())
-        last[b.seq_index[i]] = std::max(last[b.seq_index[i]], b.positions[i]);
-    for (size_t i = 0; i < n; ++i)
-      if (b.attn_end[i] >= 0 && (b.attn_end[i] < b.positions[i] || b.seq_index[i] < 0 ||
-                                 b.seq_index[i] >= b.n_seqs() || b.attn_end[i] > last[b.seq_index[i]]))
-        return invalid_argument("forward batch: a token attends past its sequence's last position in the batch");
-  }
-  if (n == 0 && b.copies.empty()) return Status::ok();
-  const KvBlockStorage* kv = b.kv;
-  if (!kv) return invalid_argument("forward batch: no KV storage");
-  if (kv->n_layers() != cfg_.n_kv_layers())
-    return invalid_argument("forward batch: the KV storage was made for another model's shape");
-  for (int kl = 0; kl < kv->n_layers(); ++kl)
-    if (kv->k_row_bytes(kl) != kv_row_bytes(kv->types().k, cfg_.kv_dim_of_kv_layer(kl)) ||
-        kv->v_row_bytes(kl) != kv_row_bytes(kv->types().v, cfg_.kv_dim_of_kv_layer(kl)))
-      return invalid_argument("forward batch: the KV storage was made for another model's shape");
-  if (cfg_.n_recurrent_layers() > 0) {
-    const StateStore* st = b.state;
-    if (!st) return invalid_argument("forward batch: a hybrid model needs its recurrent state store");
-    if (st->n_layers() != cfg_.n_recurrent_layers() || st->conv_floats() != cfg_.conv_state_floats() ||
-        st->ssm_floats() != cfg_.ssm_state_floats())
-      return invalid_argument("forward batch: the state store was made for another model's shape");
-    if (static_cast<int>(b.state_slots.size()) != b.n_seqs())
-      return invalid_argument("forward batch: every sequence of a hybrid model needs a state slot");
-    for (StateSlot s : b.state_slots)
-      if (s < 0 || s >= st->n_slots()) return invalid_argument("forward batch: a state slot outside the store");
-    for (auto [src, dst] : b.state_copies)
-      if (src < 0 || src >= st->n_slots() || dst < 0 || dst >= st->n_slots())
-        return invalid_argument("forward batch: a state copy outside the store");
-    for (auto [t, slot] : b.state_snapshots)
-      if (t < 0 || t >= b.n_tokens() || slot < 0 || slot >= st->n_slots())
-        return invalid_argument("forward batch: a state snapshot outside the batch or the store");
-  }
-  if (cfg_.mtp_head && b.input_hidden.size() != n * static_cast<size_t>(cfg_.n_embd))
-    return invalid_argument("forward batch: a multi-token-prediction head needs the trunk's hidden state per token");
-  for (const KvBlockCopy& c : b.copies)
-    if (c.src < 0 || c.src >= kv->n_blocks() || c.dst < 0 || c.dst >= kv->n_blocks() || c.n_tokens < 0 ||
-        c.n_tokens > kv->block_size())
-      return invalid_argument("forward batch: a block copy outside the KV storage");
-  for (const std::vector<BlockId>& t : b.block_tables)
-    for (BlockId blk : t)
-      if (blk < 0 || blk >= kv->n_blocks()) return invalid_argument("forward batch: a block outside the KV storage");
-  for (size_t i = 0; i < n; ++i) {
-    if (b.token_ids[i] < 0 || b.token_ids[i] >= cfg_.n_vocab)
-      return invalid_argument("token id " + std::to_string(b.token_ids[i]) + " is outside the vocabulary (0.." +
-                              std::to_string(cfg_.n_vocab - 1) + ")");
-    if (b.seq_index[i] < 0 || b.seq_index[i] >= b.n_seqs()) return invalid_argument("forward batch: bad sequence index");
-    const int capacity = b.view(b.seq_index[i]).capacity();
-    if (b.positions[i] < 0 || b.positions[i] >= capacity)
-      return out_of_range("position " + std::to_string(b.positions[i]) + " is outside the KV cache (capacity " +
-                          std::to_string(capacity) + ")");
-    if (b.slots[i] < 0 || b.slots[i] >= kv->n_slots())
-      return out_of_range("forward batch: slot " + std::to_string(b.slots[i]) + " is outside the KV storage");
-  }
-  return Status::ok();
-}
-
-namespace {
 
 void DecoderModel::ensure_scratch(int n) {
   if (n <= scratch_tokens_) return;
@@ -316,10 +231,11 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     });
   };
 
+  const int64_t d_in = d * (1 + c.n_deepstack_layers);  // an image row's width (deepstack rows beside it)
   for (int t = 0; t < T; ++t) {
     float* xt = x_.data() + t * d;
     if (!batch.embd_row.empty() && batch.embd_row[t] >= 0) {  // an image's row, as the encoder gave it
-      std::copy_n(batch.input_embd.data() + static_cast<size_t>(batch.embd_row[t]) * d, d, xt);
+      std::copy_n(batch.input_embd.data() + batch.embd_row[t] * d_in, d, xt);
       continue;
     }
     kern.dequantize_row(w_.tok_embd.type, w_.tok_embd.row(batch.token_ids[t]), xt, d);
@@ -350,12 +266,12 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     ends_.resize(T);
     for (int t = 0; t < T; ++t) ends_[t] = batch.attn_end[t] >= 0 ? batch.attn_end[t] : batch.positions[t];
   }
-  rope_table(batch.positions.data(), T, rope_, cos_sin_.data());
-  for (int t = 0; t < T; ++t)
-    for (int i : still_pairs_) {
-      cos_sin_[t * c.rope_dim + 2 * i] = static_cast<float>(rope_.mscale);
-      cos_sin_[t * c.rope_dim + 2 * i + 1] = 0.0f;
-    }
+  if (mrope_pairs_.empty()) {
+    rope_table(batch.positions.data(), T, rope_, cos_sin_.data());
+  } else {
+    mrope_table(batch.positions.data(), batch.rope_pos.empty() ? nullptr : batch.rope_pos.data(), T, rope_,
+                mrope_pairs_, cos_sin_.data());
+  }
   if (c.sliding_window > 0)  // local layers: their own base and scaling
     rope_table(batch.positions.data(), T, rope_swa_, cos_sin_swa_.data());
 
@@ -550,6 +466,13 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
       const float s = *reinterpret_cast<const float*>(L.out_scale.data);
       for (int64_t i = 0; i < T * d; ++i) x_[i] *= s;
       trace(l, {"scale", L.out_scale.name, "F32", {1}, {T, d}, {T, d}, "x = x * the layer's output scale"});
+    }
+    if (l < c.n_deepstack_layers && !batch.embd_row.empty()) {  // Qwen3-VL: an image row's l-th deepstack row
+      for (int t = 0; t < T; ++t) {
+        if (batch.embd_row[t] < 0) continue;
+        const float* ds = batch.input_embd.data() + batch.embd_row[t] * d_in + (l + 1) * d;
+        for (int64_t i = 0; i < d; ++i) x_[t * d + i] += ds[i];
+      }
     }
   }
 

@@ -39,13 +39,18 @@ struct ForwardBatch {
   // output norm) at the position before; [n_tokens, n_embd].
   std::vector<float> input_hidden;
   // Rows given instead of tokens (an image's embeddings from a vision encoder): a token whose embd_row[t] >= 0
-  // reads row embd_row[t] of input_embd ([rows, n_embd], the language model's input width, used as is: no
-  // embedding scale) instead of its id's embedding. Empty: every token is its id.
+  // reads row embd_row[t] of input_embd ([rows, n_embd x (1 + n_deepstack_layers)], the language model's input
+  // width, used as is: no embedding scale; deepstack rows added after the first layers) instead of its id's
+  // embedding. Empty: every token is its id.
   std::vector<float> input_embd;
   std::vector<int32_t> embd_row;  // [n_tokens] or empty
   // Per token, the last position of its sequence it attends to (>= its own position; its K and V are in this
   // batch): the tokens of one image see each other both ways (Gemma 3), the rest stay causal (-1). Empty: causal.
   std::vector<int32_t> attn_end;  // [n_tokens] or empty
+  // M-RoPE models (ModelConfig::rope_sections): per token, the (time, height, width) positions its rotary pairs
+  // turn with, [n_tokens * 3]; empty: all three are its position (text). An image's rows take their grid's
+  // (Qwen-VL), and the text after an image its own count, so these part from the cache positions.
+  std::vector<int32_t> rope_pos;
 
   int n_tokens() const { return static_cast<int>(token_ids.size()); }
   int n_seqs() const { return static_cast<int>(block_tables.size()); }

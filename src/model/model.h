@@ -46,9 +46,12 @@ class Model {
     return Status::ok();
   }
   // Whether forward() takes an image's rows in place of tokens (ForwardBatch::embd_row), seeing each other both
-  // ways when both_ways (ForwardBatch::attn_end): ok, or why not.
-  virtual Status accepts_image_rows(bool both_ways) const {
+  // ways when both_ways (ForwardBatch::attn_end), with deepstack_rows more rows beside each (Qwen3-VL), placed by
+  // M-RoPE positions when mrope (ForwardBatch::rope_pos): ok, or why not.
+  virtual Status accepts_image_rows(bool both_ways, int64_t deepstack_rows, bool mrope) const {
     (void)both_ways;
+    (void)deepstack_rows;
+    (void)mrope;
     return unimplemented("this model (" + config().arch + ") does not take image rows");
   }
   // The weights in file order (for `cachet info`).

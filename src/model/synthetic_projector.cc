@@ -1,6 +1,10 @@
-// A synthetic projector file (mmproj) as llama.cpp's converter writes Gemma 3's: the SigLIP ViT's tensors under
-// v.*, the projector's under mm.*, clip.* metadata. Convolution and position embeddings in F32 and the input
-// projection in F16, as the converter forces them; the rest in the spec's type.
+// A synthetic projector file (mmproj) as llama.cpp's converter writes Gemma 3's (mmproj-gemma3) or Qwen3-VL's
+// (mmproj-qwen3vl): the ViT's tensors under v.*, the projector's under mm.*, clip.* metadata. Convolution and
+// position embeddings in F32 (and Gemma 3's input projection in F16), as the converter forces them; the rest in
+// the spec's type. Qwen3-VL's: fused QKV, two temporal patch kernels, deepstack mergers after the layers
+// spec.deepstack names.
+#include <algorithm>
+
 #include "model/synthetic_parts.h"
 
 namespace cachet {
@@ -12,12 +16,13 @@ Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path
   if (s.n_merge <= 0 || side % s.n_merge != 0)
     return invalid_argument("synthetic projector: the pooling must divide the patches per side");
   if (s.n_embd % s.n_head != 0) return invalid_argument("synthetic projector: heads must divide the width");
+  const bool qwen = s.arch == "mmproj-qwen3vl";
   GgufWriter w;
   w.set_string("general.architecture", "clip");
   w.set_string("general.name", "cachet synthetic projector");
   w.set_u32("general.alignment", 32);
   w.set_bool("clip.has_vision_encoder", true);
-  w.set_string("clip.projector_type", "gemma3");
+  w.set_string("clip.projector_type", qwen ? "qwen3vl_merger" : "gemma3");
   w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(s.n_proj));
   w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
   w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
@@ -29,18 +34,35 @@ Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path
   w.set_f32_array("clip.vision.image_std", {0.5f, 0.5f, 0.5f});
   w.set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
   w.set_bool("clip.use_gelu", true);
-  if (s.n_merge != 4) w.set_u32("clip.vision.projector.scale_factor", static_cast<uint32_t>(s.n_merge));
+  std::vector<bool> deepstack(static_cast<size_t>(s.n_layer), false);
+  if (qwen) {
+    w.set_u32("clip.vision.spatial_merge_size", static_cast<uint32_t>(s.n_merge));
+    // As many deepstack layers as the synthetic qwen3vl language model takes (min(3, its layers)), spread out
+    // as Qwen3-VL's (5, 11, 17 of 24).
+    const int64_t nds = std::min<int64_t>(3, s.n_layer);
+    for (int64_t k = 0; k < nds; ++k) deepstack[static_cast<size_t>((k + 1) * s.n_layer / (nds + 1))] = true;
+    w.set_bool_array("clip.vision.is_deepstack_layers", deepstack);
+  } else if (s.n_merge != 4) {
+    w.set_u32("clip.vision.projector.scale_factor", static_cast<uint32_t>(s.n_merge));
+  }
 
   RandomTensors add(&w, s.seed);
   const int64_t d = s.n_embd, P = s.patch_size;
   CACHET_RETURN_IF_ERROR(add.nd("v.patch_embd.weight", DType::kF32, {P, P, 3, d}, fan_in_limit(3 * P * P), 0.0f));
+  if (qwen)
+    CACHET_RETURN_IF_ERROR(add.nd("v.patch_embd.weight.1", DType::kF32, {P, P, 3, d}, fan_in_limit(3 * P * P), 0.0f));
   CACHET_RETURN_IF_ERROR(add("v.patch_embd.bias", DType::kF32, d, 1, 0.1f, 0.0f));
   CACHET_RETURN_IF_ERROR(add("v.position_embd.weight", DType::kF32, d, side * side, 0.5f, 0.0f));
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string p = "v.blk." + std::to_string(l) + ".";
     CACHET_RETURN_IF_ERROR(add(p + "ln1.weight", DType::kF32, d, 1, 0.2f, 1.0f));
     CACHET_RETURN_IF_ERROR(add(p + "ln1.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+    if (qwen) {
+      CACHET_RETURN_IF_ERROR(add(p + "attn_qkv.weight", s.type, d, 3 * d, fan_in_limit(d), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "attn_qkv.bias", DType::kF32, 3 * d, 1, 0.1f, 0.0f));
+    }
     for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
+      if (qwen && m[5] != 'o') continue;
       CACHET_RETURN_IF_ERROR(add(p + m + ".weight", s.type, d, d, fan_in_limit(d), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + m + ".bias", DType::kF32, d, 1, 0.1f, 0.0f));
     }
@@ -53,8 +75,26 @@ Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path
   }
   CACHET_RETURN_IF_ERROR(add("v.post_ln.weight", DType::kF32, d, 1, 0.2f, 1.0f));
   CACHET_RETURN_IF_ERROR(add("v.post_ln.bias", DType::kF32, d, 1, 0.1f, 0.0f));
-  CACHET_RETURN_IF_ERROR(add("mm.soft_emb_norm.weight", DType::kF32, d, 1, 0.2f, 1.0f));
-  CACHET_RETURN_IF_ERROR(add("mm.input_projection.weight", DType::kF16, s.n_proj, d, fan_in_limit(d), 0.0f));
+  if (qwen) {
+    const int64_t wide = d * s.n_merge * s.n_merge;
+    for (int64_t l = 0; l < s.n_layer; ++l) {
+      if (!deepstack[l]) continue;
+      const std::string p = "v.deepstack." + std::to_string(l) + ".";
+      CACHET_RETURN_IF_ERROR(add(p + "norm.weight", DType::kF32, wide, 1, 0.2f, 1.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "norm.bias", DType::kF32, wide, 1, 0.1f, 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "fc1.weight", s.type, wide, wide, fan_in_limit(wide), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "fc1.bias", DType::kF32, wide, 1, 0.1f, 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "fc2.weight", s.type, wide, s.n_proj, fan_in_limit(wide), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + "fc2.bias", DType::kF32, s.n_proj, 1, 0.1f, 0.0f));
+    }
+    CACHET_RETURN_IF_ERROR(add("mm.0.weight", s.type, wide, wide, fan_in_limit(wide), 0.0f));
+    CACHET_RETURN_IF_ERROR(add("mm.0.bias", DType::kF32, wide, 1, 0.1f, 0.0f));
+    CACHET_RETURN_IF_ERROR(add("mm.2.weight", s.type, wide, s.n_proj, fan_in_limit(wide), 0.0f));
+    CACHET_RETURN_IF_ERROR(add("mm.2.bias", DType::kF32, s.n_proj, 1, 0.1f, 0.0f));
+  } else {
+    CACHET_RETURN_IF_ERROR(add("mm.soft_emb_norm.weight", DType::kF32, d, 1, 0.2f, 1.0f));
+    CACHET_RETURN_IF_ERROR(add("mm.input_projection.weight", DType::kF16, s.n_proj, d, fan_in_limit(d), 0.0f));
+  }
   return w.write(path);
 }
 

@@ -1,5 +1,6 @@
 #include "vision/prompt_image.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "tokenizer/tokenizer.h"
@@ -19,8 +20,10 @@ uint64_t mix(uint64_t x) {  // splitmix64's finalizer
 
 }  // namespace
 
-uint64_t hash_pixels(const std::vector<float>& pixels) {
+uint64_t hash_pixels(const EncoderInput& in) {
+  const std::vector<float>& pixels = in.data;
   uint64_t h = mix(pixels.size() + 0x9e3779b97f4a7c15ULL);
+  h = mix(h ^ (static_cast<uint64_t>(in.width) << 32 | static_cast<uint32_t>(in.height)));
   const size_t n = pixels.size();
   size_t i = 0;
   for (; i + 1 < n; i += 2) {
@@ -42,9 +45,27 @@ int32_t image_row_id(uint64_t hash, int row) {
   return -1 - static_cast<int32_t>(m & 0x7fffffffULL);
 }
 
+void mrope_position(const std::vector<PromptImage>& images, int pos, int32_t out[3]) {
+  int shift = 0;  // positions the images before `pos` give back (rows - max side)
+  for (const PromptImage& im : images) {
+    const int n = im.grid.rows();
+    if (pos < im.pos) break;
+    if (pos < im.pos + n) {
+      const int i = pos - im.pos, t = im.pos - shift;
+      out[0] = t;
+      out[1] = t + i / im.grid.x;
+      out[2] = t + i % im.grid.x;
+      return;
+    }
+    shift += n - std::max(im.grid.x, im.grid.y);
+  }
+  out[0] = out[1] = out[2] = pos - shift;
+}
+
 ImageFraming image_framing(const VisionConfig& c) {
   switch (c.projector) {
     case ProjectorType::kGemma3: return {"\n\n<start_of_image>", "<end_of_image>\n\n"};
+    case ProjectorType::kQwen3Vl: return {"<|vision_start|>", "<|vision_end|>"};
   }
   return {};
 }
@@ -66,7 +87,6 @@ Result<ImagePrompt> build_image_prompt(const Tokenizer& tok, const VisionEncoder
   const ImageFraming framing = image_framing(vc);
   const std::vector<int32_t> before = tok.encode(framing.before, false, true);
   const std::vector<int32_t> after = tok.encode(framing.after, false, true);
-  const int n_rows = static_cast<int>(vc.n_output_tokens());
   ImagePrompt p;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const std::vector<int32_t> ids = tok.encode(pieces[i], add_special && i == 0, true);
@@ -75,13 +95,16 @@ Result<ImagePrompt> build_image_prompt(const Tokenizer& tok, const VisionEncoder
     const std::string& bytes = images[i];
     auto img = decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), limits);
     if (!img.is_ok()) return Status(img.status().code(), "image " + std::to_string(i) + ": " + img.status().message());
-    auto px = std::make_shared<std::vector<float>>(enc.preprocess(*img));
+    auto in = enc.preprocess(*img);
+    if (!in.is_ok()) return Status(in.status().code(), "image " + std::to_string(i) + ": " + in.status().message());
+    auto px = std::make_shared<const EncoderInput>(std::move(*in));
     p.ids.insert(p.ids.end(), before.begin(), before.end());
     PromptImage pi;
     pi.pos = static_cast<int>(p.ids.size());
     pi.hash = hash_pixels(*px);
+    pi.grid = enc.output_grid(px->width, px->height);
     pi.pixels = std::move(px);
-    for (int r = 0; r < n_rows; ++r) p.ids.push_back(image_row_id(pi.hash, r));
+    for (int r = 0; r < pi.grid.rows(); ++r) p.ids.push_back(image_row_id(pi.hash, r));
     p.images.push_back(std::move(pi));
     p.ids.insert(p.ids.end(), after.begin(), after.end());
   }

@@ -17,21 +17,28 @@
 #include "cachet/llm.h"
 #include "cachet/status.h"
 #include "vision/image.h"
+#include "vision/vision_encoder.h"
 
 namespace cachet {
 
 class Tokenizer;
 class VisionEncoder;
-struct VisionConfig;
 
 struct PromptImage {
-  int pos = 0;                                       // its first row's position in the prompt
-  std::shared_ptr<const std::vector<float>> pixels;  // VisionEncoder::preprocess's output
-  uint64_t hash = 0;                                 // of the pixels
+  int pos = 0;                                   // its first row's position in the prompt
+  std::shared_ptr<const EncoderInput> pixels;    // VisionEncoder::preprocess's output
+  ImageGrid grid;                                // the rows it becomes (grid.rows() positions from pos)
+  uint64_t hash = 0;                             // of the pixels
 };
 
-// 64-bit hash of preprocessed pixels (their bytes).
-uint64_t hash_pixels(const std::vector<float>& pixels);
+// 64-bit hash of a preprocessed image (its size and bytes).
+uint64_t hash_pixels(const EncoderInput& pixels);
+
+// M-RoPE positions (time, height, width) of the token at cache position `pos` in a prompt with these images (in
+// position order), as Qwen-VL places them: an image's rows all at the time its first row would have, each
+// shifted by its row and column in the grid; the image then takes max(grid.x, grid.y) positions, not its row
+// count, so the text after it continues from there.
+void mrope_position(const std::vector<PromptImage>& images, int pos, int32_t out[3]);
 // The placeholder id of row `row` of the image with this hash: negative, different for every row.
 int32_t image_row_id(uint64_t hash, int row);
 

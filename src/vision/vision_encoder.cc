@@ -18,22 +18,56 @@ const float* f32(const TensorView& t) { return reinterpret_cast<const float*>(t.
 
 }  // namespace
 
-std::vector<float> VisionEncoder::preprocess(const Image& img) const {
-  const int S = static_cast<int>(cfg_.image_size);
-  const Image sized = resize_image(img, S, S, cfg_.resize);
-  std::vector<float> out(static_cast<size_t>(3) * S * S);
+Result<ImageGrid> VisionEncoder::input_size(int width, int height) const {
+  const VisionConfig& c = cfg_;
+  if (width <= 0 || height <= 0) return invalid_argument("the image has no pixels");
+  if (c.projector == ProjectorType::kGemma3)
+    return ImageGrid{static_cast<int>(c.image_size), static_cast<int>(c.image_size)};
+  // Qwen's smart resize: each side to the nearest multiple of the merged patch (halves to even, as Python's
+  // round), then both scaled alike into [min_rows, max_rows] merged patches.
+  if (std::max(width, height) > 200.0 * std::min(width, height))
+    return invalid_argument("the image is " + std::to_string(width) + " x " + std::to_string(height) +
+                            ": its aspect ratio is over 200 to 1");
+  const double f = static_cast<double>(c.patch_size * c.n_merge), w = width, h = height;
+  const double min_px = static_cast<double>(c.min_rows) * f * f, max_px = static_cast<double>(c.max_rows) * f * f;
+  double hb = std::max(f, std::nearbyint(h / f) * f), wb = std::max(f, std::nearbyint(w / f) * f);
+  if (hb * wb > max_px) {
+    const double beta = std::sqrt(h * w / max_px);
+    hb = std::max(f, std::floor(h / beta / f) * f);
+    wb = std::max(f, std::floor(w / beta / f) * f);
+  } else if (hb * wb < min_px) {
+    const double beta = std::sqrt(min_px / (h * w));
+    hb = std::ceil(h * beta / f) * f;
+    wb = std::ceil(w * beta / f) * f;
+  }
+  return ImageGrid{static_cast<int>(wb), static_cast<int>(hb)};
+}
+
+ImageGrid VisionEncoder::output_grid(int width, int height) const {
+  const int64_t side = cfg_.patch_size * cfg_.n_merge;
+  return ImageGrid{static_cast<int>(width / side), static_cast<int>(height / side)};
+}
+
+Result<EncoderInput> VisionEncoder::preprocess(const Image& img) const {
+  CACHET_ASSIGN_OR_RETURN(ImageGrid size, input_size(img.width, img.height));
+  const Image sized = size.x == img.width && size.y == img.height ? img
+                                                                  : resize_image(img, size.x, size.y, cfg_.resize);
+  EncoderInput in;
+  in.width = size.x;
+  in.height = size.y;
+  const size_t n = static_cast<size_t>(size.x) * size.y;
+  in.data.resize(3 * n);
   for (int c = 0; c < 3; ++c) {
     const float mean = cfg_.mean[c], inv_std = 1.0f / cfg_.std[c];
-    float* dst = out.data() + static_cast<size_t>(c) * S * S;
-    for (size_t i = 0, n = static_cast<size_t>(S) * S; i < n; ++i)
-      dst[i] = (static_cast<float>(sized.rgb[i * 3 + c]) / 255.0f - mean) * inv_std;
+    float* dst = in.data.data() + c * n;
+    for (size_t i = 0; i < n; ++i) dst[i] = (static_cast<float>(sized.rgb[i * 3 + c]) / 255.0f - mean) * inv_std;
   }
-  return out;
+  return in;
 }
 
 void VisionEncoder::layer_norm_rows(const float* x, const TensorView& w, const TensorView& b, float* y,
-                                    int64_t n_rows) {
-  const int64_t d = cfg_.n_embd;
+                                    int64_t n_rows, int64_t n) {
+  const int64_t d = n > 0 ? n : cfg_.n_embd;
   const float eps = cfg_.eps;
   pool_->parallel_for(n_rows, [&](int, int64_t r0, int64_t r1) {
     layer_norm(x + r0 * d, f32(w), b.data ? f32(b) : nullptr, y + r0 * d, static_cast<int>(r1 - r0), d, eps);
@@ -42,43 +76,34 @@ void VisionEncoder::layer_norm_rows(const float* x, const TensorView& w, const T
 
 size_t VisionEncoder::scratch_bytes() const {
   size_t n = 0;
-  for (const auto* b : {&patches_, &x_, &xn_, &q_, &k_, &v_, &attn_, &proj_, &up_, &ones_}) n += b->size();
+  for (const auto* b : {&patches_, &x_, &xn_, &q_, &k_, &v_, &attn_, &proj_, &up_, &ones_, &m_in_, &m_mid_, &m_out_}) n += b->size();
   return n * sizeof(float);
 }
 
-Status VisionEncoder::encode(const float* pixels, float* out) {
+void VisionEncoder::embed_patches(const float* pixels, int width, const std::vector<int32_t>& order) {
+  const int64_t P = cfg_.patch_size, K = 3 * P * P, T = static_cast<int64_t>(order.size()), W = width;
+  const int64_t side_x = W / P, plane = static_cast<int64_t>(order.size()) * P * P;
+  patches_.resize(T * K);
+  // Patches as rows (channel, row, column): the convolution of stride patch_size is then one matmul.
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t py = order[t] / side_x, px = order[t] % side_x;
+    float* row = patches_.data() + t * K;
+    for (int64_t ch = 0; ch < 3; ++ch)
+      for (int64_t ky = 0; ky < P; ++ky)
+        std::copy_n(pixels + ch * plane + (py * P + ky) * W + px * P, P, row + (ch * P + ky) * P);
+  }
+  matmul(*pool_, w_.patch_embd, patches_.data(), static_cast<int>(T), x_.data());
+  if (w_.patch_bias.data) add_bias(x_.data(), f32(w_.patch_bias), static_cast<int>(T), cfg_.n_embd);
+}
+
+void VisionEncoder::run_layers(int64_t T, const float* cos_sin, const std::function<void(int64_t)>& after_layer) {
   const VisionConfig& c = cfg_;
   ThreadPool& pool = *pool_;
-  const Kernels& kern = kernels();
-  const int64_t d = c.n_embd, ff = c.n_ff, P = c.patch_size, side = c.patches_per_side(), S = c.image_size;
-  const int64_t T = c.n_patches(), K = 3 * P * P, H = c.n_head, hd = c.head_dim;
-  patches_.resize(T * K);
-  for (auto* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &proj_}) b->resize(T * d);
-  up_.resize(T * ff);
-  if (ones_.size() != static_cast<size_t>(T * ff)) {
+  const int64_t d = c.n_embd, ff = c.n_ff, H = c.n_head, hd = c.head_dim;
+  if (ones_.size() < static_cast<size_t>(T * ff)) {
     ones_.resize(T * ff);
     std::fill(ones_.data(), ones_.data() + T * ff, 1.0f);
   }
-
-  // Patches as rows (channel, row, column): the convolution of stride patch_size is then one matmul.
-  for (int64_t py = 0; py < side; ++py)
-    for (int64_t px = 0; px < side; ++px) {
-      float* row = patches_.data() + (py * side + px) * K;
-      for (int64_t ch = 0; ch < 3; ++ch)
-        for (int64_t ky = 0; ky < P; ++ky)
-          std::copy_n(pixels + (ch * S + py * P + ky) * S + px * P, P, row + (ch * P + ky) * P);
-    }
-  matmul(pool, w_.patch_embd, patches_.data(), static_cast<int>(T), x_.data());
-  if (w_.patch_bias.data) add_bias(x_.data(), f32(w_.patch_bias), static_cast<int>(T), d);
-  pool.parallel_for(T, [&](int, int64_t t0, int64_t t1) {
-    std::vector<float> pos(static_cast<size_t>(d));
-    for (int64_t t = t0; t < t1; ++t) {
-      kern.dequantize_row(w_.pos_embd.type, w_.pos_embd.row(t), pos.data(), d);
-      float* xt = x_.data() + t * d;
-      for (int64_t i = 0; i < d; ++i) xt[i] += pos[i];
-    }
-  }, 16);
-
   // Attention over all patches of the image at once: K and V go to a one-layer, one-block f32 store that the
   // engine's attention reads with every patch's end as its last position (bidirectional).
   ModelConfig kc;
@@ -102,6 +127,10 @@ Status VisionEncoder::encode(const float* pixels, float* out) {
     if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
     if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
     if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
+    if (cos_sin) {
+      rope(q_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
+      rope(k_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
+    }
     for (int64_t t = 0; t < T; ++t) {
       std::copy_n(k_.data() + t * d, d, reinterpret_cast<float*>(store.k_slot(0, t)));
       std::copy_n(v_.data() + t * d, d, reinterpret_cast<float*>(store.v_slot(0, t)));
@@ -122,28 +151,86 @@ Status VisionEncoder::encode(const float* pixels, float* out) {
     matmul(pool, L.w_down, up_.data(), nt, proj_.data());
     if (L.b_down.data) add_bias(proj_.data(), f32(L.b_down), nt, d);
     for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+    after_layer(l);
   }
+}
+
+void VisionEncoder::merger(const float* x, int64_t n, const TensorView* nw, const TensorView* nb,
+                           const TensorView& w1, const TensorView& b1, const TensorView& w2, const TensorView& b2,
+                           float* out, int64_t out_stride) {
+  ThreadPool& pool = *pool_;
+  const int64_t wide = w1.ne[0], mid = w1.ne[1], n_out = w2.ne[1];
+  const int nr = static_cast<int>(n);
+  m_in_.resize(n * wide);
+  m_mid_.resize(n * mid);
+  m_out_.resize(n * n_out);
+  const float* in = x;
+  if (nw) {
+    layer_norm_rows(x, *nw, *nb, m_in_.data(), n, wide);
+    in = m_in_.data();
+  }
+  matmul(pool, w1, in, nr, m_mid_.data());
+  if (b1.data) add_bias(m_mid_.data(), f32(b1), nr, mid);
+  // nn.GELU(): the exact (erf) form, as the Hugging Face model's merger has it.
+  pool.parallel_for(n * mid, [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float v = m_mid_[i];
+      m_mid_[i] = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+    }
+  }, 4096);
+  matmul(pool, w2, m_mid_.data(), nr, m_out_.data());
+  if (b2.data) add_bias(m_out_.data(), f32(b2), nr, n_out);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(m_out_.data() + r * n_out, n_out, out + r * out_stride);
+}
+
+Status VisionEncoder::encode(const EncoderInput& in, float* out) {
+  CACHET_ASSIGN_OR_RETURN(ImageGrid size, input_size(in.width, in.height));
+  if (size.x != in.width || size.y != in.height ||
+      in.data.size() != static_cast<size_t>(3) * in.width * in.height)
+    return invalid_argument("the encoder's input is not an image preprocessed for it (" +
+                            std::to_string(in.width) + " x " + std::to_string(in.height) + ")");
+  const int64_t T = static_cast<int64_t>(in.width / cfg_.patch_size) * (in.height / cfg_.patch_size);
+  for (auto* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &proj_}) b->resize(T * cfg_.n_embd);
+  up_.resize(T * cfg_.n_ff);
+  return cfg_.projector == ProjectorType::kGemma3 ? encode_gemma3(in, out) : encode_qwen3vl(in, out);
+}
+
+Status VisionEncoder::encode_gemma3(const EncoderInput& in, float* out) {
+  const VisionConfig& c = cfg_;
+  ThreadPool& pool = *pool_;
+  const Kernels& kern = kernels();
+  const int64_t d = c.n_embd, side = c.patches_per_side(), T = c.n_patches();
+  std::vector<int32_t> order(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) order[t] = static_cast<int32_t>(t);
+  embed_patches(in.data.data(), in.width, order);
+  pool.parallel_for(T, [&](int, int64_t t0, int64_t t1) {
+    std::vector<float> pos(static_cast<size_t>(d));
+    for (int64_t t = t0; t < t1; ++t) {
+      kern.dequantize_row(w_.pos_embd.type, w_.pos_embd.row(t), pos.data(), d);
+      float* xt = x_.data() + t * d;
+      for (int64_t i = 0; i < d; ++i) xt[i] += pos[i];
+    }
+  }, 16);
+  run_layers(T, nullptr, [](int64_t) {});
   if (w_.post_ln_w.data) layer_norm_rows(x_.data(), w_.post_ln_w, w_.post_ln_b, x_.data(), T);
 
-  if (c.projector == ProjectorType::kGemma3) {
-    // Average n_merge x n_merge patches (row by row, then the division), RMS-norm, project.
-    const int64_t m = c.n_merge, os = side / m, n_out = os * os;
-    float* pooled = xn_.data();
-    const float inv = 1.0f / static_cast<float>(m * m);
-    for (int64_t oy = 0; oy < os; ++oy)
-      for (int64_t ox = 0; ox < os; ++ox) {
-        float* dst = pooled + (oy * os + ox) * d;
-        std::fill(dst, dst + d, 0.0f);
-        for (int64_t ky = 0; ky < m; ++ky)
-          for (int64_t kx = 0; kx < m; ++kx) {
-            const float* src = x_.data() + ((oy * m + ky) * side + ox * m + kx) * d;
-            for (int64_t i = 0; i < d; ++i) dst[i] += src[i];
-          }
-        for (int64_t i = 0; i < d; ++i) dst[i] *= inv;
-      }
-    rms_norm(pooled, f32(w_.soft_emb_norm), pooled, static_cast<int>(n_out), d, c.eps);
-    matmul(pool, w_.input_proj, pooled, static_cast<int>(n_out), out);
-  }
+  // Average n_merge x n_merge patches (row by row, then the division), RMS-norm, project.
+  const int64_t m = c.n_merge, os = side / m, n_out = os * os;
+  float* pooled = xn_.data();
+  const float inv = 1.0f / static_cast<float>(m * m);
+  for (int64_t oy = 0; oy < os; ++oy)
+    for (int64_t ox = 0; ox < os; ++ox) {
+      float* dst = pooled + (oy * os + ox) * d;
+      std::fill(dst, dst + d, 0.0f);
+      for (int64_t ky = 0; ky < m; ++ky)
+        for (int64_t kx = 0; kx < m; ++kx) {
+          const float* src = x_.data() + ((oy * m + ky) * side + ox * m + kx) * d;
+          for (int64_t i = 0; i < d; ++i) dst[i] += src[i];
+        }
+      for (int64_t i = 0; i < d; ++i) dst[i] *= inv;
+    }
+  rms_norm(pooled, f32(w_.soft_emb_norm), pooled, static_cast<int>(n_out), d, c.eps);
+  matmul(pool, w_.input_proj, pooled, static_cast<int>(n_out), out);
   return Status::ok();
 }
 

@@ -1,12 +1,15 @@
 // A vision encoder read from a projector file (`mmproj-*.gguf`, as llama.cpp's converter writes them: `clip.*`
 // metadata, `v.*` and `mm.*` tensors): it turns an image into the rows the language model reads in place of the
-// image's placeholder tokens. Families so far: gemma3 (SigLIP, pooled 4x4, RMS-normed and projected).
+// image's placeholder tokens. Families so far: gemma3 (SigLIP, pooled 4x4, RMS-normed and projected) and
+// qwen3vl_merger (Qwen3-VL and Qwen3.5: a ViT over the image at its own aspect, 2D rotary positions, 2x2 patches
+// merged into one row; Qwen3-VL adds deepstack rows taken from inner layers).
 // Which parts run is decided by the projector type and the weights present; a key or tensor the loader does not
 // apply refuses the file, as for language models (model/arch_reader.h).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,12 +25,14 @@ namespace cachet {
 
 class GgufFile;
 
-enum class ProjectorType { kGemma3 };
+enum class ProjectorType { kGemma3, kQwen3Vl };
 
 struct VisionConfig {
   ProjectorType projector = ProjectorType::kGemma3;
-  std::string projector_name;           // as the file names it ("gemma3")
-  int64_t image_size = 0;               // the square side images are resized to
+  std::string projector_name;           // as the file names it ("gemma3", "qwen3vl_merger")
+  // gemma3: the square side images are resized to. qwen3vl: the side its learned position embeddings cover
+  // (interpolated to the image's own grid).
+  int64_t image_size = 0;
   int64_t patch_size = 0;
   int64_t n_embd = 0;                   // the ViT's width
   int64_t n_ff = 0;
@@ -35,17 +40,34 @@ struct VisionConfig {
   int64_t n_head = 0;
   int64_t head_dim = 0;
   int64_t n_embd_out = 0;               // the language model's width: what each output row is
-  int64_t n_merge = 1;                  // gemma3: patches pooled n_merge x n_merge into one output row
+  int64_t n_merge = 1;                  // patches pooled (gemma3) or merged (qwen3vl) n_merge x n_merge into a row
+  int64_t n_deepstack = 0;              // qwen3vl: deepstack rows (their layers' features) beside each row
+  // qwen3vl: an image is resized, keeping its aspect, to whole merged patches and between these many rows.
+  int64_t min_rows = 64, max_rows = 4096;
   float eps = 1e-6f;
   std::array<float, 3> mean{0.5f, 0.5f, 0.5f}, std{0.5f, 0.5f, 0.5f};
   ResizeFilter resize = ResizeFilter::kBilinear;
   // Whether the language model attends both ways among one image's rows (Gemma 3), or causally as among text.
   bool bidirectional = false;
+  // Whether the language model places an image's rows by M-RoPE (time, height, width) positions (Qwen-VL).
+  bool mrope = false;
 
   int64_t patches_per_side() const { return image_size / patch_size; }
   int64_t n_patches() const { return patches_per_side() * patches_per_side(); }
-  // Rows an image becomes (the placeholder tokens it takes in the prompt).
-  int64_t n_output_tokens() const { return n_patches() / (n_merge * n_merge); }
+  // The width of one output row: the language model's input (its width, times 1 + the deepstack rows).
+  int64_t row_width() const { return n_embd_out * (1 + n_deepstack); }
+};
+
+// A preprocessed image: resized and normalised, channel-major [3][height][width].
+struct EncoderInput {
+  int width = 0, height = 0;
+  std::vector<float> data;
+};
+
+// The rows an image becomes, as a grid (row-major: y, then x).
+struct ImageGrid {
+  int x = 0, y = 0;
+  int rows() const { return x * y; }
 };
 
 struct VitLayerWeights {
@@ -55,13 +77,23 @@ struct VitLayerWeights {
 };
 
 struct VisionWeights {
-  TensorView patch_embd;   // as a matmul weight: [3 * patch * patch, n_embd] (channel, row, column)
+  // As a matmul weight: [3 * patch * patch, n_embd] (channel, row, column); qwen3vl's two temporal kernels summed
+  // (a still image is both frames).
+  TensorView patch_embd;
   TensorView patch_bias;   // [n_embd]
   TensorView pos_embd;     // [n_embd, n_patches]
   TensorView post_ln_w, post_ln_b;
   std::vector<VitLayerWeights> layers;
   TensorView soft_emb_norm;  // gemma3: [n_embd], the RMSNorm before the projection (the file stores 1 + w)
   TensorView input_proj;     // gemma3: as a matmul weight [n_embd, n_embd_out] (the file stores it transposed)
+  // qwen3vl: the merger (LayerNorm is post_ln; then fc 4d -> 4d, GELU, fc 4d -> n_embd_out) and, per deepstack
+  // layer, its own merger (LayerNorm over the 4 merged patches, fc, GELU, fc).
+  TensorView mm0_w, mm0_b, mm2_w, mm2_b;
+  struct Deepstack {
+    int64_t layer = 0;
+    TensorView norm_w, norm_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  };
+  std::vector<Deepstack> deepstack;
 };
 
 class VisionEncoder {
@@ -73,27 +105,43 @@ class VisionEncoder {
   const VisionConfig& config() const { return cfg_; }
   const GgufFile& file() const { return *file_; }
 
-  // The image as the encoder reads it: resized to image_size square (Pillow's arithmetic, the model's filter),
-  // scaled to [0, 1] and normalised per channel: [3][image_size][image_size], channel-major.
-  std::vector<float> preprocess(const Image& img) const;
+  // The size an image is resized to: gemma3 image_size square; qwen3vl its aspect kept, whole merged patches,
+  // between min_rows and max_rows rows (Qwen's smart resize). An error for a degenerate aspect (over 200:1).
+  Result<ImageGrid> input_size(int width, int height) const;
+  // The image as the encoder reads it: resized (Pillow's arithmetic, the model's filter), scaled to [0, 1] and
+  // normalised per channel.
+  Result<EncoderInput> preprocess(const Image& img) const;
+  // The rows an input of this size becomes.
+  ImageGrid output_grid(int width, int height) const;
 
-  // Embeddings of a preprocessed image: out is [n_output_tokens, n_embd_out]. Bitwise the same whatever the
-  // pool's thread count.
-  Status encode(const float* pixels, float* out);
+  // Embeddings of a preprocessed image: out is [output_grid().rows(), row_width()]. Bitwise the same whatever
+  // the pool's thread count.
+  Status encode(const EncoderInput& in, float* out);
 
   // Bytes of the encoder's working buffers at their largest so far (its weights are the mapped file).
   size_t scratch_bytes() const;
 
  private:
   VisionEncoder() = default;
-  void layer_norm_rows(const float* x, const TensorView& w, const TensorView& b, float* y, int64_t n_rows);
+  void layer_norm_rows(const float* x, const TensorView& w, const TensorView& b, float* y, int64_t n_rows,
+                       int64_t n = 0);
+  // The patch rows (in `order`: patch y * side_x + x for each row) through the patch convolution into x_.
+  void embed_patches(const float* pixels, int width, const std::vector<int32_t>& order);
+  // The transformer layers over x_ ([T, n_embd]); cos_sin: per-token rotary table for the heads, or null.
+  // after_layer(l) runs after each layer.
+  void run_layers(int64_t T, const float* cos_sin, const std::function<void(int64_t)>& after_layer);
+  Status encode_gemma3(const EncoderInput& in, float* out);
+  Status encode_qwen3vl(const EncoderInput& in, float* out);
+  // x [n, 4d] -> LayerNorm (if given) -> fc1, GELU (erf) -> fc2 into out rows (stride out_stride).
+  void merger(const float* x, int64_t n, const TensorView* nw, const TensorView* nb, const TensorView& w1,
+              const TensorView& b1, const TensorView& w2, const TensorView& b2, float* out, int64_t out_stride);
 
   VisionConfig cfg_;
   VisionWeights w_;
   std::unique_ptr<GgufFile> file_;
   std::shared_ptr<ThreadPool> pool_;
   std::vector<AlignedBuffer<float>> owned_;  // f32 copies of vectors and the transposed projection
-  AlignedBuffer<float> patches_, x_, xn_, q_, k_, v_, attn_, proj_, up_, ones_;
+  AlignedBuffer<float> patches_, x_, xn_, q_, k_, v_, attn_, proj_, up_, ones_, m_in_, m_mid_, m_out_;
 };
 
 }  // namespace cachet

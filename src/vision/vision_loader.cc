@@ -1,4 +1,5 @@
 // VisionEncoder::load: a projector file's metadata and tensors, by the names llama.cpp's converter writes.
+#include <algorithm>
 #include <cmath>
 
 #include "io/gguf.h"
@@ -60,8 +61,10 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
   c.projector_name = proj;
   if (proj == "gemma3") {
     c.projector = ProjectorType::kGemma3;
+  } else if (proj == "qwen3vl_merger") {
+    c.projector = ProjectorType::kQwen3Vl;
   } else {
-    return unimplemented("projector type '" + proj + "' is not one cachet runs yet (gemma3 is)");
+    return unimplemented("projector type '" + proj + "' is not one cachet runs yet (gemma3 and qwen3vl_merger are)");
   }
   auto positive = [&](const char* key, std::optional<int64_t> fallback) -> Result<int64_t> {
     CACHET_ASSIGN_OR_RETURN(int64_t v, r.dim(key, fallback));
@@ -94,8 +97,32 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     c.bidirectional = true;
     if (c.patches_per_side() % c.n_merge != 0)
       return invalid_argument("gemma3: the patches per side are not a multiple of the pooling (scale_factor)");
+  } else {
+    CACHET_ASSIGN_OR_RETURN(c.n_merge, positive("vision.spatial_merge_size", 2));
+    if (c.n_merge > 8) return invalid_argument("metadata 'clip.vision.spatial_merge_size' is out of range");
+    c.resize = ResizeFilter::kBicubic;
+    c.mrope = true;
+    if (c.head_dim % 4 != 0) return invalid_argument("qwen3vl: the ViT's head width is not a multiple of 4 (2D RoPE)");
+    const double f2 = static_cast<double>(c.patch_size * c.n_merge * c.patch_size * c.n_merge);
+    if (r.has("vision.image_min_pixels")) {
+      CACHET_ASSIGN_OR_RETURN(int64_t px, positive("vision.image_min_pixels", std::nullopt));
+      c.min_rows = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(px) / f2)));
+    }
+    if (r.has("vision.image_max_pixels")) {
+      CACHET_ASSIGN_OR_RETURN(int64_t px, positive("vision.image_max_pixels", std::nullopt));
+      c.max_rows = std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(px) / f2)));
+    }
+    c.min_rows = std::min(c.min_rows, c.max_rows);
   }
   if (c.n_patches() > 65536) return invalid_argument("the projector's image takes over 65536 patches");
+  std::vector<bool> deepstack_layer(static_cast<size_t>(c.n_layer), false);
+  r.consume("vision.is_deepstack_layers");
+  if (const GgufValue* v = f->find("clip.vision.is_deepstack_layers")) {
+    if (c.projector != ProjectorType::kQwen3Vl || v->type != GgufType::kArray ||
+        v->elem_type != GgufType::kBool || static_cast<int64_t>(v->count) != c.n_layer)
+      return invalid_argument("metadata 'clip.vision.is_deepstack_layers' must hold one bool per layer (qwen3vl)");
+    for (int64_t l = 0; l < c.n_layer; ++l) deepstack_layer[l] = v->int_at(l) != 0;
+  }
 
   VisionWeights& w = e->w_;
   const int64_t d = c.n_embd, P = c.patch_size, K = 3 * P * P;
@@ -110,12 +137,34 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
   pe.row_bytes = *rb;
   w.patch_embd = pe;
   CACHET_RETURN_IF_ERROR(check_tensor(w.patch_embd, "v.patch_embd.weight", K, d, -1));
+  std::vector<AlignedBuffer<float>>& owned = e->owned_;
+  if (c.projector == ProjectorType::kQwen3Vl) {
+    // Conv3D over two frames, split by the converter into two kernels: a still image is both frames, so the
+    // convolution is their sum's.
+    TensorView pe1 = r.tensor("v.patch_embd.weight.1");
+    if (!pe1.data || pe1.ne != std::array<int64_t, 4>{P, P, 3, d})
+      return invalid_argument("qwen3vl: tensor 'v.patch_embd.weight.1' (the second frame's kernel) is missing or "
+                              "not [" + std::to_string(P) + ", " + std::to_string(P) + ", 3, " + std::to_string(d) + "]");
+    const std::optional<size_t> rb1 = row_bytes(pe1.type, K);
+    if (!rb1) return unimplemented("tensor 'v.patch_embd.weight.1' is of a type cachet cannot use");
+    AlignedBuffer<float> sum(static_cast<size_t>(K * d));
+    std::vector<float> row(static_cast<size_t>(K));
+    const Kernels& kern = kernels();
+    for (int64_t i = 0; i < d; ++i) {
+      kern.dequantize_row(pe.type, pe.data + i * *rb, sum.data() + i * K, K);
+      kern.dequantize_row(pe1.type, pe1.data + i * *rb1, row.data(), K);
+      for (int64_t j = 0; j < K; ++j) sum[i * K + j] += row[j];
+    }
+    w.patch_embd.type = DType::kF32;
+    w.patch_embd.data = reinterpret_cast<const uint8_t*>(sum.data());
+    w.patch_embd.row_bytes = static_cast<size_t>(K) * sizeof(float);
+    owned.push_back(std::move(sum));
+  }
   w.patch_bias = r.tensor("v.patch_embd.bias");
   w.pos_embd = r.tensor("v.position_embd.weight");
   CACHET_RETURN_IF_ERROR(check_tensor(w.pos_embd, "v.position_embd.weight", d, c.n_patches(), -1));
   w.post_ln_w = r.tensor("v.post_ln.weight");
   w.post_ln_b = r.tensor("v.post_ln.bias");
-  std::vector<AlignedBuffer<float>>& owned = e->owned_;
   auto vec = [&](TensorView* t, int64_t n, int64_t layer, const std::string& name, bool required) -> Status {
     if (!t->data) return required ? invalid_argument("missing tensor '" + name + "'") : Status::ok();
     return vector_to_f32(t, n, &owned, layer, name);
@@ -137,6 +186,27 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     L.bk = get("attn_k.bias");
     L.wv = get("attn_v.weight");
     L.bv = get("attn_v.bias");
+    if (TensorView qkv = get("attn_qkv.weight"); qkv.data) {  // Q, K and V as one [d, 3d]: three views of it
+      if (L.wq.data || L.wk.data || L.wv.data)
+        return invalid_argument(p + "attn_qkv.weight beside separate Q, K, V weights");
+      CACHET_RETURN_IF_ERROR(check_tensor(qkv, p + "attn_qkv.weight", d, 3 * d, l));
+      TensorView* parts[3] = {&L.wq, &L.wk, &L.wv};
+      for (int i = 0; i < 3; ++i) {
+        *parts[i] = qkv;
+        parts[i]->ne[1] = d;
+        parts[i]->data = qkv.data + i * d * qkv.row_bytes;
+      }
+      if (TensorView b = get("attn_qkv.bias"); b.data) {
+        CACHET_RETURN_IF_ERROR(vec(&b, 3 * d, l, p + "attn_qkv.bias", true));
+        TensorView* bparts[3] = {&L.bq, &L.bk, &L.bv};
+        for (int i = 0; i < 3; ++i) {
+          *bparts[i] = b;
+          bparts[i]->ne = {d, 1, 1, 1};
+          bparts[i]->row_bytes = static_cast<size_t>(d) * sizeof(float);
+          bparts[i]->data = b.data + i * d * sizeof(float);
+        }
+      }
+    }
     L.wo = get("attn_out.weight");
     L.bo = get("attn_out.bias");
     L.w_up = get("ffn_up.weight");
@@ -159,6 +229,40 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
                                    {&L.b_up, c.n_ff, "ffn_up.bias", false}, {&L.b_down, d, "ffn_down.bias", false}})
       CACHET_RETURN_IF_ERROR(vec(t, n, l, p + name, req));
     w.layers.push_back(std::move(L));
+    const std::string dp = "v.deepstack." + std::to_string(l) + ".";
+    VisionWeights::Deepstack ds;
+    ds.layer = l;
+    ds.norm_w = r.tensor(dp + "norm.weight");
+    ds.norm_b = r.tensor(dp + "norm.bias");
+    ds.fc1_w = r.tensor(dp + "fc1.weight");
+    ds.fc1_b = r.tensor(dp + "fc1.bias");
+    ds.fc2_w = r.tensor(dp + "fc2.weight");
+    ds.fc2_b = r.tensor(dp + "fc2.bias");
+    if (!ds.fc1_w.data && !deepstack_layer[l]) continue;
+    if (!ds.fc1_w.data || !deepstack_layer[l])
+      return invalid_argument("layer " + std::to_string(l) + ": deepstack tensors and clip.vision.is_deepstack_layers "
+                              "disagree");
+    const int64_t wide = d * c.n_merge * c.n_merge;
+    CACHET_RETURN_IF_ERROR(check_tensor(ds.fc1_w, dp + "fc1.weight", wide, wide, l));
+    CACHET_RETURN_IF_ERROR(check_tensor(ds.fc2_w, dp + "fc2.weight", wide, n_embd_out, l));
+    CACHET_RETURN_IF_ERROR(vec(&ds.norm_w, wide, l, dp + "norm.weight", true));
+    CACHET_RETURN_IF_ERROR(vec(&ds.norm_b, wide, l, dp + "norm.bias", true));
+    CACHET_RETURN_IF_ERROR(vec(&ds.fc1_b, wide, l, dp + "fc1.bias", false));
+    CACHET_RETURN_IF_ERROR(vec(&ds.fc2_b, n_embd_out, l, dp + "fc2.bias", false));
+    w.deepstack.push_back(std::move(ds));
+  }
+  c.n_deepstack = static_cast<int64_t>(w.deepstack.size());
+  if (c.projector == ProjectorType::kQwen3Vl) {
+    const int64_t wide = d * c.n_merge * c.n_merge;
+    w.mm0_w = r.tensor("mm.0.weight");
+    w.mm0_b = r.tensor("mm.0.bias");
+    w.mm2_w = r.tensor("mm.2.weight");
+    w.mm2_b = r.tensor("mm.2.bias");
+    CACHET_RETURN_IF_ERROR(check_tensor(w.mm0_w, "mm.0.weight", wide, wide, -1));
+    CACHET_RETURN_IF_ERROR(check_tensor(w.mm2_w, "mm.2.weight", wide, n_embd_out, -1));
+    CACHET_RETURN_IF_ERROR(vec(&w.mm0_b, wide, -1, "mm.0.bias", false));
+    CACHET_RETURN_IF_ERROR(vec(&w.mm2_b, n_embd_out, -1, "mm.2.bias", false));
+    if (!w.post_ln_w.data) return invalid_argument("qwen3vl: missing tensor 'v.post_ln.weight' (the merger's norm)");
   }
   if (c.projector == ProjectorType::kGemma3) {
     w.soft_emb_norm = r.tensor("mm.soft_emb_norm.weight");

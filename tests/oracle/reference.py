@@ -162,8 +162,9 @@ class Model:
             types["output.weight"] = types["token_embd.weight"]
         m = Model(cfg, w, types)
         m.arch = arch
-        if arch in ("qwen3vl", "qwen3vlmoe"):  # interleaved M-RoPE sections: a text token turns the pairs they cover
-            m.rope_sections = [int(v) for v in get("rope.dimension_sections")]
+        # qwen3vl's interleaved M-RoPE sections: text has its time, height and width positions alike, so every
+        # pair turns with the position (those past the sections with time's, as Hugging Face's
+        # apply_interleaved_mrope): plain RoPE.
         if arch in ("qwen35", "qwen35moe", "qwen3next"):  # hybrid: reference_qwen35.py
             from reference_qwen35 import setup_hybrid
             setup_hybrid(m, arch, get, n_layer)
@@ -270,11 +271,6 @@ class Model:
         mscale = 1.0
         if getattr(self, "yarn", None) is not None and (not swa or getattr(self, "yarn_on_swa", False)):
             inv, mscale = self.yarn
-        if getattr(self, "rope_sections", None) is not None:
-            sec, i = self.rope_sections, np.arange(half)
-            covered = (((i % 3 == 0) & (i < 3 * sec[0])) | ((i % 3 == 1) & (i < 3 * sec[1])) |
-                       ((i % 3 == 2) & (i < 3 * sec[2])))
-            inv = np.where(covered, inv, 0.0)
         ang = np.arange(T)[:, None] * inv[None, :]
         cos, sin = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
         if c.rope_neox:

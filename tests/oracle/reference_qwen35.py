@@ -16,9 +16,6 @@ def setup_hybrid(m, arch, get, n_layer):
     m.recurrent = [(l + 1) % interval != 0 for l in range(n_layer)]
     d, kh, vh = int(get("ssm.state_size")), int(get("ssm.group_count")), int(get("ssm.time_step_rank"))
     m.ssm = {"head_dim": d, "k_heads": kh, "v_heads": vh, "grouped": arch == "qwen3next"}
-    half = m.cfg.rope_dim // 2
-    sections = get("rope.dimension_sections")
-    m.rope_sections = [int(v) for v in sections] if sections is not None else [half, half, half, 0]
     if arch != "qwen3next":
         return
     r = vh // kh
@@ -85,14 +82,13 @@ def _gated_attention(m, h, p):
     q, gate = m._rms(qg[:, :, 0], w[p + "attn_q_norm.weight"]), qg[:, :, 1].reshape(T, H * hd)
     k = m._rms(m._mm(h, p + "attn_k.weight").reshape(T, KH, hd), w[p + "attn_k_norm.weight"])
     v = m._mm(h, p + "attn_v.weight").reshape(T, KH, hd)
-    # Partial NeoX rotation; under interleaved M-RoPE sections a text token turns every pair a section covers
-    # (t, h and w all carry its position) and leaves the others (the 4th position, 0 for text).
+    # Partial NeoX rotation; under interleaved M-RoPE sections a text token turns every pair with its position
+    # (time, height and width all carry it; pairs past the sections go with time, as Hugging Face's
+    # apply_interleaved_mrope).
     half = c.rope_dim // 2
-    sec = m.rope_sections
     i = np.arange(half)
-    covered = ((i % 3 == 0) & (i < 3 * sec[0])) | ((i % 3 == 1) & (i < 3 * sec[1])) | ((i % 3 == 2) & (i < 3 * sec[2]))
     inv = c.rope_theta ** (-2.0 * i / c.rope_dim)
-    ang = np.arange(T)[:, None] * np.where(covered, inv, 0.0)[None, :]
+    ang = np.arange(T)[:, None] * inv[None, :]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
 
     def rope(x):

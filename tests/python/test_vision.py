@@ -43,7 +43,7 @@ def ours(cachet_bin, mm, img_path, tmp_path, threads=2):
     return emb, np.fromfile(pix, dtype=np.float32), info
 
 
-def llama_cpp_embeddings(lm, mm, rgb, flash_attn, model=None):
+def llama_cpp_embeddings(lm, mm, rgb, flash_attn, model=None, dim=64):
     """libmtmd's embeddings of one image: its tokenizer splits the marker out, its encoder runs the image chunk."""
     llama_cpp.llama_backend_init()
     own = model is None
@@ -75,7 +75,6 @@ def llama_cpp_embeddings(lm, mm, rgb, flash_attn, model=None):
         if mtmd.mtmd_input_chunk_get_type(chunk) == 1:  # image
             n = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
             assert mtmd.mtmd_encode_chunk(ctx, chunk) == 0
-            dim = 64
             ref = np.ctypeslib.as_array(mtmd.mtmd_get_output_embd(ctx), shape=(n * dim,)).reshape(n, dim).copy()
     mtmd.mtmd_input_chunks_free(chunks)
     mtmd.mtmd_bitmap_free(bitmap)

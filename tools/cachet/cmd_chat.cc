@@ -56,6 +56,7 @@ int chat(ChatArgs a) {
   int turn = 0;
   std::vector<std::string> images;  // for the next message
   int image_rows = 0;               // positions the conversation's pictures take
+  int pending_rows = 0;             // and those of the pictures going with the next message
   for (;;) {
     if (interactive) {
       std::printf("> ");
@@ -67,7 +68,7 @@ int chat(ChatArgs a) {
     if (line == "/reset") {
       reset();
       images.clear();
-      image_rows = 0;
+      image_rows = pending_rows = 0;
       std::fprintf(stderr, "[history cleared]\n");
       continue;
     }
@@ -81,14 +82,21 @@ int chat(ChatArgs a) {
         std::fprintf(stderr, "[%s]\n", bytes.status().message().c_str());
         continue;
       }
+      const VisionEncoder& enc = *llm.impl().vision;
+      auto img = decode_image(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
+      auto size = img.is_ok() ? enc.input_size(img->width, img->height) : Result<ImageGrid>(img.status());
+      if (!size.is_ok()) {
+        std::fprintf(stderr, "[%s]\n", size.status().message().c_str());
+        continue;
+      }
+      pending_rows += enc.output_grid(size->x, size->y).rows();
       images.push_back(std::move(*bytes));
       std::fprintf(stderr, "[image %zu goes with the next message]\n", images.size());
       continue;
     }
     if (line.empty()) continue;
-    const int new_rows = llm.impl().vision
-                             ? static_cast<int>(images.size() * llm.impl().vision->config().n_output_tokens())
-                             : 0;
+    const int new_rows = pending_rows;
+    pending_rows = 0;
     messages.push_back({"user", line, std::move(images)});
     images.clear();
     auto text = llm.apply_chat_template(messages);

@@ -23,7 +23,7 @@ void add_encode_image_command(CLI::App& app, int* exit_code) {
   c->add_option("--mmproj", a->mmproj, "projector GGUF (mmproj-*.gguf)")->required();
   c->add_option("--image", a->image, "JPEG, PNG or WebP file")->required();
   c->add_option("-o,--output", a->out, "write the embeddings here as raw little-endian f32, row by row");
-  c->add_option("--pixels", a->pixels, "write the preprocessed image here as raw f32 [3][side][side]");
+  c->add_option("--pixels", a->pixels, "write the preprocessed image here as raw f32 [3][height][width]");
   c->add_option("-t,--threads", a->threads, "threads (default: all)");
   c->callback([a, exit_code] {
     using Clock = std::chrono::steady_clock;
@@ -40,10 +40,16 @@ void add_encode_image_command(CLI::App& app, int* exit_code) {
     }
     const VisionConfig& cfg = (*enc)->config();
     const auto t0 = Clock::now();
-    const std::vector<float> pixels = (*enc)->preprocess(*img);
+    auto in = (*enc)->preprocess(*img);
+    if (!in.is_ok()) {
+      *exit_code = fail(in.status());
+      return;
+    }
+    const std::vector<float>& pixels = in->data;
     const auto t1 = Clock::now();
-    std::vector<float> out(static_cast<size_t>(cfg.n_output_tokens() * cfg.n_embd_out));
-    if (Status st = (*enc)->encode(pixels.data(), out.data()); !st.is_ok()) {
+    const ImageGrid grid = (*enc)->output_grid(in->width, in->height);
+    std::vector<float> out(static_cast<size_t>(grid.rows() * cfg.row_width()));
+    if (Status st = (*enc)->encode(*in, out.data()); !st.is_ok()) {
       *exit_code = fail(st);
       return;
     }
@@ -60,8 +66,10 @@ void add_encode_image_command(CLI::App& app, int* exit_code) {
     auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
     nlohmann::json j = {{"projector", cfg.projector_name},
                         {"image", {img->width, img->height}},
-                        {"tokens", cfg.n_output_tokens()},
-                        {"dim", cfg.n_embd_out},
+                        {"input", {in->width, in->height}},
+                        {"grid", {grid.x, grid.y}},
+                        {"tokens", grid.rows()},
+                        {"dim", cfg.row_width()},
                         {"threads", n},
                         {"preprocess_ms", ms(t1 - t0)},
                         {"encode_ms", ms(t2 - t1)},

@@ -68,13 +68,21 @@ int projector_info(const std::string& path, bool json) {
   const VisionConfig& c = (*e)->config();
   size_t bytes = 0;
   for (const auto& t : (*e)->file().tensors()) bytes += t.n_bytes;
-  const double P = static_cast<double>(c.n_patches()), D = static_cast<double>(c.n_embd);
+  // An image_size square picture (gemma3: every picture; qwen3vl: its size varies with the picture's).
+  const int side = static_cast<int>(c.image_size);
+  const ImageGrid in = *(*e)->input_size(side, side), grid = (*e)->output_grid(in.x, in.y);
+  const double P = static_cast<double>(in.x / c.patch_size) * (in.y / c.patch_size), D = static_cast<double>(c.n_embd);
+  const double M = static_cast<double>(c.n_merge * c.n_merge) * D;  // a merged row's width (qwen3vl)
+  const double head = c.projector == ProjectorType::kGemma3
+                          ? 2.0 * grid.rows() * D * c.n_embd_out
+                          : (1.0 + c.n_deepstack) * grid.rows() * (2 * M * M + 2 * M * c.n_embd_out);
   const double flops = 2 * P * 3 * c.patch_size * c.patch_size * D +
-                       c.n_layer * (2 * P * (4 * D * D + 2 * D * c.n_ff) + 4 * P * P * D) +
-                       2.0 * c.n_output_tokens() * D * c.n_embd_out;
+                       c.n_layer * (2 * P * (4 * D * D + 2 * D * c.n_ff) + 4 * P * P * D) + head;
   nlohmann::json j = {{"projector", c.projector_name}, {"image_size", c.image_size}, {"patch_size", c.patch_size},
                       {"patches", c.n_patches()}, {"n_embd", c.n_embd}, {"n_ff", c.n_ff}, {"n_layer", c.n_layer},
-                      {"n_head", c.n_head}, {"rows_per_image", c.n_output_tokens()}, {"row_width", c.n_embd_out},
+                      {"n_head", c.n_head}, {"rows_per_image", grid.rows()}, {"row_width", c.row_width()},
+                      {"deepstack_rows", c.n_deepstack}, {"mrope", c.mrope},
+                      {"size_kept", c.projector != ProjectorType::kGemma3},
                       {"two_way_attention", c.bidirectional}, {"weight_bytes", bytes},
                       {"gflop_per_image", flops / 1e9}};
   if (json) {
@@ -86,10 +94,17 @@ int projector_info(const std::string& path, bool json) {
               "(%lld)\n", static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
               static_cast<long long>(c.n_head), static_cast<long long>(c.n_ff), static_cast<long long>(c.image_size),
               static_cast<long long>(c.patch_size), static_cast<long long>(c.n_patches()));
-  std::printf("an image becomes %lld rows of %lld (the language model's width), seen %s\n",
-              static_cast<long long>(c.n_output_tokens()), static_cast<long long>(c.n_embd_out),
-              c.bidirectional ? "both ways among themselves" : "causally");
-  std::printf("weights: %zu bytes (%.2f MiB); %.1f GFLOP per image\n", bytes, bytes / 1048576.0, flops / 1e9);
+  if (c.projector == ProjectorType::kGemma3) {
+    std::printf("an image becomes %d rows of %lld (the language model's width), seen %s\n", grid.rows(),
+                static_cast<long long>(c.n_embd_out), c.bidirectional ? "both ways among themselves" : "causally");
+  } else {
+    std::printf("an image keeps its aspect, resized to whole %lld px blocks, %lld..%lld rows (%d for %d px square) "
+                "of %lld (%lld deepstack rows beside the model's %lld), placed by M-RoPE\n",
+                static_cast<long long>(c.patch_size * c.n_merge), static_cast<long long>(c.min_rows),
+                static_cast<long long>(c.max_rows), grid.rows(), side, static_cast<long long>(c.row_width()),
+                static_cast<long long>(c.n_deepstack), static_cast<long long>(c.n_embd_out));
+  }
+  std::printf("weights: %zu bytes (%.2f MiB); %.1f GFLOP per image (that size)\n", bytes, bytes / 1048576.0, flops / 1e9);
   return 0;
 }
 

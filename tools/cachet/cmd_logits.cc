@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "engine/engine.h"
 #include "io/gguf.h"
 #include "kv/kv_cache.h"
 #include "tools/cachet/common.h"
+#include "vision/prompt_image.h"
 #include "vision/vision_encoder.h"
 
 namespace cachet::cli {
@@ -80,7 +82,8 @@ void add_logits_command(CLI::App& app, int* exit_code) {
     // An image: its rows replace placeholder ids (0) spliced in at --image-at.
     std::vector<float> rows;
     int img0 = -1, img_n = 0;
-    bool both_ways = false;
+    bool both_ways = false, mrope = false;
+    PromptImage image;
     if (a->mmproj.empty() != a->image.empty()) {
       *exit_code = fail(invalid_argument("--mmproj and --image go together"));
       return;
@@ -98,17 +101,20 @@ void add_logits_command(CLI::App& app, int* exit_code) {
         return;
       }
       const VisionConfig& vc = (*enc)->config();
-      if (vc.n_embd_out != model.config().n_embd) {
-        *exit_code = fail(invalid_argument("the projector gives rows " + std::to_string(vc.n_embd_out) +
-                                           " wide; the model's are " + std::to_string(model.config().n_embd)));
+      auto px = (*enc)->preprocess(*img);
+      Status s = projector_fits(model, vc);
+      if (s.is_ok()) s = px.status();
+      if (!s.is_ok()) {
+        *exit_code = fail(s);
         return;
       }
-      img_n = static_cast<int>(vc.n_output_tokens());
-      img0 = a->image_at;
+      image.pos = img0 = a->image_at;
+      image.grid = (*enc)->output_grid(px->width, px->height);
+      img_n = image.grid.rows();
       both_ways = vc.bidirectional;
-      rows.resize(static_cast<size_t>(img_n) * vc.n_embd_out);
-      const std::vector<float> px = (*enc)->preprocess(*img);
-      if (Status s = (*enc)->encode(px.data(), rows.data()); !s.is_ok()) {
+      mrope = vc.mrope;
+      rows.resize(static_cast<size_t>(img_n) * vc.row_width());
+      if (s = (*enc)->encode(*px, rows.data()); !s.is_ok()) {
         *exit_code = fail(s);
         return;
       }
@@ -139,6 +145,10 @@ void add_logits_command(CLI::App& app, int* exit_code) {
         for (int i = 0; i < img_n; ++i) {
           b.embd_row[img0 + i] = i;
           if (both_ways) b.attn_end[img0 + i] = img0 + img_n - 1;
+        }
+        for (int i = 0; mrope && i < n; ++i) {  // Qwen-VL: the image's rows at their grid places, text after it on
+          b.rope_pos.resize(b.rope_pos.size() + 3);
+          mrope_position({image}, i, b.rope_pos.data() + 3 * i);
         }
       }
       std::vector<float> hidden;

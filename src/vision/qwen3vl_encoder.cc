@@ -1,0 +1,78 @@
+// Qwen3-VL's vision encoder (projector type qwen3vl_merger; Qwen3.5's too): the image at its own size in
+// patches, each 2 x 2 block of patches kept together (the merger's order), learned position embeddings
+// interpolated to the image's grid, 2D rotary positions in every head (a quarter of the pairs turn with the
+// patch's row, a quarter with its column, each pair with its own frequency), then the merger (the 4 patches of a
+// block as one row) and, for Qwen3-VL, deepstack rows from inner layers beside it.
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "model/ops.h"
+#include "vision/vision_encoder.h"
+
+namespace cachet {
+
+Status VisionEncoder::encode_qwen3vl(const EncoderInput& in, float* out) {
+  const VisionConfig& c = cfg_;
+  ThreadPool& pool = *pool_;
+  const Kernels& kern = kernels();
+  const int64_t d = c.n_embd, P = c.patch_size, m = c.n_merge, hd = c.head_dim;
+  const int64_t px = in.width / P, py = in.height / P, T = px * py, per_row = m * m, n_rows = T / per_row;
+
+  // Patches in the merger's order: blocks of m x m patches row by row, the patches of a block row by row.
+  std::vector<int32_t> order(static_cast<size_t>(T)), ys(order.size()), xs(order.size());
+  for (int64_t by = 0, t = 0; by < py / m; ++by)
+    for (int64_t bx = 0; bx < px / m; ++bx)
+      for (int64_t dy = 0; dy < m; ++dy)
+        for (int64_t dx = 0; dx < m; ++dx, ++t) {
+          ys[t] = static_cast<int32_t>(by * m + dy);
+          xs[t] = static_cast<int32_t>(bx * m + dx);
+          order[t] = static_cast<int32_t>(ys[t] * px + xs[t]);
+        }
+  embed_patches(in.data.data(), in.width, order);
+
+  // Position embeddings learned on an n x n grid, bilinearly interpolated to py x px with the corners aligned.
+  const int64_t n = c.patches_per_side();
+  pool.parallel_for(T, [&](int, int64_t t0, int64_t t1) {
+    std::vector<float> e(static_cast<size_t>(4 * d));
+    for (int64_t t = t0; t < t1; ++t) {
+      const double fy = py > 1 ? static_cast<double>(ys[t]) * (n - 1) / (py - 1) : 0.0;
+      const double fx = px > 1 ? static_cast<double>(xs[t]) * (n - 1) / (px - 1) : 0.0;
+      const int64_t y0 = static_cast<int64_t>(fy), x0 = static_cast<int64_t>(fx);
+      const int64_t y1 = std::min(y0 + 1, n - 1), x1 = std::min(x0 + 1, n - 1);
+      const float wy = static_cast<float>(fy - y0), wx = static_cast<float>(fx - x0);
+      const int64_t at[4] = {y0 * n + x0, y0 * n + x1, y1 * n + x0, y1 * n + x1};
+      const float wt[4] = {(1 - wy) * (1 - wx), (1 - wy) * wx, wy * (1 - wx), wy * wx};
+      for (int k = 0; k < 4; ++k) kern.dequantize_row(w_.pos_embd.type, w_.pos_embd.row(at[k]), e.data() + k * d, d);
+      float* xt = x_.data() + t * d;
+      for (int64_t i = 0; i < d; ++i)
+        xt[i] += wt[0] * e[i] + wt[1] * e[d + i] + wt[2] * e[2 * d + i] + wt[3] * e[3 * d + i];
+    }
+  }, 16);
+
+  // 2D RoPE, NeoX pairs (i, i + hd/2): pair i < hd/4 turns by the row times base^(-4i/hd), pair hd/4 + i by the
+  // column times the same frequency.
+  const int64_t q = hd / 4;
+  std::vector<float> cos_sin(static_cast<size_t>(T * hd));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < 2 * q; ++i) {
+      const double freq = std::pow(10000.0, -4.0 * static_cast<double>(i % q) / static_cast<double>(hd));
+      const double a = (i < q ? ys[t] : xs[t]) * freq;
+      cos_sin[t * hd + 2 * i] = static_cast<float>(std::cos(a));
+      cos_sin[t * hd + 2 * i + 1] = static_cast<float>(std::sin(a));
+    }
+
+  const int64_t stride = c.row_width();
+  size_t next_ds = 0;
+  run_layers(T, cos_sin.data(), [&](int64_t l) {
+    if (next_ds >= w_.deepstack.size() || w_.deepstack[next_ds].layer != l) return;
+    const VisionWeights::Deepstack& ds = w_.deepstack[next_ds];
+    ++next_ds;
+    merger(x_.data(), n_rows, &ds.norm_w, &ds.norm_b, ds.fc1_w, ds.fc1_b, ds.fc2_w, ds.fc2_b,
+           out + static_cast<int64_t>(next_ds) * c.n_embd_out, stride);
+  });
+  layer_norm_rows(x_.data(), w_.post_ln_w, w_.post_ln_b, x_.data(), T);
+  merger(x_.data(), n_rows, nullptr, nullptr, w_.mm0_w, w_.mm0_b, w_.mm2_w, w_.mm2_b, out, stride);
+  return Status::ok();
+}
+
+}  // namespace cachet
