@@ -95,6 +95,7 @@ struct SyntheticSpec {
   int64_t patch_size = 14;
   int64_t n_proj = 64;
   int64_t n_merge = 2;
+  int64_t n_deepstack = -1;        // mmproj-qwen3vl: deepstack layers (-1: min(3, n_layer), as synthetic qwen3vl's)
   uint64_t seed = 42;
   bool with_vocab = true;          // an SPM-style vocabulary of placeholder pieces
 };

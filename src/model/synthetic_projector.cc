@@ -39,9 +39,9 @@ Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path
     w.set_u32("clip.vision.spatial_merge_size", static_cast<uint32_t>(s.n_merge));
     // As many deepstack layers as the synthetic qwen3vl language model takes (min(3, its layers)), spread out
     // as Qwen3-VL's (5, 11, 17 of 24).
-    const int64_t nds = std::min<int64_t>(3, s.n_layer);
+    const int64_t nds = s.n_deepstack >= 0 ? std::min(s.n_deepstack, s.n_layer) : std::min<int64_t>(3, s.n_layer);
     for (int64_t k = 0; k < nds; ++k) deepstack[static_cast<size_t>((k + 1) * s.n_layer / (nds + 1))] = true;
-    w.set_bool_array("clip.vision.is_deepstack_layers", deepstack);
+    if (nds > 0) w.set_bool_array("clip.vision.is_deepstack_layers", deepstack);
   } else if (s.n_merge != 4) {
     w.set_u32("clip.vision.projector.scale_factor", static_cast<uint32_t>(s.n_merge));
   }

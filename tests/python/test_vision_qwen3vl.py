@@ -20,13 +20,21 @@ VIT = ["--n-embd", "64", "--n-layer", "4", "--n-head", "4", "--n-ff", "96", "--i
 ROW = 64 * 4  # the language model's width, and again for each of 3 deepstack rows
 
 
-def synth_pair(cachet_bin, tmp_path, wtype):
+# Qwen3-VL's language model (3 deepstack layers), or Qwen3.5's (hybrid: gated delta nets between attention
+# layers; its projector has no deepstack rows).
+LMS = {
+    "qwen3vl": ["--arch", "qwen3vl", "--n-layer", "3", "--head-dim", "16"],
+    "qwen35": ["--arch", "qwen35", "--n-layer", "4", "--head-dim", "32", "--ssm-head-dim", "16"],
+}
+
+
+def synth_pair(cachet_bin, tmp_path, wtype, lm_arch="qwen3vl"):
     lm = tmp_path / "lm.gguf"
     mm = tmp_path / f"mmproj-{wtype}.gguf"
-    subprocess.run([cachet_bin, "synth", "--arch", "qwen3vl", "-o", str(lm), "--n-embd", "64", "--n-layer", "3",
-                    "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128", "--head-dim", "16"], check=True)
-    subprocess.run([cachet_bin, "synth", "--arch", "mmproj-qwen3vl", "-o", str(mm), "--type", wtype] + VIT,
-                   check=True)
+    subprocess.run([cachet_bin, "synth", "-o", str(lm), "--n-embd", "64", "--n-head", "4", "--n-head-kv", "2",
+                    "--n-ff", "128", *LMS[lm_arch]], check=True)
+    subprocess.run([cachet_bin, "synth", "--arch", "mmproj-qwen3vl", "-o", str(mm), "--type", wtype, *VIT,
+                    "--deepstack", "3" if lm_arch == "qwen3vl" else "0"], check=True)
     return lm, mm
 
 
@@ -52,13 +60,14 @@ def test_qwen3vl_embeddings_match_llama_cpp(cachet_bin, tmp_path, wtype, h, w):
             assert err <= 1e-3 * scale, f"{wtype} {h}x{w} flash={flash} part {k}: {err:.3g} of {scale:.3g}"
 
 
-def llama_cpp_logits_with_image(lm, mm, rgb, ids, at):
+def llama_cpp_logits_with_image(lm, mm, rgb, ids, at, row, emb=None):
     """llama.cpp's logits at every position of ids[:at] + the image + ids[at:], fed as mtmd's helper feeds a
-    Qwen-VL image: its rows as one batch at M-RoPE positions (time = the image's start, height and width shifted by
-    the row and column in the grid), causal; the text after it from start + max(grid)."""
+    Qwen-VL image: its rows (libmtmd's, or emb) as one batch at M-RoPE positions (time = the image's start, height
+    and width shifted by the row and column in the grid), causal; the text after it from start + max(grid)."""
     llama_cpp.llama_backend_init()
     model = llama_cpp.llama_model_load_from_file(str(lm).encode(), llama_cpp.llama_model_default_params())
-    emb = llama_cpp_embeddings(lm, mm, rgb, False, model=model, dim=ROW)
+    if emb is None:
+        emb = llama_cpp_embeddings(lm, mm, rgb, False, model=model, dim=row)
     gy, gx = rgb.shape[0] // 8, rgb.shape[1] // 8
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
     cp = llama_cpp.llama_context_default_params()
@@ -106,9 +115,12 @@ def llama_cpp_logits_with_image(lm, mm, rgb, ids, at):
 
 
 # A prompt with an image in the middle (an 8 x 12 grid: the text after it continues 12 positions on, not 96), and
-# the deepstack rows added after the first three layers.
-def test_qwen3vl_prompt_with_an_image_matches_llama_cpp(cachet_bin, tmp_path):
-    lm, mm = synth_pair(cachet_bin, tmp_path, "F16")
+# Qwen3-VL's deepstack rows added after the first three layers; Qwen3.5's recurrent layers read the rows in order.
+# Qwen3.5's random gated delta nets amplify the encoders' difference (7e-4 of the largest value, within the
+# embeddings' tolerance above) about tenfold, so there llama.cpp reads our rows: the language model's side alone.
+@pytest.mark.parametrize("lm_arch", ["qwen3vl", "qwen35"])
+def test_qwen_vl_prompt_with_an_image_matches_llama_cpp(cachet_bin, tmp_path, lm_arch):
+    lm, mm = synth_pair(cachet_bin, tmp_path, "F16", lm_arch)
     rgb = random_image(64, 96, seed=7)
     Image.fromarray(rgb).save(tmp_path / "img.png")
     ids, at = [2, 17, 33, 5, 9, 101, 7, 44, 12, 3], 4
@@ -119,7 +131,10 @@ def test_qwen3vl_prompt_with_an_image_matches_llama_cpp(cachet_bin, tmp_path):
                         str(out), "--mmproj", str(mm), "--image", str(img), "--image-at", str(at)], check=True)
         return np.fromfile(out, dtype=np.float32)
 
-    ref, n_img = llama_cpp_logits_with_image(lm, mm, rgb, ids, at)
+    rows = None
+    if lm_arch == "qwen35":
+        rows, _, _ = ours(cachet_bin, mm, tmp_path / "img.png", tmp_path)
+    ref, n_img = llama_cpp_logits_with_image(lm, mm, rgb, ids, at, ROW if lm_arch == "qwen3vl" else 64, rows)
     assert n_img == 96
     mine = run(tmp_path / "img.png").reshape(ref.shape)
     scale = np.abs(ref).max()

@@ -25,7 +25,9 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--image-size", a->spec.image_size, "mmproj-*: the square side images are resized to");
   c->add_option("--patch-size", a->spec.patch_size, "mmproj-*: the ViT's patch side");
   c->add_option("--proj-dim", a->spec.n_proj, "mmproj-*: the language model's width (the output rows')");
-  c->add_option("--merge", a->spec.n_merge, "mmproj-gemma3: patches pooled N x N into one output row");
+  c->add_option("--merge", a->spec.n_merge, "mmproj-*: patches pooled (gemma3) or merged (qwen3vl) N x N into a row");
+  c->add_option("--deepstack", a->spec.n_deepstack, "mmproj-qwen3vl: deepstack layers (default min(3, layers); "
+                                                     "0 for Qwen3.5's)");
   c->add_option("--head-dim", a->spec.head_dim, "width of one head (default n_embd / n_head)");
   c->add_option("--experts", a->spec.n_expert, "experts per layer (llama, qwen3moe)");
   c->add_option("--experts-used", a->spec.n_expert_used, "experts per token");
