@@ -393,6 +393,30 @@ TEST(Kernels, GeluMulMatchesScalarAndTheTanhForm) {
   }
 }
 
+// A softmax's exponentials and their sum (the vision encoders' attention): every table against e^x in double,
+// values far below the shift (0 past e^-87.3) and tails of every length; the bytes past the range untouched.
+TEST(Kernels, ExpSumMatchesExpInDouble) {
+  for (const Kernels* k : supported_kernels()) {
+    for (int n : {0, 1, 7, 15, 16, 17, 33, 100, 1000}) {
+      auto x = random_floats(n + 2, 41 + n, -30.0f, 5.0f);
+      if (n > 3) x[1] = -1e30f, x[2] = -200.0f;
+      std::vector<float> y(x);
+      const float shift = 4.5f;
+      const float sum = k->exp_sum(y.data() + 1, n, shift);
+      ASSERT_EQ(y[0], x[0]);
+      ASSERT_EQ(y[static_cast<size_t>(n) + 1], x[static_cast<size_t>(n) + 1]);
+      double want_sum = 0;
+      for (int i = 1; i <= n; ++i) {
+        const float d = x[i] - shift;  // the difference in float, as the tables take it
+        const double want = d < -87.33654f ? 0.0 : std::exp(static_cast<double>(d));
+        want_sum += y[i];
+        ASSERT_NEAR(y[i], want, 4e-7 * std::max(want, 1e-30)) << isa_name(k->isa) << " x=" << x[i];
+      }
+      ASSERT_NEAR(sum, want_sum, 1e-6 * std::max(want_sum, 1.0)) << isa_name(k->isa) << " n=" << n;
+    }
+  }
+}
+
 TEST(Quantize, RoundTripErrorIsBounded) {
   auto x = random_floats(32 * 64, 3);
   for (DType t : kTypes) {

@@ -141,6 +141,9 @@ struct Kernels {
   // g[i] = gelu(g[i]) * u[i] with GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
   // computed as x / (1 + e^(-x (kGeluC1 + kGeluC2 x^2))), i < n.
   void (*gelu_mul)(float* g, const float* u, int64_t n);
+  // x[i] = e^(x[i] - shift) for i < n (0 below e^-87.3); returns their sum (the table's lanes summed in its
+  // order). A softmax's exponentials: the vision encoders' two-way attention over whole rows of scores.
+  float (*exp_sum)(float* x, int64_t n, float shift);
 
   // The gated delta rule for one value head over n tokens in order (model/gated_delta_net.h). S: the head's
   // d x d state, row j (value dim j over the d key dims) contiguous. Token t's (normalised) query, key and value

@@ -5,9 +5,6 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
-#include "kv/kv_block_storage.h"
-#include "kv/kv_view.h"
-#include "model/config.h"
 #include "model/ops.h"
 
 namespace cachet {
@@ -76,8 +73,9 @@ void VisionEncoder::layer_norm_rows(const float* x, const TensorView& w, const T
 
 size_t VisionEncoder::scratch_bytes() const {
   size_t n = 0;
-  for (const auto* b : {&patches_, &x_, &xn_, &q_, &k_, &v_, &attn_, &proj_, &up_, &ones_, &m_in_, &m_mid_, &m_out_}) n += b->size();
-  return n * sizeof(float);
+  for (const auto* b : {&patches_, &x_, &xn_, &q_, &k_, &v_, &attn_, &proj_, &up_, &ones_, &m_in_, &m_mid_, &m_out_})
+    n += b->size();
+  return n * sizeof(float) + vit_attn_.scratch_bytes();
 }
 
 void VisionEncoder::embed_patches(const float* pixels, int width, const std::vector<int32_t>& order) {
@@ -104,20 +102,6 @@ void VisionEncoder::run_layers(int64_t T, const float* cos_sin, const std::funct
     ones_.resize(T * ff);
     std::fill(ones_.data(), ones_.data() + T * ff, 1.0f);
   }
-  // Attention over all patches of the image at once: K and V go to a one-layer, one-block f32 store that the
-  // engine's attention reads with every patch's end as its last position (bidirectional).
-  ModelConfig kc;
-  kc.arch = "clip";
-  kc.n_layer = 1;
-  kc.n_embd = d;
-  kc.n_head = kc.n_head_kv = H;
-  kc.head_dim = hd;
-  KvBlockStorage store(kc, 1, static_cast<int>(T), KvTypes(KvType::kF32));
-  const BlockId block0 = 0;
-  const KvView view{&store, std::span<const BlockId>(&block0, 1)};
-  std::vector<int32_t> positions(static_cast<size_t>(T)), seq(static_cast<size_t>(T), 0),
-      ends(static_cast<size_t>(T), static_cast<int32_t>(T - 1));
-  for (int64_t t = 0; t < T; ++t) positions[t] = static_cast<int32_t>(t);
   const int nt = static_cast<int>(T);
 
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -131,14 +115,8 @@ void VisionEncoder::run_layers(int64_t T, const float* cos_sin, const std::funct
       rope(q_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
       rope(k_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
     }
-    for (int64_t t = 0; t < T; ++t) {
-      std::copy_n(k_.data() + t * d, d, reinterpret_cast<float*>(store.k_slot(0, t)));
-      std::copy_n(v_.data() + t * d, d, reinterpret_cast<float*>(store.v_slot(0, t)));
-    }
-    AttentionArgs aa{q_.data(), attn_.data(), nt, positions.data(), seq.data(), &view, 0, static_cast<int>(H),
-                     static_cast<int>(H), static_cast<int>(hd), 1.0f / std::sqrt(static_cast<float>(hd))};
-    aa.ends = ends.data();
-    attention(pool, aa);
+    vit_attn_.run(pool, q_.data(), k_.data(), v_.data(), nt, static_cast<int>(H), static_cast<int>(hd),
+                  1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
     matmul(pool, L.wo, attn_.data(), nt, proj_.data());
     if (L.bo.data) add_bias(proj_.data(), f32(L.bo), nt, d);
     for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];

@@ -20,6 +20,7 @@
 #include "model/tensor.h"
 #include "vision/image.h"
 #include "vision/resize.h"
+#include "vision/vit_attention.h"
 
 namespace cachet {
 
@@ -142,6 +143,7 @@ class VisionEncoder {
   std::shared_ptr<ThreadPool> pool_;
   std::vector<AlignedBuffer<float>> owned_;  // f32 copies of vectors and the transposed projection
   AlignedBuffer<float> patches_, x_, xn_, q_, k_, v_, attn_, proj_, up_, ones_, m_in_, m_mid_, m_out_;
+  VitAttention vit_attn_;
 };
 
 }  // namespace cachet

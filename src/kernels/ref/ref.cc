@@ -328,6 +328,16 @@ void gelu_mul(float* g, const float* u, int64_t n) {
   }
 }
 
+float exp_sum(float* x, int64_t n, float shift) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = x[i] - shift;
+    x[i] = d < -87.33654f ? 0.0f : std::exp(d);
+    sum += x[i];
+  }
+  return sum;
+}
+
 void delta_rule(float* S, const float* q0, const float* k0, const float* v0, int64_t in_stride, const float* decay,
                 const float* beta, float* o0, int64_t out_stride, int n, int d) {
   for (int t = 0; t < n; ++t) {
@@ -559,6 +569,7 @@ constinit const Kernels kKernels = {Isa::kScalar,       1,          dequantize_r
                                     KSums::kPerBlock,
                                     FloatPack::kHalfRows, round_bf16, packed_dot_bf16, packed_dot_half, attn_tile,
                                     attn_chunk,
-                                    silu_mul,           gelu_mul,        delta_rule,      ssm_scan};
+                                    silu_mul,           gelu_mul,        exp_sum,         delta_rule,
+                                    ssm_scan};
 
 }  // namespace cachet::ref
