@@ -8,7 +8,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 apt_pkgs=(cmake ninja-build clang ccache nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev python3-venv
-          libjpeg62-turbo-dev libpng-dev libwebp-dev)  # image decoding (vision models)
+          libjpeg62-turbo-dev libpng-dev libwebp-dev  # image decoding (vision models)
+          libopenblas-dev)  # the vision encoders' f32 GEMMs
 bash scripts/apt_install.sh "${apt_pkgs[@]}"
 
 bash scripts/setup_xgrammar.sh  # constrained decoding's grammar engine, into the cache

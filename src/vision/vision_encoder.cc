@@ -6,6 +6,7 @@
 
 #include "kernels/kernels.h"
 #include "model/ops.h"
+#include "vision/sgemm.h"
 
 namespace cachet {
 
@@ -78,6 +79,27 @@ size_t VisionEncoder::scratch_bytes() const {
   return n * sizeof(float) + vit_attn_.scratch_bytes();
 }
 
+void VisionEncoder::gemm(const TensorView& w, const float* x, int64_t T, float* y) {
+  const int64_t K = w.ne[0], N = w.ne[1];
+  const float* wf = reinterpret_cast<const float*>(w.data);
+  if (w.type != DType::kF32 || w.row_bytes != static_cast<size_t>(K) * sizeof(float)) {
+    wf_.resize(K * N);  // the same floats dequantize_row gives, row by row
+    const Kernels& kern = kernels();
+    pool_->parallel_for(N, [&](int, int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) kern.dequantize_row(w.type, w.row(r), wf_.data() + r * K, K);
+    }, 16);
+    wf = wf_.data();
+  }
+  constexpr int64_t kRows = 64;  // fixed blocks: the same calls whatever the thread count
+  pool_->parallel_chunks((T + kRows - 1) / kRows, [&](int, int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * kRows, m = std::min(kRows, T - r0);
+      sgemm(static_cast<int>(m), static_cast<int>(N), static_cast<int>(K), x + r0 * K, K, wf, K, true, y + r0 * N,
+            N);
+    }
+  }, 1);
+}
+
 void VisionEncoder::embed_patches(const float* pixels, int width, const std::vector<int32_t>& order) {
   const int64_t P = cfg_.patch_size, K = 3 * P * P, T = static_cast<int64_t>(order.size()), W = width;
   const int64_t side_x = W / P, plane = static_cast<int64_t>(order.size()) * P * P;
@@ -90,7 +112,7 @@ void VisionEncoder::embed_patches(const float* pixels, int width, const std::vec
       for (int64_t ky = 0; ky < P; ++ky)
         std::copy_n(pixels + ch * plane + (py * P + ky) * W + px * P, P, row + (ch * P + ky) * P);
   }
-  matmul(*pool_, w_.patch_embd, patches_.data(), static_cast<int>(T), x_.data());
+  gemm(w_.patch_embd, patches_.data(), T, x_.data());
   if (w_.patch_bias.data) add_bias(x_.data(), f32(w_.patch_bias), static_cast<int>(T), cfg_.n_embd);
 }
 
@@ -107,7 +129,9 @@ void VisionEncoder::run_layers(int64_t T, const float* cos_sin, const std::funct
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const VitLayerWeights& L = w_.layers[l];
     layer_norm_rows(x_.data(), L.ln1_w, L.ln1_b, xn_.data(), T);
-    matmul_multi(pool, {{&L.wq, q_.data()}, {&L.wk, k_.data()}, {&L.wv, v_.data()}}, xn_.data(), nt);
+    gemm(L.wq, xn_.data(), T, q_.data());
+    gemm(L.wk, xn_.data(), T, k_.data());
+    gemm(L.wv, xn_.data(), T, v_.data());
     if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
     if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
     if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
@@ -117,16 +141,16 @@ void VisionEncoder::run_layers(int64_t T, const float* cos_sin, const std::funct
     }
     vit_attn_.run(pool, q_.data(), k_.data(), v_.data(), nt, static_cast<int>(H), static_cast<int>(hd),
                   1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
-    matmul(pool, L.wo, attn_.data(), nt, proj_.data());
+    gemm(L.wo, attn_.data(), T, proj_.data());
     if (L.bo.data) add_bias(proj_.data(), f32(L.bo), nt, d);
     for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
 
     layer_norm_rows(x_.data(), L.ln2_w, L.ln2_b, xn_.data(), T);
-    matmul(pool, L.w_up, xn_.data(), nt, up_.data());
+    gemm(L.w_up, xn_.data(), T, up_.data());
     if (L.b_up.data) add_bias(up_.data(), f32(L.b_up), nt, ff);
     pool.parallel_for(T * ff, [&](int, int64_t b, int64_t e) { gelu_mul(up_.data() + b, ones_.data() + b, e - b); },
                       4096);
-    matmul(pool, L.w_down, up_.data(), nt, proj_.data());
+    gemm(L.w_down, up_.data(), T, proj_.data());
     if (L.b_down.data) add_bias(proj_.data(), f32(L.b_down), nt, d);
     for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
     after_layer(l);
@@ -147,7 +171,7 @@ void VisionEncoder::merger(const float* x, int64_t n, const TensorView* nw, cons
     layer_norm_rows(x, *nw, *nb, m_in_.data(), n, wide);
     in = m_in_.data();
   }
-  matmul(pool, w1, in, nr, m_mid_.data());
+  gemm(w1, in, n, m_mid_.data());
   if (b1.data) add_bias(m_mid_.data(), f32(b1), nr, mid);
   // nn.GELU(): the exact (erf) form, as the Hugging Face model's merger has it.
   pool.parallel_for(n * mid, [&](int, int64_t b, int64_t e) {
@@ -156,7 +180,7 @@ void VisionEncoder::merger(const float* x, int64_t n, const TensorView* nw, cons
       m_mid_[i] = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
     }
   }, 4096);
-  matmul(pool, w2, m_mid_.data(), nr, m_out_.data());
+  gemm(w2, m_mid_.data(), n, m_out_.data());
   if (b2.data) add_bias(m_out_.data(), f32(b2), nr, n_out);
   for (int64_t r = 0; r < n; ++r) std::copy_n(m_out_.data() + r * n_out, n_out, out + r * out_stride);
 }
@@ -208,7 +232,7 @@ Status VisionEncoder::encode_gemma3(const EncoderInput& in, float* out) {
       for (int64_t i = 0; i < d; ++i) dst[i] *= inv;
     }
   rms_norm(pooled, f32(w_.soft_emb_norm), pooled, static_cast<int>(n_out), d, c.eps);
-  matmul(pool, w_.input_proj, pooled, static_cast<int>(n_out), out);
+  gemm(w_.input_proj, pooled, n_out, out);
   return Status::ok();
 }
 

@@ -126,6 +126,8 @@ class VisionEncoder {
   VisionEncoder() = default;
   void layer_norm_rows(const float* x, const TensorView& w, const TensorView& b, float* y, int64_t n_rows,
                        int64_t n = 0);
+  // y [T, w's outputs] = x [T, w's inputs] w^T, as f32 GEMMs (vision/sgemm.h) over fixed blocks of rows.
+  void gemm(const TensorView& w, const float* x, int64_t T, float* y);
   // The patch rows (in `order`: patch y * side_x + x for each row) through the patch convolution into x_.
   void embed_patches(const float* pixels, int width, const std::vector<int32_t>& order);
   // The transformer layers over x_ ([T, n_embd]); cos_sin: per-token rotary table for the heads, or null.
@@ -144,6 +146,7 @@ class VisionEncoder {
   std::vector<AlignedBuffer<float>> owned_;  // f32 copies of vectors and the transposed projection
   AlignedBuffer<float> patches_, x_, xn_, q_, k_, v_, attn_, proj_, up_, ones_, m_in_, m_mid_, m_out_;
   VitAttention vit_attn_;
+  AlignedBuffer<float> wf_;  // a weight dequantized to f32 for gemm()
 };
 
 }  // namespace cachet

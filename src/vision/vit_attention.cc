@@ -4,11 +4,12 @@
 #include <algorithm>
 
 #include "kernels/kernels.h"
+#include "vision/sgemm.h"
 
 namespace cachet {
 
 size_t VitAttention::scratch_bytes() const {
-  size_t n = vt_.size();
+  size_t n = 0;
   for (const auto& s : scores_) n += s.size();
   return n * sizeof(float);
 }
@@ -17,13 +18,6 @@ void VitAttention::run(ThreadPool& pool, const float* q, const float* k, const f
                        float scale, float* out) {
   const Kernels& kern = kernels();
   const int64_t D = static_cast<int64_t>(H) * hd;
-  vt_.resize(static_cast<size_t>(D) * T);
-  pool.parallel_for(D, [&](int, int64_t c0, int64_t c1) {  // column c of v -> row c of vt (head c / hd)
-    for (int64_t c = c0; c < c1; ++c) {
-      float* dst = vt_.data() + c * T;
-      for (int t = 0; t < T; ++t) dst[t] = v[t * D + c];
-    }
-  }, 8);
   scores_.resize(static_cast<size_t>(pool.n_threads()));
   for (auto& s : scores_) s.resize(static_cast<size_t>(kBlock) * T);
   const int64_t blocks = (T + kBlock - 1) / kBlock;
@@ -33,7 +27,7 @@ void VitAttention::run(ThreadPool& pool, const float* q, const float* k, const f
     for (int64_t item = i0; item < i1; ++item) {
       const int h = static_cast<int>(item / blocks);
       const int r0 = static_cast<int>(item % blocks) * kBlock, m = std::min(kBlock, T - r0);
-      kern.gemm_nt(m, T, hd, q + r0 * D + h * hd, D, k + h * hd, D, s, T);
+      sgemm(m, T, hd, q + r0 * D + h * hd, D, k + h * hd, D, true, s, T);
       for (int i = 0; i < m; ++i) {
         float* row = s + static_cast<int64_t>(i) * T;
         float mx = -3.0e38f;
@@ -44,7 +38,7 @@ void VitAttention::run(ThreadPool& pool, const float* q, const float* k, const f
         sums[i] = kern.exp_sum(row, T, mx);
       }
       float* o = out + r0 * D + h * hd;
-      kern.gemm_nt(m, hd, T, s, T, vt_.data() + static_cast<int64_t>(h) * hd * T, T, o, D);
+      sgemm(m, hd, T, s, T, v + h * hd, D, false, o, D);
       for (int i = 0; i < m; ++i) {
         const float inv = 1.0f / sums[i];
         for (int j = 0; j < hd; ++j) o[static_cast<int64_t>(i) * D + j] *= inv;

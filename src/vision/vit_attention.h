@@ -1,9 +1,8 @@
 // A vision encoder's attention: every patch of an image attends to every other (two-way), over thousands of
 // patches, so it runs as GEMMs rather than the engine's flash tiles (built for decode and chunked prefill). Per
-// head and block of query rows: the block's scores against every key (one gemm_nt), a softmax over each whole row
-// (the kernel table's exp_sum), then the weights times the values (gemm_nt against the head's values
-// transposed), divided by the row's sum. Each output row comes from the same operations whatever the thread count
-// or the order the blocks run in.
+// head and block of query rows: the block's scores against every key (one sgemm), a softmax over each whole row
+// (the kernel table's exp_sum), then the weights times the values (another), divided by the row's sum. Each output
+// row comes from the same operations whatever the thread count or the order the blocks run in.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +23,6 @@ class VitAttention {
   size_t scratch_bytes() const;
 
  private:
-  AlignedBuffer<float> vt_;                   // [H, hd, T]: each head's values, transposed
   std::vector<AlignedBuffer<float>> scores_;  // per thread: [kBlock, T]
 };
 
