@@ -6,7 +6,8 @@ llama-mtmd-cli (its "encoded in N ms"), same projector file, image and threads, 
   --shape qwen3vl-2b: Qwen3-VL-2B's pair (ViT 24 x 1024 in 16 px patches, merged 2 x 2 into 2048, deepstack after
     layers 6, 12 and 18; F16) with its language model (28 layers, 2048 wide, 16 / 8 heads of 128, FFN 6144,
     151936 tokens, Q4_K), an 896 x 896 photo (784 rows), and --ttft: the time to the first token of a one-image
-    question (`cachet run`'s ttft_ms; mtmd-cli's encode plus its prompt eval, the image's rows and the text).
+    question (`cachet run`'s ttft_ms; mtmd-cli's wall time from the start of its encoding to its exit after one
+    token).
 Prints one JSON line, with the FLOPs per image and what they come to per second.
 
   python3 bench/vision_encoder.py --mtmd-cli ~/.cache/cachet/llama.cpp/native/bin/llama-mtmd-cli [--reps 3]
@@ -94,9 +95,15 @@ def main():
             log = r.stderr + r.stdout
             m = re.search(r"(?:batch encoding done|image slice encoded) in (\d+) ms", log)
             theirs.append((float(m.group(1)), peak_rss_kb(r.stderr)))
-            p = re.search(r"prompt eval time =\s+([\d.]+) ms", log)
-            if a.ttft and p:
-                ttft_theirs.append(float(m.group(1)) + float(p.group(1)))
+            # Its first token ends the run (-n 1): the wall time past the start of the image's encoding (its log's
+            # timestamp; before it, the model's load and the first few text ids).
+            start = re.search(r"(\d+)\.(\d+)\.(\d+)\.(\d+) I encoding mtmd batch", log)
+            wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", log)
+            if a.ttft and start and wall:
+                g = [int(x) for x in start.groups()]  # minutes.seconds.ms.us
+                t0 = g[0] * 60 + g[1] + g[2] / 1e3 + g[3] / 1e6
+                t1 = int(wall.group(1) or 0) * 3600 + int(wall.group(2)) * 60 + float(wall.group(3))
+                ttft_theirs.append(round((t1 - t0) * 1000, 1))
     # FLOPs: the patch convolution, per layer Q/K/V/O and the FFN over every patch, attention's two products,
     # the projector's head (a model of the shape's; the synthetic defaults).
     if qwen:
