@@ -1,11 +1,16 @@
 // Kernel micro-benchmarks: matvec (decode) per weight type and GEMM (prefill) on one thread, for every
-// kernel table this CPU supports. Bytes/s for matvec (it is bandwidth-bound), FLOP/s for GEMM.
+// kernel table this CPU supports. Bytes/s for matvec (it is bandwidth-bound), FLOP/s for GEMM; the packed
+// matmuls' multiply-adds per second also as a share of the table's peak (`peak%`: bench/peak.h, measured here
+// first and printed as peak/<table>/<kind>).
 #include <benchmark/benchmark.h>
 
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
+#include "bench/peak.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 #include "kernels/quantize.h"
@@ -13,6 +18,20 @@
 using namespace cachet;
 
 namespace {
+
+// One thread's peak multiply-adds per second of a kind on a table, measured once (median of 3 runs).
+double peak_of(bench::PeakKind kind, Isa isa) {
+  static std::map<std::pair<bench::PeakKind, Isa>, double> peaks;
+  auto it = peaks.find({kind, isa});
+  if (it == peaks.end()) it = peaks.emplace(std::make_pair(kind, isa), bench::peak_macs(kind, isa, 1, 3)).first;
+  return it->second;
+}
+
+void BM_Peak(benchmark::State& st, bench::PeakKind kind, Isa isa) {
+  double macs = 0.0;
+  for (auto _ : st) macs = bench::peak_macs(kind, isa, 1, 1);
+  st.counters["MAC/s"] = macs;
+}
 
 void BM_DotRows(benchmark::State& st, const Kernels* k, DType t) {
   const int64_t K = st.range(0), N = st.range(1);
@@ -42,11 +61,11 @@ void BM_Gemm(benchmark::State& st, const Kernels* k) {
 
 // The integer path: one thread, a K = 576 x N = 1536 weight (1536 x 576 for the K-quants, whose rows are
 // 256-element super-blocks) packed in 16-row groups, n_tokens activation rows; with a second argument C > 1,
-// C copies of it walked in turn (C = 64: 40-60 MB, from memory, as a decode or a speculative verify reads).
-// Reports integer multiply-adds per second (K * N * n_tokens per call).
+// C copies of it walked in turn (C = 64: 40-60 MB, from memory, as a decode or a speculative verify reads);
+// third and fourth arguments, when given, K and N instead. Reports integer multiply-adds per second (K * N * n_tokens per call).
 void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
   const bool kq = traits(t).block_size == 256;
-  const int64_t K = kq ? 1536 : 576, N = kq ? 576 : 1536;
+  const int64_t K = st.range(2) ? st.range(2) : kq ? 1536 : 576, N = st.range(3) ? st.range(3) : kq ? 576 : 1536;
   const int n_tokens = static_cast<int>(st.range(0));
   const int64_t copies = st.range(1);
   const size_t rb = *row_bytes(t, K);
@@ -84,8 +103,10 @@ void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
     }
     benchmark::DoNotOptimize(y.data());
   }
-  st.counters["MAC/s"] = benchmark::Counter(static_cast<double>(K) * N * n_tokens * copies * st.iterations(),
-                                             benchmark::Counter::kIsRate);
+  const double macs = static_cast<double>(K) * N * n_tokens * copies * st.iterations();
+  st.counters["MAC/s"] = benchmark::Counter(macs, benchmark::Counter::kIsRate);
+  if (const double peak = peak_of(bench::peak_kind_of(t, k->isa), k->isa); peak > 0.0)
+    st.counters["peak%"] = benchmark::Counter(100.0 * macs / peak, benchmark::Counter::kIsRate);
 }
 
 // The thread pool's dispatch + join: one parallel_for over 2 items doing nothing (the per-matmul overhead a
@@ -127,6 +148,11 @@ BENCHMARK(BM_PoolSync)->Arg(2)->UseRealTime();
 
 int register_all() {
   for (const Kernels* k : supported_kernels()) {
+    for (auto [kind, kname] : {std::pair{bench::PeakKind::kF32, "f32"}, std::pair{bench::PeakKind::kInt8, "int8"},
+                               std::pair{bench::PeakKind::kBf16, "bf16"}}) {
+      const std::string name = std::string("peak/") + isa_name(k->isa) + "/" + kname;
+      benchmark::RegisterBenchmark(name.c_str(), BM_Peak, kind, k->isa)->Iterations(1)->UseRealTime();
+    }
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
       std::string name = std::string("dot_rows/") + isa_name(k->isa) + "/" + dtype_name(t);
       // A 576x1536 (SmolLM2 FFN) matrix fits L2; 2048x8192 (Llama-3.2-1B FFN) does not.
@@ -135,9 +161,13 @@ int register_all() {
     for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
                     DType::kQ6_K, DType::kQ3_K, DType::kQ2_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4, DType::kF16, DType::kBF16}) {
       std::string name = std::string("packed_dot/") + isa_name(k->isa) + "/" + dtype_name(t);
-      benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t)
-          ->Args({1, 1})->Args({8, 1})->Args({16, 1})->Args({64, 1})->Args({128, 1})
-          ->Args({1, 64})->Args({2, 64})->Args({4, 64})->Args({5, 64})->Args({6, 64})->Args({8, 64})->Args({9, 64})->Args({64, 64});
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_PackedDot, k, t);
+      for (auto [n_tokens, copies] : {std::pair{1, 1}, {8, 1}, {16, 1}, {64, 1}, {128, 1}, {1, 64}, {2, 64}, {4, 64},
+                                      {5, 64}, {6, 64}, {8, 64}, {9, 64}, {64, 64}})
+        b->Args({n_tokens, copies, 0, 0});
+      // Llama-3.2-1B's FFN up (2048 -> 8192) and down (8192 -> 2048), 64 tokens (a prefill chunk): weights from
+      // L3, activations from L2.
+      b->Args({64, 1, 2048, 8192})->Args({64, 1, 8192, 2048});
     }
     const std::string dr = std::string("delta_rule/") + isa_name(k->isa);
     benchmark::RegisterBenchmark(dr.c_str(), BM_DeltaRule, k)->Arg(0)->Arg(1);

@@ -1,10 +1,10 @@
 // cachet_bench: prefill (pp) and decode (tg) tokens/s for a model file at a thread count, as medians of
 // several runs, plus the cached vs no-cache speed-up and the machine's memory read bandwidth (the decode
 // roofline's denominator). Prints one JSON object per measurement (bench/compare_llamacpp.py reads them).
-#include <immintrin.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -15,6 +15,7 @@
 #include "base/aligned_buffer.h"
 #include "base/cpu_features.h"
 #include "base/thread_pool.h"
+#include "bench/peak.h"
 #include "engine/generate.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
@@ -77,57 +78,6 @@ double measure_bandwidth_gbs(int threads, int reps) {
   return median(gbs);
 }
 
-// f32 FMA peak: 10 independent chains (more than FMA latency x ports on every x86 core here), the widest vector
-// the CPU has, each thread on its own; the prefill roofline's denominator. Compiled for the ISA by target
-// attributes and called only after the cpuid check.
-template <typename Vec, Vec (*Fma)(Vec, Vec, Vec), Vec (*Set1)(float)>
-double fma_chains(int64_t iters) {
-  Vec a[10];
-  // Operands read through volatile: with constants clang folds the whole loop (a "peak" of 10^8 GFLOP/s).
-  static volatile float kB = 0.9999f, kC = 1e-4f, kA = 0.1f;
-  for (int i = 0; i < 10; ++i) a[i] = Set1(kA * static_cast<float>(i + 1));
-  const Vec b = Set1(kB), c = Set1(kC);
-  for (int64_t k = 0; k < iters; ++k)
-    for (int i = 0; i < 10; ++i) a[i] = Fma(a[i], b, c);
-  // Every chain feeds the result (with only a[9] used, the other nine chains were dropped as dead code).
-  float out[64];
-  double r = 0.0;
-  for (int i = 0; i < 10; ++i) {
-    std::memcpy(out, &a[i], sizeof(Vec));
-    r += out[0];
-  }
-  return r;
-}
-__attribute__((target("avx512f"))) __m512 fma512(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-__attribute__((target("avx512f"))) __m512 set512(float x) { return _mm512_set1_ps(x); }
-__attribute__((target("avx512f"))) double fma_loop_avx512(int64_t iters) {
-  return fma_chains<__m512, fma512, set512>(iters);
-}
-__attribute__((target("avx2,fma"))) __m256 fma256(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
-__attribute__((target("avx2,fma"))) __m256 set256(float x) { return _mm256_set1_ps(x); }
-__attribute__((target("avx2,fma"))) double fma_loop_avx2(int64_t iters) {
-  return fma_chains<__m256, fma256, set256>(iters);
-}
-
-double measure_peak_gflops(int threads, int reps) {
-  const CpuFeatures& f = cpu_features();
-  const bool z = f.avx512f && kernels().isa != Isa::kAvx2 && kernels().isa != Isa::kAvxVnni &&
-                 kernels().isa != Isa::kScalar;
-  if (!z && !(f.avx2 && f.fma)) return 0.0;
-  const int lanes = z ? 16 : 8;
-  const int64_t iters = 50'000'000;
-  ThreadPool pool(threads);
-  std::vector<double> gf;
-  double sink = 0.0;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    pool.parallel_for(threads, [&](int, int64_t, int64_t) { sink += z ? fma_loop_avx512(iters) : fma_loop_avx2(iters); });
-    gf.push_back(static_cast<double>(threads) * iters * 10 * lanes * 2 / seconds_since(t0) / 1e9);
-  }
-  if (sink == 12345.0) std::printf(" ");
-  return median(gf);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,7 +95,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4r"}));
   app.add_flag("--no-cache", no_cache, "also time the no-cache recompute and report the speed-up");
   app.add_flag("--bandwidth", bandwidth, "measure memory read bandwidth");
-  app.add_flag("--peak-flops", peak, "measure the f32 FMA peak of the kernel table's vector width");
+  app.add_flag("--peak-flops", peak,
+               "measure the kernel table's peaks: f32 FMA (GFLOP/s), its int8 and bf16 dot products (G MAC/s)");
   CLI11_PARSE(app, argc, argv);
 
   if (bandwidth) {
@@ -154,8 +105,13 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (peak) {
-    nlohmann::json j = {{"what", "peak"}, {"threads", threads}, {"isa", isa_name(kernels().isa)},
-                        {"gflops", measure_peak_gflops(threads, reps)}};
+    const Isa isa = kernels().isa;
+    nlohmann::json j = {{"what", "peak"},
+                        {"threads", threads},
+                        {"isa", isa_name(isa)},
+                        {"gflops", 2.0 * bench::peak_macs(bench::PeakKind::kF32, isa, threads, reps) / 1e9},
+                        {"int8_gmacs", bench::peak_macs(bench::PeakKind::kInt8, isa, threads, reps) / 1e9},
+                        {"bf16_gmacs", bench::peak_macs(bench::PeakKind::kBf16, isa, threads, reps) / 1e9}};
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }
@@ -197,14 +153,18 @@ int main(int argc, char** argv) {
 
   // Multiply-adds of a prompt token: every matrix but the output head (only the last prompt token needs logits),
   // experts as routed, plus attention over the n_prompt / 2 earlier positions on average (QK and PV).
+  // The peak that bounds the prefill: that of the kind (int8, bf16, f32: bench/peak.h) most of these run on.
   double prefill_macs = 0.0;
+  double macs_by_kind[3] = {0.0, 0.0, 0.0};
   for (const auto& t : model.tensors()) {
     if (t.name == "token_embd.weight" || t.name == "output.weight" || t.ne[1] <= 1) continue;
     double n = static_cast<double>(t.ne[0]) * t.ne[1] * std::max<int64_t>(1, t.ne[2]);
     if (t.name.find("_exps.") != std::string::npos && c.n_expert > 0) n *= static_cast<double>(c.n_expert_used) / c.n_expert;
     if (t.name.find("ffn_gate_inp") != std::string::npos) n = static_cast<double>(t.ne[0]) * t.ne[1];
     prefill_macs += n;
+    macs_by_kind[static_cast<int>(bench::peak_kind_of(t.type, kernels().isa))] += n;
   }
+  const int peak_kind = static_cast<int>(std::max_element(macs_by_kind, macs_by_kind + 3) - macs_by_kind);
   prefill_macs += 2.0 * c.n_layer * c.q_dim() * (n_prompt / 2.0);
 
   GenerateOptions o;
@@ -245,6 +205,7 @@ int main(int argc, char** argv) {
                       {"state_bytes_per_token", 2 * c.state_bytes_per_seq()},
                       {"kv_type", kv_type_name(o.kv_type.k)},
                       {"prefill_flops_per_token", 2.0 * prefill_macs},
+                      {"prefill_peak_kind", std::array{"f32", "int8", "bf16"}[peak_kind]},
                       {"pp_tok_s", median(pp)},
                       {"tg_tok_s", median(tg)},
                       {"pp_runs", pp},

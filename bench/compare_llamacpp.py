@@ -54,9 +54,14 @@ def main():
     # The machine is shared: its read bandwidth moves by 30% over minutes. So it is measured right before
     # every repetition and each run's roofline uses its own measurement.
     bws = {t: [] for t in threads}
-    # Prefill roofline: FLOPs per prompt token (cachet_bench counts them from the file) over the f32 FMA peak
-    # of the kernel table's vector width, measured once per thread count.
-    peaks = {t: run_json([a.bench, "--peak-flops", "-t", str(t), "-r", "3"])["gflops"] for t in threads}
+    # Prefill roofline: multiply-adds per prompt token (cachet_bench counts them from the file) over the peak of
+    # the instruction most of them run on in the kernel table (its int8 dot product for quantized weights, its
+    # bf16 one or f32 FMA for float ones: bench/peak.h), measured once per thread count, in G MAC/s.
+    peaks = {}
+    for t in threads:
+        p = run_json([a.bench, "--peak-flops", "-t", str(t), "-r", "3"])
+        peaks[t] = {"f32": p["gflops"] / 2, "int8": p["int8_gmacs"], "bf16": p["bf16_gmacs"]}
+    kinds = set()
     rows = []
     for model in a.model:
         for t in threads:
@@ -85,6 +90,7 @@ def main():
                 ours["pp"].append(j["pp_tok_s"])
                 ours["tg"].append(j["tg_tok_s"])
                 flops = j.get("prefill_flops_per_token", 0.0)
+                kind = j.get("prefill_peak_kind", "f32")
                 # Decode roofline: every weight byte read once per token (the embedding lookup reads one row;
                 # a tied head reads the whole matrix) plus the KV cache and a hybrid's recurrent state (read and
                 # written), over the measured read bandwidth.
@@ -99,17 +105,21 @@ def main():
             # minutes (31-66 GB/s in one run), which a ratio of two medians taken from different phases
             # does not cancel.
             pairs = {k: statistics.median(o / th for o, th in zip(ours[k], theirs[k])) for k in ours}
-            rows.append((os.path.basename(model), t, med["pp"], lmed["pp"], pairs["pp"], med["tg"],
+            peak = peaks[t].get(kind, 0.0)
+            kinds.add(kind)
+            rows.append((os.path.basename(model) + f" ({kind})", t, med["pp"], lmed["pp"], pairs["pp"], med["tg"],
                          lmed["tg"], pairs["tg"], statistics.median(roofs),
-                         med["pp"] * flops / (peaks[t] * 1e9) if peaks[t] else float("nan"),
-                         lmed["pp"] * flops / (peaks[t] * 1e9) if peaks[t] else float("nan")))
+                         med["pp"] * flops / 2 / (peak * 1e9) if peak else float("nan"),
+                         lmed["pp"] * flops / 2 / (peak * 1e9) if peak else float("nan")))
             print(json.dumps({"model": model, "threads": t, "cachet": ours, "llama.cpp": theirs}), file=sys.stderr)
     print(f"pp = prefill of {a.n_prompt} tokens, tg = decode of {a.n_gen} tokens after it; medians of {a.reps} "
           f"alternating runs (which engine goes first alternates too); ratios are the medians of each "
           f"repetition's pair; read bandwidth measured before each run, "
           f"{', '.join(f'{t}T {min(bws[t]):.1f}-{max(bws[t]):.1f} GB/s' for t in threads)}; roofline = median of "
-          f"each run's decode tok/s x bytes per token / that run's bandwidth; pp / peak = prefill tok/s x FLOPs "
-          f"per prompt token / the f32 FMA peak ({', '.join(f'{t}T {peaks[t]:.0f} GFLOP/s' for t in threads)})\n")
+          f"each run's decode tok/s x bytes per token / that run's bandwidth; pp / peak = prefill tok/s x "
+          f"multiply-adds per prompt token / the peak of the kind named after the model ("
+          f"{'; '.join(f'{t}T ' + ', '.join(f'{k} {peaks[t][k]:.0f}' for k in sorted(kinds)) for t in threads)}"
+          f" G MAC/s)\n")
     print("| model | threads | cachet pp tok/s | llama.cpp pp tok/s | pp ratio | cachet tg tok/s | "
           "llama.cpp tg tok/s | tg ratio | tg / roofline | pp / peak (cachet, llama.cpp) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
