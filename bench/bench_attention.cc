@@ -1,7 +1,10 @@
 // Decode attention at depth: the flash-style kernel (16-position tiles, online softmax) against the naive
 // one (whole score row, softmax, weighted sum) at 1k and 4k tokens of context, SmolLM2's head layout
 // (9 query heads, 3 KV heads, head dim 64), one layer, one thread; and the flash kernel per KV cache type
-// (BM_FlashType: f16, q8_0, q4_0, q4r at 16k positions, 30 layers, 2 threads, as a long-context decode step).
+// (BM_FlashType: f16, q8_0, q4_0, q4r at 16k positions, 30 layers, 2 threads, as a long-context decode step);
+// and a prefill's attention at depth (BM_PrefillAttention: a 64-token chunk after 4k-32k positions, causal),
+// its FLOPs per second and their share of the table's peak (`peak%`, bench/peak.h: f32 FMA for float keys and
+// values, whose dot products are f32 FMAs in every table).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "bench/peak.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
@@ -85,6 +89,40 @@ void BM_FlashGroup4(benchmark::State& st) {
             8);
 }
 
+// A prefill chunk of range(0) = 64 tokens at positions [n - 64, n), n = range(1), each attending causally to
+// every position up to its own; Llama-3.2-1B's heads (32 over 8, head dim 64), one layer, range(2) threads,
+// KV type range(3). FLOPs: 4 d per (query head, position attended): QK and PV, a multiply and an add each.
+void BM_PrefillAttention(benchmark::State& st) {
+  const int chunk = static_cast<int>(st.range(0)), n = static_cast<int>(st.range(1));
+  const int threads = static_cast<int>(st.range(2));
+  const auto t = static_cast<KvType>(st.range(3));
+  constexpr int kHeads = 32, kKvHeads = 8;
+  st.SetLabel(kv_type_name(t));
+  Setup s(n, t, kHeads, kKvHeads);
+  std::vector<float> q(static_cast<size_t>(chunk) * kHeads * kD), out(q.size());
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  for (auto& x : q) x = nd(rng);
+  std::vector<int32_t> pos(chunk), seq(chunk, 0);
+  double attended = 0.0;
+  for (int i = 0; i < chunk; ++i) {
+    pos[i] = n - chunk + i;
+    attended += pos[i] + 1;
+  }
+  ThreadPool pool(threads);
+  for (auto _ : st) {
+    KvView seqs[] = {s.cache->view()};
+    attention(pool, {q.data(), out.data(), chunk, pos.data(), seq.data(), seqs, 0, kHeads, kKvHeads, kD});
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double flops = 4.0 * kD * kHeads * attended * static_cast<double>(st.iterations());
+  st.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+  const Isa isa = kernels().isa;
+  static const double peak = bench::peak_macs(bench::PeakKind::kF32, isa, 1, 3);  // one thread's MAC/s
+  if (peak > 0.0)
+    st.counters["peak%"] = benchmark::Counter(100.0 * flops / (2.0 * peak * threads), benchmark::Counter::kIsRate);
+}
+
 void BM_Naive(benchmark::State& st) {
   const int n = static_cast<int>(st.range(0));
   Setup s(n);
@@ -142,5 +180,13 @@ BENCHMARK(BM_FlashGroup4)
     ->Args({1024, 1, static_cast<int>(KvType::kQ8_0), 1})
     ->Args({1024, 1, static_cast<int>(KvType::kQ4_0), 1})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PrefillAttention)
+    ->Args({64, 4096, 1, static_cast<int>(KvType::kF16)})
+    ->Args({64, 16384, 1, static_cast<int>(KvType::kF16)})
+    ->Args({64, 32768, 1, static_cast<int>(KvType::kF16)})
+    ->Args({64, 4096, 1, static_cast<int>(KvType::kQ8_0)})
+    ->Args({64, 16384, 1, static_cast<int>(KvType::kQ8_0)})
+    ->Args({64, 16384, 2, static_cast<int>(KvType::kF16)})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Naive)->Arg(1024)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();
