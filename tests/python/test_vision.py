@@ -104,6 +104,43 @@ def test_gemma3_embeddings_match_llama_cpp(cachet_bin, tmp_path, wtype, side):
         assert err <= 1e-3 * scale, f"{wtype} {side}px flash={flash}: {err:.3g} of {scale:.3g}"
 
 
+def llama_cpp_context(model, n_ctx):
+    """A llama.cpp context for comparing logits: an f32 KV cache, flash attention off, 2 threads."""
+    cp = llama_cpp.llama_context_default_params()
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = n_ctx
+    cp.type_k = cp.type_v = 0  # f32
+    cp.flash_attn_type = 0
+    cp.n_threads = cp.n_threads_batch = 2
+    return llama_cpp.llama_init_from_model(model, cp)
+
+
+def llama_cpp_decode(ctx, n_vocab, rows, n, pos, tokens=None, embd=None):
+    """One llama_decode of n tokens (ids) or embedding rows (embd), every position's logits appended to rows. pos:
+    n positions, or 4 n (M-RoPE's section-major t, y, x, 0 of an embedding batch)."""
+    b = llama_cpp.llama_batch_init(n, 0 if embd is None else embd.shape[1], 1)
+    own_pos = ctypes.cast(b.pos, ctypes.c_void_p).value  # the address (a field read aliases the field)
+    if len(pos) == 4 * n and n > 0 and embd is not None:
+        arr = (ctypes.c_int32 * (4 * n))(*pos)
+        b.pos = ctypes.cast(arr, type(b.pos))
+    else:
+        for i in range(n):
+            b.pos[i] = pos[i]
+    for i in range(n):
+        if tokens is not None:
+            b.token[i] = tokens[i]
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = 0
+        b.logits[i] = 1
+    if embd is not None:
+        ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
+    b.n_tokens = n
+    assert llama_cpp.llama_decode(ctx, b) == 0
+    for i in range(n):
+        rows.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy())
+    b.pos = ctypes.cast(own_pos, type(b.pos))
+    llama_cpp.llama_batch_free(b)
+
+
 def llama_cpp_logits_with_image(lm, mm, rgb, ids, at):
     """llama.cpp's logits at every position of ids[:at] + the image + ids[at:], fed as mtmd's helper feeds a
     Gemma 3 image: its embeddings as one batch with causal attention off (mtmd_decode_use_non_causal), an f32 KV
@@ -112,40 +149,18 @@ def llama_cpp_logits_with_image(lm, mm, rgb, ids, at):
     model = llama_cpp.llama_model_load_from_file(str(lm).encode(), llama_cpp.llama_model_default_params())
     emb = llama_cpp_embeddings(lm, mm, rgb, False, model=model)
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 64
-    cp.type_k = cp.type_v = 0  # f32
-    cp.flash_attn_type = 0
-    cp.n_threads = cp.n_threads_batch = 2
-    ctx = llama_cpp.llama_init_from_model(model, cp)
+    ctx = llama_cpp_context(model, 64)
     rows = []
-
-    def decode(pos0, tokens=None, embd=None):
-        n = len(tokens) if tokens is not None else embd.shape[0]
-        b = llama_cpp.llama_batch_init(n, 0 if embd is None else embd.shape[1], 1)
-        for i in range(n):
-            if tokens is not None:
-                b.token[i] = tokens[i]
-            b.pos[i] = pos0 + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = 1
-        if embd is not None:
-            ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
-        b.n_tokens = n
-        assert llama_cpp.llama_decode(ctx, b) == 0
-        for i in range(n):
-            rows.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy())
-        llama_cpp.llama_batch_free(b)
-
-    decode(0, tokens=ids[:at])
+    n = emb.shape[0]
+    llama_cpp_decode(ctx, n_vocab, rows, at, range(at), tokens=ids[:at])
     llama_cpp.llama_set_causal_attn(ctx, False)
-    decode(at, embd=np.ascontiguousarray(emb, dtype=np.float32))
+    llama_cpp_decode(ctx, n_vocab, rows, n, range(at, at + n), embd=np.ascontiguousarray(emb, dtype=np.float32))
     llama_cpp.llama_set_causal_attn(ctx, True)
-    decode(at + emb.shape[0], tokens=ids[at:])
+    rest = ids[at:]
+    llama_cpp_decode(ctx, n_vocab, rows, len(rest), range(at + n, at + n + len(rest)), tokens=rest)
     llama_cpp.llama_free(ctx)
     llama_cpp.llama_model_free(model)
-    return np.array(rows), emb.shape[0]
+    return np.array(rows), n
 
 
 # A prompt with an image in the middle: text before it (causal), the image's 16 rows (seeing each other both ways,

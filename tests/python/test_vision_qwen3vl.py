@@ -3,7 +3,6 @@ positions against llama.cpp's (libmtmd through llama-cpp-python) on synthetic fi
 size with 2D RoPE and interpolated position embeddings, the 2 x 2 merger, deepstack rows, and a prompt with an
 image in it placed by M-RoPE (text after the image continuing at max(grid) positions past its start). The
 preprocessing (Qwen's smart resize, Pillow's bicubic) against Pillow."""
-import ctypes
 import subprocess
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from PIL import Image
 
 import llama_cpp
-from test_vision import llama_cpp_embeddings, ours, random_image
+from test_vision import llama_cpp_context, llama_cpp_decode, llama_cpp_embeddings, ours, random_image
 
 # A ViT 64 wide in 4 px patches merged 2 x 2 (8 px per output row), 4 layers (3 of them deepstack), position
 # embeddings learned for 64 px (16 x 16 patches).
@@ -70,45 +69,14 @@ def llama_cpp_logits_with_image(lm, mm, rgb, ids, at, row, emb=None):
         emb = llama_cpp_embeddings(lm, mm, rgb, False, model=model, dim=row)
     gy, gx = rgb.shape[0] // 8, rgb.shape[1] // 8
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-    cp = llama_cpp.llama_context_default_params()
-    cp.n_ctx = cp.n_batch = cp.n_ubatch = 256
-    cp.type_k = cp.type_v = 0  # f32
-    cp.flash_attn_type = 0
-    cp.n_threads = cp.n_threads_batch = 2
-    ctx = llama_cpp.llama_init_from_model(model, cp)
+    ctx = llama_cpp_context(model, 256)
     rows = []
-
-    def decode(n, fill, embd=None, pos4=None):
-        b = llama_cpp.llama_batch_init(n, 0 if embd is None else embd.shape[1], 1)
-        own_pos = ctypes.cast(b.pos, ctypes.c_void_p).value  # the address (a field read aliases the field)
-        if pos4 is not None:  # section-major (t, y, x, 0) for an embedding batch
-            arr = (ctypes.c_int32 * (4 * n))(*pos4)
-            b.pos = ctypes.cast(arr, type(b.pos))
-        for i in range(n):
-            fill(b, i)
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = 1
-        if embd is not None:
-            ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
-        b.n_tokens = n
-        assert llama_cpp.llama_decode(ctx, b) == 0
-        for i in range(n):
-            rows.append(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy())
-        b.pos = ctypes.cast(own_pos, type(b.pos))
-        llama_cpp.llama_batch_free(b)
-
-    def text(tokens, pos0):
-        def fill(b, i):
-            b.token[i] = tokens[i]
-            b.pos[i] = pos0 + i
-        decode(len(tokens), fill)
-
-    text(ids[:at], 0)
+    llama_cpp_decode(ctx, n_vocab, rows, at, range(at), tokens=ids[:at])
     n = emb.shape[0]
     pos4 = [at] * n + [at + i // gx for i in range(n)] + [at + i % gx for i in range(n)] + [0] * n
-    decode(n, lambda b, i: None, embd=np.ascontiguousarray(emb, dtype=np.float32), pos4=pos4)
-    text(ids[at:], at + max(gx, gy))
+    llama_cpp_decode(ctx, n_vocab, rows, n, pos4, embd=np.ascontiguousarray(emb, dtype=np.float32))
+    rest, p0 = ids[at:], at + max(gx, gy)
+    llama_cpp_decode(ctx, n_vocab, rows, len(rest), range(p0, p0 + len(rest)), tokens=rest)
     llama_cpp.llama_free(ctx)
     llama_cpp.llama_model_free(model)
     return np.array(rows), n
