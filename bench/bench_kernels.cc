@@ -167,7 +167,7 @@ int register_all() {
         b->Args({n_tokens, copies, 0, 0});
       // Llama-3.2-1B's FFN up (2048 -> 8192) and down (8192 -> 2048), 64 tokens (a prefill chunk): weights from
       // L3, activations from L2.
-      b->Args({64, 1, 2048, 8192})->Args({64, 1, 8192, 2048});
+      b->Args({64, 1, 2048, 8192})->Args({64, 1, 8192, 2048})->Args({8, 1, 2048, 8192})->Args({16, 1, 2048, 8192});
     }
     const std::string dr = std::string("delta_rule/") + isa_name(k->isa);
     benchmark::RegisterBenchmark(dr.c_str(), BM_DeltaRule, k)->Arg(0)->Arg(1);
