@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
+#include <set>
 
 #include "engine/engine.h"
 #include "engine/scheduler.h"
@@ -187,35 +189,50 @@ EngineConfig engine_cfg(VisionEncoder* enc, bool cache, int chunk, std::map<Requ
   return c;
 }
 
+// The same prompts through an engine with the prefix cache off and one with it on (256-token chunks): the same
+// ids and the same first rows of logits, bit for bit, and the encoder run once per distinct picture with it on.
+struct OffOn {
+  std::map<RequestId, std::vector<float>> l_off, l_on;  // first rows of logits, by request (the engines write them)
+  std::unique_ptr<Engine> off, on;
+  std::vector<Out> a, b;  // cache off, on
+  std::vector<float> first_on(int k) const { return std::next(l_on.begin(), k)->second; }
+  std::vector<float> first_off(int k) const { return std::next(l_off.begin(), k)->second; }
+};
+void run_off_on(const Pair& p, const std::vector<std::string>& imgs, OffOn* r) {
+  auto off = Engine::create(*p.lm, engine_cfg(p.enc.get(), false, 256, &r->l_off));
+  ASSERT_TRUE(off.is_ok()) << off.status().message();
+  r->off = std::move(*off);
+  r->a = run(*r->off, *p.enc, imgs, false);
+  auto on = Engine::create(*p.lm, engine_cfg(p.enc.get(), true, 256, &r->l_on));
+  ASSERT_TRUE(on.is_ok()) << on.status().message();
+  r->on = std::move(*on);
+  r->b = run(*r->on, *p.enc, imgs, false);
+  EXPECT_EQ(r->off->counters().images_encoded, static_cast<int64_t>(imgs.size()));
+  EXPECT_EQ(r->on->counters().images_encoded,
+            static_cast<int64_t>(std::set<std::string>(imgs.begin(), imgs.end()).size()));
+  for (size_t i = 0; i < imgs.size(); ++i) {
+    EXPECT_EQ(r->a[i].ids, r->b[i].ids) << i;
+    ASSERT_EQ(r->a[i].ids.size(), 6u);
+  }
+  ASSERT_EQ(r->l_off.size(), imgs.size());
+  ASSERT_EQ(r->l_on.size(), imgs.size());
+  for (int k = 0; k < static_cast<int>(imgs.size()); ++k) EXPECT_EQ(r->first_off(k), r->first_on(k)) << k;  // bitwise
+}
+
 TEST(EngineImages, TheSamePictureReusesItsCacheAndChangesNothing) {
   Pair p = load_pair();
   ASSERT_TRUE(p.lm && p.enc);
   EXPECT_EQ(p.enc->output_grid(112, 112).rows(), 16);
   const std::vector<std::string> imgs = {"rgb.png", "rgb.png", "rgb.jpg", "rgb.png"};
-  std::map<RequestId, std::vector<float>> l_off, l_on, l_chunk;
-  auto off = Engine::create(*p.lm, engine_cfg(p.enc.get(), false, 256, &l_off));
-  ASSERT_TRUE(off.is_ok());
-  const std::vector<Out> a = run(**off, *p.enc, imgs, false);
-  EXPECT_EQ((*off)->counters().images_encoded, 4);
-  auto on = Engine::create(*p.lm, engine_cfg(p.enc.get(), true, 256, &l_on));
-  ASSERT_TRUE(on.is_ok());
-  const std::vector<Out> b = run(**on, *p.enc, imgs, false);
+  OffOn r;
+  ASSERT_NO_FATAL_FAILURE(run_off_on(p, imgs, &r));
   // The second and fourth requests resume past the picture: the encoder ran for two pictures only.
-  EXPECT_EQ((*on)->counters().images_encoded, 2);
-  EXPECT_EQ(b[0].cached, 0);
-  EXPECT_EQ(b[1].cached, 32);
-  EXPECT_EQ(b[2].cached, 0);  // another picture at the same place: nothing past the first block is shared
-  EXPECT_EQ(b[3].cached, 32);
-  for (size_t i = 0; i < imgs.size(); ++i) {
-    EXPECT_EQ(a[i].ids, b[i].ids) << i;
-    ASSERT_EQ(a[i].ids.size(), 6u);
-  }
-  ASSERT_EQ(l_off.size(), 4u);
-  ASSERT_EQ(l_on.size(), 4u);
-  auto first = [](const std::map<RequestId, std::vector<float>>& m, int k) { return std::next(m.begin(), k)->second; };
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(first(l_off, k), first(l_on, k)) << k;  // bitwise
-  EXPECT_EQ(first(l_on, 0), first(l_on, 1));
-  EXPECT_NE(first(l_on, 0), first(l_on, 2));  // the picture is seen
+  EXPECT_EQ(r.b[0].cached, 0);
+  EXPECT_EQ(r.b[1].cached, 32);
+  EXPECT_EQ(r.b[2].cached, 0);  // another picture at the same place: nothing past the first block is shared
+  EXPECT_EQ(r.b[3].cached, 32);
+  EXPECT_EQ(r.first_on(0), r.first_on(1));
+  EXPECT_NE(r.first_on(0), r.first_on(2));  // the picture is seen
   // The model fed directly (one batch: the rows in place, two-way among them; what the logits test checks
   // against llama.cpp): the engine's row of logits, bitwise.
   {
@@ -237,21 +254,22 @@ TEST(EngineImages, TheSamePictureReusesItsCacheAndChangesNothing) {
     }
     std::vector<float> direct(static_cast<size_t>(mc.n_vocab));
     ASSERT_TRUE(p.lm->forward(fb, direct.data()).is_ok());
-    EXPECT_EQ(direct, first(l_off, 0));
+    EXPECT_EQ(direct, r.first_off(0));
   }
 
   // 8-token chunks (the 16 rows still run in one step) and another request in every batch: the same logits.
+  std::map<RequestId, std::vector<float>> l_chunk;
   auto chunked = Engine::create(*p.lm, engine_cfg(p.enc.get(), true, 8, &l_chunk));
   ASSERT_TRUE(chunked.is_ok());
   const std::vector<Out> c = run(**chunked, *p.enc, imgs, true, {3, 5, 8, 13, 21, 34, 55, 89, 144 % 256});
-  for (size_t i = 0; i < imgs.size(); ++i) EXPECT_EQ(c[i].ids, a[i].ids) << i;
+  for (size_t i = 0; i < imgs.size(); ++i) EXPECT_EQ(c[i].ids, r.a[i].ids) << i;
   std::vector<std::vector<float>> mine;  // the image requests' first rows (every other id is the extra request)
   for (const auto& [id, row] : l_chunk)
     if (id % 2 == 1) mine.push_back(row);
   ASSERT_EQ(mine.size(), 4u);
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(mine[static_cast<size_t>(k)], first(l_off, k)) << k;
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(mine[static_cast<size_t>(k)], r.first_off(k)) << k;
   EXPECT_EQ((*chunked)->check(), "");
-  EXPECT_EQ((*on)->check(), "");
+  EXPECT_EQ(r.on->check(), "");
 }
 
 // Qwen3-VL: rows placed by M-RoPE (time at the image's start, height and width shifted by the grid; the text
@@ -264,26 +282,11 @@ TEST(EngineImages, QwenVlRowsTakeTheirGridPositionsAndReuseTheCache) {
   ASSERT_EQ(im.grid.x, 10);
   ASSERT_EQ(im.grid.y, 7);
   const std::vector<std::string> imgs = {"rgb.png", "rgb.png", "rgb.jpg", "rgb.png"};
-  std::map<RequestId, std::vector<float>> l_off, l_on;
-  auto off = Engine::create(*p.lm, engine_cfg(p.enc.get(), false, 256, &l_off));
-  ASSERT_TRUE(off.is_ok()) << off.status().message();
-  const std::vector<Out> a = run(**off, *p.enc, imgs, false);
-  auto on = Engine::create(*p.lm, engine_cfg(p.enc.get(), true, 256, &l_on));
-  ASSERT_TRUE(on.is_ok());
-  const std::vector<Out> b = run(**on, *p.enc, imgs, false);
-  EXPECT_EQ((*off)->counters().images_encoded, 4);
-  EXPECT_EQ((*on)->counters().images_encoded, 2);
-  EXPECT_EQ(b[1].cached, 80);  // 3 + 70 + 20 prompt tokens: the whole blocks past the picture
-  EXPECT_EQ(b[3].cached, 80);
-  for (size_t i = 0; i < imgs.size(); ++i) {
-    EXPECT_EQ(a[i].ids, b[i].ids) << i;
-    ASSERT_EQ(a[i].ids.size(), 6u);
-  }
-  ASSERT_EQ(l_off.size(), 4u);
-  ASSERT_EQ(l_on.size(), 4u);
-  auto first = [](const std::map<RequestId, std::vector<float>>& m, int k) { return std::next(m.begin(), k)->second; };
-  for (int k = 0; k < 4; ++k) EXPECT_EQ(first(l_off, k), first(l_on, k)) << k;
-  EXPECT_NE(first(l_on, 0), first(l_on, 2));
+  OffOn r;
+  ASSERT_NO_FATAL_FAILURE(run_off_on(p, imgs, &r));
+  EXPECT_EQ(r.b[1].cached, 80);  // 3 + 70 + 20 prompt tokens: the whole blocks past the picture
+  EXPECT_EQ(r.b[3].cached, 80);
+  EXPECT_NE(r.first_on(0), r.first_on(2));
 
   // The model fed directly with positions written out here: the engine's row of logits, bitwise.
   const ModelConfig& mc = p.lm->config();
@@ -307,11 +310,11 @@ TEST(EngineImages, QwenVlRowsTakeTheirGridPositionsAndReuseTheCache) {
   }
   std::vector<float> direct(static_cast<size_t>(mc.n_vocab));
   ASSERT_TRUE(p.lm->forward(fb, direct.data()).is_ok());
-  EXPECT_EQ(direct, first(l_off, 0));
+  EXPECT_EQ(direct, r.first_off(0));
   fb.rope_pos.clear();  // as plain positions: another answer
   ASSERT_TRUE(p.lm->forward(fb, direct.data()).is_ok());
-  EXPECT_NE(direct, first(l_off, 0));
-  EXPECT_EQ((*on)->check(), "");
+  EXPECT_NE(direct, r.first_off(0));
+  EXPECT_EQ(r.on->check(), "");
 }
 
 TEST(EngineImages, RefusesImagesItCannotPlace) {
