@@ -53,10 +53,12 @@ Status VisionEncoder::encode_qwen3vl(const EncoderInput& in, float* out) {
   // column times the same frequency.
   const int64_t q = hd / 4;
   std::vector<float> cos_sin(static_cast<size_t>(T * hd));
+  std::vector<double> freq(static_cast<size_t>(q));
+  for (int64_t i = 0; i < q; ++i)
+    freq[static_cast<size_t>(i)] = std::pow(10000.0, -4.0 * static_cast<double>(i) / static_cast<double>(hd));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < 2 * q; ++i) {
-      const double freq = std::pow(10000.0, -4.0 * static_cast<double>(i % q) / static_cast<double>(hd));
-      const double a = (i < q ? ys[t] : xs[t]) * freq;
+      const double a = (i < q ? ys[t] : xs[t]) * freq[static_cast<size_t>(i % q)];
       cos_sin[t * hd + 2 * i] = static_cast<float>(std::cos(a));
       cos_sin[t * hd + 2 * i + 1] = static_cast<float>(std::sin(a));
     }
