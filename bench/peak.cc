@@ -89,13 +89,13 @@ Loop loop_for(PeakKind kind, Isa isa) {
   return {nullptr, 0};
 }
 
-}  // namespace
-
 double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
+
+}  // namespace
 
 // Each thread's rate over its own CPU time, summed: the machine is shared, and time a thread spends descheduled
 // is not the core's arithmetic (wall time halved it here while other jobs ran).
@@ -124,8 +124,9 @@ double peak_macs(PeakKind kind, Isa isa, int threads, int reps) {
 }
 
 PeakKind peak_kind_of(DType t, Isa isa) {
-  if (!packed_is_float(t)) return t == DType::kF32 ? PeakKind::kF32 : PeakKind::kInt8;
-  return isa == Isa::kAvx512Bf16 || isa == Isa::kAmx ? PeakKind::kBf16 : PeakKind::kF32;
+  if (packed_is_float(t)) return isa == Isa::kAvx512Bf16 || isa == Isa::kAmx ? PeakKind::kBf16 : PeakKind::kF32;
+  // Block types without a packed layout are dequantized to f32 and multiplied by f32 FMA.
+  return packable(t) ? PeakKind::kInt8 : PeakKind::kF32;
 }
 
 }  // namespace cachet::bench
