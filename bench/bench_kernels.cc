@@ -62,7 +62,8 @@ void BM_Gemm(benchmark::State& st, const Kernels* k) {
 // The integer path: one thread, a K = 576 x N = 1536 weight (1536 x 576 for the K-quants, whose rows are
 // 256-element super-blocks) packed in 16-row groups, n_tokens activation rows; with a second argument C > 1,
 // C copies of it walked in turn (C = 64: 40-60 MB, from memory, as a decode or a speculative verify reads);
-// third and fourth arguments, when given, K and N instead. Reports integer multiply-adds per second (K * N * n_tokens per call).
+// third and fourth arguments, when given, K and N instead. Reports integer multiply-adds per second
+// (K * N * n_tokens per call).
 void BM_PackedDot(benchmark::State& st, const Kernels* k, DType t) {
   const bool kq = traits(t).block_size == 256;
   const int64_t K = st.range(2) ? st.range(2) : kq ? 1536 : 576, N = st.range(3) ? st.range(3) : kq ? 576 : 1536;
@@ -166,7 +167,7 @@ int register_all() {
                                       {5, 64}, {6, 64}, {8, 64}, {9, 64}, {64, 64}})
         b->Args({n_tokens, copies, 0, 0});
       // Llama-3.2-1B's FFN up (2048 -> 8192) and down (8192 -> 2048), 64 tokens (a prefill chunk): weights from
-      // L3, activations from L2.
+      // L3, activations from L2; the up projection also with 8 and 16 tokens (one and two walks of a group).
       b->Args({64, 1, 2048, 8192})->Args({64, 1, 8192, 2048})->Args({8, 1, 2048, 8192})->Args({16, 1, 2048, 8192});
     }
     const std::string dr = std::string("delta_rule/") + isa_name(k->isa);
