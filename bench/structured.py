@@ -87,7 +87,9 @@ def main():
         for rep in range(a.reps + 1):  # the first round warms up (and compiles every schema once)
             for name, (_, p) in servers.items():
                 for clients in (1, 16):
-                    for kind in ("free", "constrained"):
+                    # Which kind runs first alternates with the round, so a drift of the host's speed within a
+                    # round does not lean on one side of the ratio.
+                    for kind in (("free", "constrained") if rep % 2 else ("constrained", "free")):
                         rate = measure(p, schemas, clients, kind == "constrained", a.max_tokens)
                         if rep > 0:
                             res[(name, clients, kind)].append(rate)

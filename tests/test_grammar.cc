@@ -52,6 +52,11 @@ TEST(SchemaCheck, RefusesWhatWouldNotBeEnforcedByName) {
   EXPECT_NE(refusal(R"({"$ref": "#/$defs/missing"})").find("points nowhere"), std::string::npos);
   EXPECT_NE(refusal(R"({"type": "string", "format": "credit-card"})").find("credit-card"), std::string::npos);
   EXPECT_NE(refusal(R"({"type": "strnig"})").find("strnig"), std::string::npos);
+  // The grammar takes the pattern or the format; a length beside either would be dropped.
+  EXPECT_NE(refusal(R"({"type": "object", "properties": {"z": {"type": "string", "pattern": "^[0-9]+$",
+      "maxLength": 5}}})").find("#/properties/z/maxLength"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type": "string", "format": "email", "minLength": 3})").find("minLength"), std::string::npos);
+  EXPECT_EQ(refusal(R"({"type": "string", "format": "email", "minLength": 0})"), "");
   EXPECT_NE(refusal("[1, 2]").find("object or a boolean"), std::string::npos);
   EXPECT_NE(refusal("{").find("not valid JSON"), std::string::npos);
   // Annotations and everything enforced pass.

@@ -11,6 +11,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/output_parser.h"
+#include "chat/python_literal.h"
 #include "io/gguf.h"
 #include "chat/tool_format.h"
 
@@ -275,6 +276,51 @@ TEST(OutputParser, NemotronToolcallArray) {
   EXPECT_EQ(std::get<2>(p.calls[1]), R"({"days": 2})");
 }
 
+// LFM2 / LFM2.5: a Python list of calls; strings in either quote with Python's escapes, Python's and JSON's
+// literals, nested values, a string spelling the close marker, text before the calls.
+TEST(OutputParser, PythonicCallList) {
+  const Parsed p = parse_every_way(
+      fmt(ToolSyntax::kPythonic), true, false, kTools,
+      "<think>two</think>Looking.<|tool_call_start|>[get_weather(city='Rio \\'x\\' \\u00e9', days=-2.5e1, "
+      "unit=\"c\"), search(q=\"]<|tool_call_end|>\"), get_weather(days=True), search(q=None, x=[1, {'a': (2, 3)}]), "
+      "get_weather()]<|tool_call_end|>Done.");
+  EXPECT_EQ(p.reasoning, "two");
+  EXPECT_EQ(p.content, "Looking.Done.");
+  ASSERT_EQ(p.calls.size(), 5u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "get_weather");
+  EXPECT_EQ(std::get<2>(p.calls[0]), "{\"city\": \"Rio 'x' \u00e9\", \"days\": -25.0, \"unit\": \"c\"}");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"q": "]<|tool_call_end|>"})");
+  EXPECT_EQ(std::get<2>(p.calls[2]), R"({"days": true})");
+  EXPECT_EQ(std::get<2>(p.calls[3]), R"({"q": null, "x": [1,{"a":[2,3]}]})");
+  EXPECT_EQ(std::get<2>(p.calls[4]), "{}");
+  // Cut short inside a call: the call as far as it went, nothing shown as content.
+  const Parsed cut = parse_every_way(fmt(ToolSyntax::kPythonic), false, false, kTools,
+                                     "<|tool_call_start|>[search(q='a'), get_weather(city='Ro");
+  ASSERT_EQ(cut.calls.size(), 2u);
+  EXPECT_EQ(std::get<2>(cut.calls[0]), R"({"q": "a"})");
+  EXPECT_EQ(std::get<2>(cut.calls[1]), "{}");
+  EXPECT_EQ(cut.content, "");
+}
+
+TEST(PythonLiteral, ReadsWhatPythonWritesAndSaysWhenItNeedsMore) {
+  auto read = [](std::string_view s) {
+    nlohmann::ordered_json v;
+    size_t end = 0;
+    const LiteralRead r = read_python_literal(s, 0, &v, &end);
+    return std::make_tuple(r, r == LiteralRead::kDone ? v.dump() : std::string(), end);
+  };
+  EXPECT_EQ(read("'a\\nb' x"), std::make_tuple(LiteralRead::kDone, std::string(R"("a\nb")"), size_t{6}));
+  EXPECT_EQ(std::get<1>(read("\"\\U0001F600\\ud83d\\ude00\\x41\\q\",")), "\"\U0001F600\U0001F600A\\\\q\"");
+  EXPECT_EQ(std::get<1>(read("{'k': [1, 2.0, None, False,], 3: true})")), R"({"k":[1,2.0,null,false],"3":true})");
+  EXPECT_EQ(std::get<1>(read("123456789012345678901234567890)")), "1.2345678901234568e+29");
+  for (const char* more : {"12", "'ab", "[1, 2", "Tru", "None", "{'a'", "'\\u00"})
+    EXPECT_EQ(std::get<0>(read(more)), LiteralRead::kMore) << more;
+  for (const char* bad : {"abc", "Nonesuch)", "'a\nb'", "{[1]: 2}", "[1 2]", "-)", "'\\ud800x'"})
+    EXPECT_EQ(std::get<0>(read(bad)), LiteralRead::kBad) << bad;
+  EXPECT_EQ(python_call_text("f", nlohmann::ordered_json::parse(R"({"a": "x\"y", "b": [true, null], "c": 1.5})")),
+            R"(f(a="x\"y", b=[true,null], c=1.5))");
+}
+
 TEST(OutputParser, ArgumentsStreamBeforeTheCallCloses) {
   ChatOutputParser p(fmt(ToolSyntax::kHermes), false, false, kTools, "c");
   OutputDelta d = p.push("<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"lo");
@@ -409,6 +455,10 @@ TEST(ToolFormat, DetectsEachFamilyFromItsTemplate) {
   EXPECT_EQ(detect_chat_format("<tool_call>{{ n }}<arg_key>{{ k }}</arg_key>").tools, ToolSyntax::kGlm);
   EXPECT_EQ(detect_chat_format("<|tool_calls_section_begin|>{{ tools }}").tools, ToolSyntax::kKimi);
   EXPECT_EQ(detect_chat_format("{{ tools }}<TOOLCALL>[").tools, ToolSyntax::kNemotron);
+  const ChatFormat lfm2 = detect_chat_format("{{ tools }}List of tools: <|tool_list_start|>[");
+  EXPECT_EQ(lfm2.tools, ToolSyntax::kPythonic);
+  EXPECT_TRUE(lfm2.calls_in_content);
+  EXPECT_FALSE(detect_chat_format("List of tools: [{{ tools }}{{ message.tool_calls }}").calls_in_content);
   const ChatFormat m = detect_chat_format("[TOOL_CALLS]{{ n }}[CALL_ID]{{ i }}[ARGS]{{ a }}[THINK]x[/THINK]");
   EXPECT_EQ(m.tools, ToolSyntax::kMistralArgs);
   EXPECT_TRUE(m.call_ids);

@@ -54,6 +54,8 @@ const Family kFamilies[] = {
     {"unsloth-mistral-Devstral-Small-2507", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
     {"mistralai-Ministral-3-14B-Reasoning-2512", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
     {"Mistral-Small-3.2-24B-Instruct-2506", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
+    {"LFM2-8B-A1B", ToolSyntax::kPythonic, "<|im_end|>", "call_0", "call_1"},  // past calls: ours, in the content
+    {"LFM2.5-8B-A1B", ToolSyntax::kPythonic, "<|im_end|>", "call_0", "call_1"},
 };
 
 TEST(ToolTemplates, EachFamilysOwnRenderingParsesBackAndFitsItsGrammar) {
@@ -84,6 +86,7 @@ TEST(ToolTemplates, EachFamilysOwnRenderingParsesBackAndFitsItsGrammar) {
     auto prompt = render_chat_template(src, ti);
     ASSERT_TRUE(prompt.is_ok()) << prompt.status().message();
     ti.messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}});
+    if (f.calls_in_content) ti.messages = calls_into_content(ti.messages, f);
     ti.add_generation_prompt = false;
     auto whole = render_chat_template(src, ti);
     ASSERT_TRUE(whole.is_ok()) << whole.status().message();
@@ -138,6 +141,101 @@ TEST(ToolTemplates, EachFamilysOwnRenderingParsesBackAndFitsItsGrammar) {
     EXPECT_TRUE(all) << "refused after: " << walked << "\nof: " << text;
     EXPECT_TRUE(all && m->completed()) << text;
   }
+}
+
+// The XML families write a string parameter between tags with whitespace around it. A length bound must hold for
+// the value the call returns: every text the required-call grammar admits parses to a city of 2..8 characters,
+// the longest fits, one more does not (before, whitespace inside the bound came back as part of the value).
+TEST(ToolTemplates, XmlFamiliesBoundStringsAsTheCallReturnsThem) {
+  auto vocab = GgufFile::open(testing::shared_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
+  ASSERT_TRUE(vocab.is_ok());
+  auto tok = Tokenizer::from_gguf(**vocab);
+  ASSERT_TRUE(tok.is_ok());
+  GrammarCompiler gc(**tok, {50256}, (*tok)->n_vocab());
+  const std::vector<ToolSpec> specs = {{"get_weather", ojson::parse(R"({"type": "object", "properties": {
+      "city": {"type": "string", "minLength": 2, "maxLength": 8}}, "required": ["city"]})")}};
+  struct Case {
+    const char* file;
+    std::string before, after;  // around the value
+  };
+  const Case cases[] = {
+      {"Qwen3.5-4B", "<tool_call>\n<function=get_weather>\n<parameter=city>\n",
+       "\n</parameter>\n</function>\n</tool_call>"},
+      {"GLM-4.7-Flash", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>", "</arg_value></tool_call>"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    std::ifstream in(templates_dir() + c.file + ".jinja");
+    ASSERT_TRUE(in.good()) << templates_dir() << c.file;
+    const ChatFormat f = detect_chat_format(std::string(std::istreambuf_iterator<char>(in), {}));
+    OutputShape sh;
+    sh.format = f;
+    sh.tools = specs;
+    sh.choice = ToolChoice::kRequired;
+    auto g = gc.structural_tag(*structural_tag_for(sh));
+    ASSERT_TRUE(g.is_ok()) << g.status().message();
+    auto admits = [&](const std::string& text) {
+      auto m = (*g)->matcher();
+      for (int32_t id : (*tok)->encode(text, false, false))
+        if (!m->accept(id)) return false;
+      return m->completed();
+    };
+    int admitted = 0;
+    for (const std::string v : {"Amsterdam", "New York", "Oslo", "Oslo\n  ", "  Oslo", "Lisbon\n \n", " a ", "a",
+                                "ab", "Rome \n\t", "\n\nParis\n\n", "Paris is nice"}) {
+      const std::string text = c.before + v + c.after;
+      if (!admits(text)) continue;
+      ++admitted;
+      ChatOutputParser p(f, false, false, specs, "call_");
+      OutputDelta d = p.push(text);
+      d.append(p.finish());
+      std::string args;
+      for (const ToolCallDelta& call : d.calls) args += call.arguments;
+      const std::string city = ojson::parse(args).value("city", "");
+      EXPECT_GE(city.size(), 2u) << "admitted " << ojson(v).dump() << " as " << args;
+      EXPECT_LE(city.size(), 8u) << "admitted " << ojson(v).dump() << " as " << args;
+    }
+    EXPECT_TRUE(admits(c.before + "New York" + c.after));
+    EXPECT_FALSE(admits(c.before + "Amsterdam" + c.after));
+    EXPECT_GE(admitted, 5);
+  }
+}
+
+// LFM2's Python-style calls: keyword arguments valid against the schema, required ones first, optional ones in
+// the schema's order, any of them first when none is required; LFM2.5's single quotes and True / False too.
+TEST(ToolTemplates, PythonicCallsFollowTheSchema) {
+  auto vocab = GgufFile::open(testing::shared_dir() + "/vocab/ggml-vocab-gpt-2.gguf");
+  ASSERT_TRUE(vocab.is_ok());
+  auto tok = Tokenizer::from_gguf(**vocab);
+  ASSERT_TRUE(tok.is_ok());
+  GrammarCompiler gc(**tok, {50256}, (*tok)->n_vocab());
+  OutputShape sh;
+  sh.format = detect_chat_format("List of tools: <|tool_list_start|>[{{ tools }}]<|tool_list_end|>");
+  ASSERT_EQ(sh.format.tools, ToolSyntax::kPythonic);
+  sh.tools = {{"get_weather", ojson::parse(R"({"type": "object", "properties": {"city": {"type": "string"},
+                  "days": {"type": "integer", "minimum": 1}, "unit": {"enum": ["c", "f"]},
+                  "exact": {"type": "boolean"}}})")},
+              {"book", ojson::parse(R"({"type": "object", "properties": {"when": {"$ref": "#/$defs/t"},
+                  "who": {"type": "string", "maxLength": 4}}, "required": ["who"],
+                  "$defs": {"t": {"type": "string", "enum": ["am", "pm"]}}})")}};
+  sh.choice = ToolChoice::kRequired;
+  auto g = gc.structural_tag(*structural_tag_for(sh));
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  auto admits = [&](const std::string& calls) {
+    auto m = (*g)->matcher();
+    for (int32_t id : (*tok)->encode("<|tool_call_start|>[" + calls + "]<|tool_call_end|>", false, false))
+      if (!m->accept(id)) return false;
+    return m->completed();
+  };
+  for (const char* ok : {"get_weather()", "get_weather(days=2, unit=\"c\")", "get_weather(unit=\"f\")",
+                         "get_weather(city='Oslo', exact=True)", "get_weather(city=\"Oslo\", exact=false)",
+                         "book(who=\"Ann\")", "book(who=\"Ann\", when=\"pm\")", "get_weather(), book(who=\"Bo\")"})
+    EXPECT_TRUE(admits(ok)) << ok;
+  for (const char* bad : {"get_weather(unit=\"x\")", "get_weather(days=0)", "get_weather(days=\"2\")",
+                          "get_weather(unit=\"c\", days=2)", "book()", "book(when=\"pm\", who=\"Ann\")",
+                          "book(who=\"Annie\")", "book(who='Annie')", "book(who=\"A\", when=\"noon\")", "nope()",
+                          "get_weather(exact=Yes)"})
+    EXPECT_FALSE(admits(bad)) << bad;
 }
 
 }  // namespace

@@ -74,8 +74,9 @@ std::string typed_value(const ToolSpec* spec, const std::string& key, std::strin
       }
       if (ps.contains("const")) enum_strings = ps["const"].is_string();
       as_string = t == "string" || enum_strings;
+      // A bounded string is read trimmed: the XML families' grammar bounds it without its surrounding whitespace.
       free_string = t == "string" && !ps.contains("enum") && !ps.contains("const") && !ps.contains("pattern") &&
-                    !ps.contains("format");
+                    !ps.contains("format") && !ps.contains("minLength") && !ps.contains("maxLength");
     }
   }
   if (free_string) {
@@ -299,6 +300,7 @@ bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
     }
     case ToolSyntax::kHarmony: return scan_harmony_call(out, at_end);
     case ToolSyntax::kGemma4: return scan_gemma4_call(out, at_end);
+    case ToolSyntax::kPythonic: return scan_python_calls(out, at_end);
     default: return scan_json_calls(out, at_end);
   }
 }

@@ -1,5 +1,9 @@
 #include "chat/tool_format.h"
 
+#include <set>
+
+#include "chat/python_literal.h"
+
 namespace cachet {
 
 using json = nlohmann::ordered_json;  // schemas keep their property order
@@ -22,6 +26,7 @@ const char* tool_syntax_name(ToolSyntax s) {
     case ToolSyntax::kNemotron: return "nemotron";
     case ToolSyntax::kHarmony: return "harmony";
     case ToolSyntax::kGemma4: return "gemma4";
+    case ToolSyntax::kPythonic: return "pythonic";
     case ToolSyntax::kGeneric: return "generic";
   }
   return "generic";
@@ -38,6 +43,8 @@ const char* kDsCallsEnd = "<｜tool▁calls▁end｜>";
 const char* kHarmonyCall = "<|channel|>commentary to=functions.";
 const char* kKimiSectionBegin = "<|tool_calls_section_begin|>";
 const char* kKimiSectionEnd = "<|tool_calls_section_end|>";
+const char* kPyCallsBegin = "<|tool_call_start|>[";
+const char* kPyCallsEnd = "]<|tool_call_end|>";
 }  // namespace
 
 ChatFormat detect_chat_format(const std::string& t) {
@@ -61,7 +68,9 @@ ChatFormat detect_chat_format(const std::string& t) {
         has(t, "tool_responses") && !has(t, "['role'] != 'tool'") && !has(t, "['role'] == 'tool'");
     return f;
   }
-  if (has(t, "<function=") && has(t, "<parameter=")) f.tools = ToolSyntax::kQwenXml;
+  // LFM2 lists the tools between <|tool_list_start|> and <|tool_list_end|>, LFM2.5 after a bare "List of tools: [".
+  if (has(t, "<|tool_list_start|>") || has(t, "List of tools: [")) f.tools = ToolSyntax::kPythonic;
+  else if (has(t, "<function=") && has(t, "<parameter=")) f.tools = ToolSyntax::kQwenXml;
   else if (has(t, "<tool_call>") && has(t, "<arg_key>")) f.tools = ToolSyntax::kGlm;
   else if (has(t, "<tool_call>")) f.tools = ToolSyntax::kHermes;
   else if (has(t, kKimiSectionBegin)) f.tools = ToolSyntax::kKimi;
@@ -75,6 +84,7 @@ ChatFormat detect_chat_format(const std::string& t) {
   else f.tools = ToolSyntax::kGeneric;
   if (f.tools == ToolSyntax::kGeneric) f.template_renders_tools = false;
   f.call_ids = f.tools == ToolSyntax::kMistralArgs && has(t, "[CALL_ID]");
+  f.calls_in_content = f.tools == ToolSyntax::kPythonic && !has(t, "tool_calls");
   // Mistral's calls follow each other directly; GLM-4.5 / 4.6 put a newline before each, GLM-4.7 nothing.
   if (f.tools == ToolSyntax::kMistralArgs || (f.tools == ToolSyntax::kGlm && !has(t, "'\\n<tool_call>'")))
     f.call_separator.clear();
@@ -131,8 +141,33 @@ json results_into_calling_turn(const json& messages) {
   return out;
 }
 
+json calls_into_content(const json& messages, const ChatFormat& format) {
+  json out = json::array();
+  for (const json& m : messages) {
+    if (m.value("role", "") != "assistant" || !m.contains("tool_calls") || !m["tool_calls"].is_array() ||
+        m["tool_calls"].empty() || format.tools != ToolSyntax::kPythonic) {
+      out.push_back(m);
+      continue;
+    }
+    std::string calls;
+    for (const json& c : m["tool_calls"]) {
+      const json& f = c.contains("function") ? c["function"] : c;
+      json args = f.contains("arguments") ? f["arguments"] : json::object();
+      if (args.is_string()) args = json::parse(args.get<std::string>(), nullptr, false);
+      calls += (calls.empty() ? "" : ", ") + python_call_text(f.value("name", ""), args);
+    }
+    json turn = m;
+    turn.erase("tool_calls");
+    const std::string text = m.contains("content") && m["content"].is_string() ? m["content"].get<std::string>() : "";
+    turn["content"] = text + kPyCallsBegin + calls + kPyCallsEnd;
+    out.push_back(std::move(turn));
+  }
+  return out;
+}
+
 CallMarkers call_markers(ToolSyntax s) {
   switch (s) {
+    case ToolSyntax::kPythonic: return {{"<|tool_call_start|>"}, "<|tool_call_end|>"};
     case ToolSyntax::kHermes:
     case ToolSyntax::kQwenXml:
     case ToolSyntax::kGeneric: return {{"<tool_call>"}, "</tool_call>"};
@@ -160,6 +195,8 @@ std::optional<CallSection> call_section(ToolSyntax s) {
                          "<|tool_call_end|>", ""};
     case ToolSyntax::kNemotron:  // a JSON array of calls (parsed as JSON; no per-call markers)
       return CallSection{"<TOOLCALL>[", "]</TOOLCALL>", "", "", "", ", "};
+    case ToolSyntax::kPythonic:  // a Python list of calls (parsed as Python; no per-call markers)
+      return CallSection{kPyCallsBegin, kPyCallsEnd, "", "", "", ", "};
     default: return std::nullopt;
   }
 }
@@ -170,9 +207,95 @@ json schema_of(const ToolSpec& t) {
   return t.parameters.is_object() && !t.parameters.empty() ? t.parameters : json{{"type", "object"}};
 }
 
+// A string of lo..hi characters (hi < 0: unbounded) whose first and last characters are not whitespace.
+std::string trimmed_string_pattern(int64_t lo, int64_t hi) {
+  if (hi == 1) return lo == 0 ? "^(\\S)?$" : "^\\S$";
+  const std::string mid_hi = hi < 0 ? "" : std::to_string(hi - 2);
+  if (lo >= 2) return "^\\S[\\s\\S]{" + std::to_string(lo - 2) + "," + mid_hi + "}\\S$";
+  const std::string two_up = "\\S([\\s\\S]{0," + mid_hi + "}\\S)?";
+  return lo == 0 ? "^(" + two_up + ")?$" : "^" + two_up + "$";
+}
+
+// The XML styles (XGrammar's qwen_xml, glm_xml) allow whitespace around a parameter's value and count a length
+// bound on the text between the tags, whitespace and all, so a value of 40 characters could come back as 44. The
+// parser reads a bounded string trimmed; here each bounded string parameter becomes a pattern of its min..max
+// characters that starts and ends with a non-space, so the bound counts exactly what the call returns.
+void trim_bounded_string(json& p) {
+  if (!p.is_object()) return;
+  for (const char* k : {"anyOf", "oneOf"})
+    if (p.contains(k) && p[k].is_array())
+      for (json& branch : p[k]) trim_bounded_string(branch);
+  const bool bounded = p.contains("minLength") || p.contains("maxLength");
+  if (!bounded || p.value("type", json()) != "string" || p.contains("pattern") || p.contains("format") ||
+      p.contains("enum") || p.contains("const"))
+    return;
+  const int64_t lo = p.value("minLength", int64_t{0}), hi = p.value("maxLength", int64_t{-1});
+  if (hi == 0 || (hi > 0 && lo > hi)) return;  // only whitespace, read as ""; or nothing fits anyway
+  p["pattern"] = trimmed_string_pattern(lo, hi);
+  p.erase("minLength");
+  p.erase("maxLength");
+}
+
+json xml_bounded_strings(json schema) {
+  if (schema.contains("properties") && schema["properties"].is_object())
+    for (auto& [name, p] : schema["properties"].items()) trim_bounded_string(p);
+  return schema;
+}
+
+// name(k=v, ...): the required arguments first, in the schema's order, then each optional one or not (with no
+// required one, any optional one may come first). A value is its property's JSON (JSON's strings, numbers, arrays
+// and objects are Python literals; true / false / null LFM2 reads as well); a free string may also be
+// single-quoted and a boolean True / False, as LFM2.5's template writes them.
+json python_call_tag(const ToolSpec& t) {
+  const json schema = schema_of(t);
+  json defs = json::object();
+  for (const char* k : {"$defs", "definitions"})
+    if (schema.contains(k)) defs[k] = schema[k];
+  const json props = schema.contains("properties") && schema["properties"].is_object() ? schema["properties"]
+                                                                                         : json::object();
+  std::set<std::string> required;
+  if (schema.contains("required") && schema["required"].is_array())
+    for (const json& r : schema["required"]) required.insert(r.get<std::string>());
+  auto arg = [&](const std::string& key, bool first) {
+    json ps = props[key];
+    if (ps.is_object())
+      for (auto& [k, v] : defs.items()) ps[k] = v;  // local references resolve inside the property's schema
+    json alts = json::array({json_schema_format(ps)});
+    const json type = ps.is_object() ? ps.value("type", json()) : json();
+    const bool free_string = type == "string" && !ps.contains("enum") && !ps.contains("const") &&
+                             !ps.contains("pattern") && !ps.contains("format") && !ps.contains("minLength") &&
+                             !ps.contains("maxLength");
+    if (free_string) alts.push_back({{"type", "regex"}, {"pattern", R"('([^'\\\n]|\\[^\n])*')"}});
+    if (type == "boolean")
+      for (const char* b : {"True", "False"}) alts.push_back({{"type", "const_string"}, {"value", b}});
+    const json value = alts.size() == 1 ? alts[0] : json{{"type", "or"}, {"elements", alts}};
+    return json{{"type", "sequence"}, {"elements", json::array({
+        json{{"type", "const_string"}, {"value", (first ? "" : ", ") + key + "="}}, value})}};
+  };
+  std::vector<std::string> req, opt;
+  for (auto& [k, v] : props.items()) (required.count(k) ? req : opt).push_back(k);
+  json elems = json::array();
+  for (size_t i = 0; i < req.size(); ++i) elems.push_back(arg(req[i], i == 0));
+  if (!req.empty()) {
+    for (const std::string& k : opt) elems.push_back({{"type", "optional"}, {"content", arg(k, false)}});
+  } else if (!opt.empty()) {
+    json firsts = json::array();
+    for (size_t i = 0; i < opt.size(); ++i) {
+      json seq = json::array({arg(opt[i], true)});
+      for (size_t j = i + 1; j < opt.size(); ++j) seq.push_back({{"type", "optional"}, {"content", arg(opt[j], false)}});
+      firsts.push_back({{"type", "sequence"}, {"elements", seq}});
+    }
+    elems.push_back({{"type", "optional"}, {"content", {{"type", "or"}, {"elements", firsts}}}});
+  }
+  const json content = elems.empty() ? json{{"type", "const_string"}, {"value", ""}}
+                                     : json{{"type", "sequence"}, {"elements", elems}};
+  return {{"type", "tag"}, {"begin", t.name + "("}, {"content", content}, {"end", ")"}};
+}
+
 // One call's tag in the family's text (begin, arguments, end).
 json call_tag(const ChatFormat& f, const ToolSpec& t) {
-  json args = json_schema_format(schema_of(t));
+  const bool xml = f.tools == ToolSyntax::kQwenXml || f.tools == ToolSyntax::kGlm;
+  json args = json_schema_format(xml ? xml_bounded_strings(schema_of(t)) : schema_of(t));
   switch (f.tools) {
     case ToolSyntax::kMistralArgs:
       if (f.call_ids)
@@ -217,6 +340,7 @@ json call_tag(const ChatFormat& f, const ToolSpec& t) {
     case ToolSyntax::kGemma4:  // XGrammar's "gemma" style: {key:<|"|>text<|"|>,n:5} at every level
       args["style"] = "gemma";
       return {{"type", "tag"}, {"begin", "<|tool_call>call:" + t.name}, {"content", args}, {"end", "<tool_call|>"}};
+    case ToolSyntax::kPythonic: return python_call_tag(t);
     case ToolSyntax::kHermes:
     case ToolSyntax::kGeneric:
       break;
@@ -237,6 +361,7 @@ std::string trigger(ToolSyntax s) {
     case ToolSyntax::kNemotron: return "<TOOLCALL>";
     case ToolSyntax::kHarmony: return kHarmonyCall;
     case ToolSyntax::kGemma4: return "<|tool_call>";
+    case ToolSyntax::kPythonic: return "<|tool_call_start|>";
     default: return "<tool_call>";
   }
 }

@@ -24,6 +24,9 @@
 //             <|message|>...; the framing never reaches the content)
 //   gemma4    <|tool_call>call:f{key:<|"|>text<|"|>,n:5,o:{...}}<tool_call|>                 Gemma 4
 //             (unquoted keys, strings between <|"|>; reasoning: <|channel>thought\n...<channel|>)
+//   pythonic  <|tool_call_start|>[f(city="Paris", days=3), g()]<|tool_call_end|>                   LFM2, LFM2.5
+//             (Python literals, or JSON's true / false / null; templates that render no past calls get them
+//             written into the assistant's content in this form)
 //   generic   a template that knows no tools: the tools are described in a system message and calls are
 //             asked for (and constrained) in the hermes form.
 #pragma once
@@ -42,7 +45,8 @@ namespace cachet {
 nlohmann::ordered_json json_schema_format(const nlohmann::ordered_json& schema);
 
 enum class ToolSyntax {
-  kHermes, kQwenXml, kLlama3, kMistral, kMistralArgs, kDeepSeek, kDeepSeekV31, kGlm, kKimi, kNemotron, kHarmony, kGemma4, kGeneric
+  kHermes, kQwenXml, kLlama3, kMistral, kMistralArgs, kDeepSeek, kDeepSeekV31, kGlm, kKimi, kNemotron, kHarmony, kGemma4, kPythonic,
+  kGeneric
 };
 
 const char* tool_syntax_name(ToolSyntax s);
@@ -57,6 +61,8 @@ struct ChatFormat {
   std::string call_separator = "\n";    // what the template writes between two calls (outside a section)
   bool call_ids = false;                // the model writes each call's id (Mistral Small 3.2's [CALL_ID])
   bool always_reasons = false;          // the model writes its reasoning whatever is asked (harmony's analysis)
+  bool calls_in_content = false;       // the template renders no past calls (LFM2's first templates): they go
+                                       // into the assistant message's content, in the family's syntax
   bool results_in_calling_turn = false;  // the template reads tool results from the calling assistant message's
                                          // `tool_responses` (Gemma 4's first templates), not from role: tool ones
 };
@@ -67,6 +73,10 @@ ChatFormat detect_chat_format(const std::string& template_source);
 // takes the role: tool messages after it as `tool_responses` ({name: the call's function, response: the result,
 // parsed as JSON when it is}) and the assistant text right after them as its content.
 nlohmann::ordered_json results_into_calling_turn(const nlohmann::ordered_json& messages);
+
+// Messages for a template that renders no past calls: each assistant message's tool_calls appended to its
+// content as the model writes them (pythonic: <|tool_call_start|>[f(k=v)]<|tool_call_end|>).
+nlohmann::ordered_json calls_into_content(const nlohmann::ordered_json& messages, const ChatFormat& format);
 
 // The markers that open and close one call in the model's text (open: where the parser switches to a call).
 struct CallMarkers {

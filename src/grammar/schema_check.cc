@@ -203,6 +203,12 @@ class Checker {
         if (!v.is_array() || v.empty()) return refuse(at, "'enum' must be a non-empty array");
       }
     }
+    // The grammar enforces a string's 'pattern' or 'format' and would drop a length bound beside it.
+    if ((s.contains("pattern") || s.contains("format")) &&
+        (s.contains("maxLength") || s.value("minLength", int64_t{0}) > 0))
+      return refuse(ptr + (s.contains("maxLength") ? "/maxLength" : "/minLength"),
+                    "a length bound beside 'pattern' or 'format' is not supported by constrained decoding (it would "
+                    "not be enforced): write the length into the pattern");
     if (!calendar_format.empty()) {
       // Dates as the calendar has them (days per month, February 29 in leap years only): the grammar's own
       // format allows 2023-02-31.

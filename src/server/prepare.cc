@@ -134,6 +134,7 @@ std::variant<Prepared, ApiError> prepare_generation(App& app, GenerationRequest&
   if (format.template_renders_tools) {
     if (!tools.empty()) ti.tools = r.tools;
     if (format.results_in_calling_turn) ti.messages = results_into_calling_turn(r.messages);
+    if (format.calls_in_content) ti.messages = calls_into_content(ti.messages, format);
   } else {
     ti.messages = generic_tool_messages(r.messages, tools);
   }

@@ -355,13 +355,14 @@ def test_gemma4_calls_thought_channel_and_round_trip(gemma4_server):
 OWN_SYNTAX = [("deepseek-ai-DeepSeek-V3.1", r"call_\d+_\w+"), ("GLM-4.7-Flash", r"call_\d+_\w+"),
               ("moonshotai-Kimi-K2", r"functions\.\w+:\d+"),
               ("mistralai-Ministral-3-14B-Reasoning-2512", r"[A-Za-z0-9]{9}"),
-              ("Mistral-Small-3.2-24B-Instruct-2506", r"[A-Za-z0-9]{9}")]
+              ("Mistral-Small-3.2-24B-Instruct-2506", r"[A-Za-z0-9]{9}"),
+              ("LFM2-8B-A1B", r"call_\d+_\w+"), ("LFM2.5-8B-A1B", r"call_\d+_\w+")]
 
 
 @pytest.mark.parametrize("template,id_form", OWN_SYNTAX, ids=[t for t, _ in OWN_SYNTAX])
 def test_calls_in_each_familys_own_syntax(cachet_bin, default_model, llamacpp_models, template, id_form):
     """DeepSeek V3.1 (name<sep>JSON in a section), GLM (<arg_key>/<arg_value> pairs), Kimi K2 (functions.NAME:N
-    ids), Mistral's [TOOL_CALLS]NAME[ARGS] (and [CALL_ID]): with tool_choice required and named, the default model
+    ids), Mistral's [TOOL_CALLS]NAME[ARGS] (and [CALL_ID]), LFM2's Python-style [f(k=v)] lists: with tool_choice required and named, the default model
     behind the family's own template returns valid calls to offered functions (jsonschema), no markup in the
     content, streamed deltas assembling to the whole; the ids are the kind the template takes back (Mistral's
     refuse all but 9 letters and digits), so the result goes back through it. One call a turn: a 135M model asked
