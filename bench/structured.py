@@ -2,7 +2,8 @@
 llama.cpp's llama-server (its response_format json_schema; same file, threads and slots) when --llama-server is
 given. Each request asks for an object of one of the API-style schemas tests/python/test_structured.py generates
 (constrained) or the same prompt free with ignore_eos (free); throughput is completion tokens over wall time of
-all requests, medians of --reps rounds, engines alternating. Prints one JSON line.
+all requests, medians of --reps rounds, engines alternating; the constrained/free ratio is the median of each
+round's back-to-back pair. Prints one JSON line.
 
   python3 bench/structured.py -m FILE.gguf [--llama-server ~/.cache/cachet/llama.cpp/native/bin/llama-server]
 """
@@ -99,8 +100,11 @@ def main():
             out[f"{name}_c{clients}_{kind}_tok_s"] = round(statistics.median(v), 1)
         for name in servers:
             for clients in (1, 16):
-                out[f"{name}_c{clients}_constrained_over_free"] = round(
-                    out[f"{name}_c{clients}_constrained_tok_s"] / out[f"{name}_c{clients}_free_tok_s"], 3)
+                # The ratio of each round's pair (run back to back), then the median: the host's speed drifts
+                # between rounds far more than within a pair.
+                pairs = [c / f for c, f in zip(res[(name, clients, "constrained")], res[(name, clients, "free")])]
+                out[f"{name}_c{clients}_constrained_over_free"] = round(statistics.median(pairs), 3)
+                out[f"{name}_c{clients}_constrained_over_free_range"] = [round(min(pairs), 3), round(max(pairs), 3)]
         if "llama-server" in servers:
             for clients in (1, 16):
                 out[f"constrained_c{clients}_cachet_over_llama"] = round(

@@ -488,13 +488,23 @@ Result<std::vector<RequestEvent>> Engine::step() {
     return std::any_of(rows.begin(), rows.end(), [r](const Rows& x) { return x.r == r; });
   });
 
-  // Masks on constrained rows; a request whose grammar allows nothing more ends here.
+  // Masks on constrained rows (each row its own, across the pool); a request whose grammar allows nothing more
+  // ends here.
+  {
+    const size_t W = static_cast<size_t>(GrammarMatcher::mask_words(static_cast<int32_t>(V)));
+    std::vector<std::pair<const uint32_t*, float*>> masked;
+    for (const Rows& x : rows)
+      if (x.r->matcher)
+        for (int i = 0; i < x.n; ++i)
+          masked.emplace_back(x.r->masks.data() + i * W, const_cast<float*>(x.first) + static_cast<size_t>(i) * V);
+    model_.pool().parallel_chunks(static_cast<int64_t>(masked.size()), [&](int, int64_t a, int64_t e) {
+      for (auto i = static_cast<size_t>(a); i < static_cast<size_t>(e); ++i)
+        apply_token_mask({masked[i].first, W}, masked[i].second, V);
+    });
+  }
   for (Rows& x : rows) {
     Request* r = x.r;
     if (!r->matcher) continue;
-    const size_t W = static_cast<size_t>(GrammarMatcher::mask_words(static_cast<int32_t>(V)));
-    for (int i = 0; i < x.n; ++i)
-      apply_token_mask({r->masks.data() + i * W, W}, const_cast<float*>(x.first) + static_cast<size_t>(i) * V, V);
     if (r->allowed_next == 0) {
       events.push_back({r->id, std::nullopt, RequestFinish::kStop, 0.0f, {}, r->cached_tokens});
       finish(r);
@@ -553,10 +563,22 @@ Result<std::vector<RequestEvent>> Engine::step() {
     }
     r->n_forks = 0;
   }
-  for (auto [r, row] : to_sample) {
-    if (cfg_.on_logits) cfg_.on_logits(r->id, row, V);
-    CACHET_ASSIGN_OR_RETURN(SampleResult s, r->sampler->sample(row, V, r->tokens, r->n_prompt));
-    if (emit(r, s, &events)) finish(r);
+  // Each request draws from its own row with its own sampler (its own random stream) and advances its own
+  // grammar: across the pool, the same bits whatever thread does it; then the tokens go out in order.
+  if (cfg_.on_logits)
+    for (auto [r, row] : to_sample) cfg_.on_logits(r->id, row, V);
+  std::vector<std::optional<Result<SampleResult>>> drawn(to_sample.size());
+  std::vector<char> grammar_took(to_sample.size(), 1);
+  model_.pool().parallel_chunks(static_cast<int64_t>(to_sample.size()), [&](int, int64_t a, int64_t e) {
+    for (auto i = static_cast<size_t>(a); i < static_cast<size_t>(e); ++i) {
+      auto [r, row] = to_sample[i];
+      drawn[i] = r->sampler->sample(row, V, r->tokens, r->n_prompt);
+      if (r->matcher && drawn[i]->is_ok()) grammar_took[i] = r->matcher->accept(drawn[i]->value().id);
+    }
+  });
+  for (size_t i = 0; i < to_sample.size(); ++i) {
+    CACHET_RETURN_IF_ERROR(drawn[i]->status());
+    if (emit(to_sample[i].first, drawn[i]->value(), &events, grammar_took[i] != 0)) finish(to_sample[i].first);
   }
   // The realized rate of this step, for the speculation policy's guard (decode steps of speculating engines).
   if (decode_only) {
@@ -586,9 +608,10 @@ void Engine::fill_masks(Request* r, int n) {
   r->matcher->rollback(tentative);
 }
 
-bool Engine::emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events) {
+bool Engine::emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events,
+                  std::optional<bool> grammar_took) {
   const SpecialTokens& sp = model_.special_tokens();
-  if (r->matcher && !r->matcher->accept(s.id)) {
+  if (r->matcher && !(grammar_took ? *grammar_took : r->matcher->accept(s.id))) {
     // Only a token outside the mask can get here (the grammar ended and generation goes on past end-of-text):
     // the request ends without it.
     events->push_back({r->id, std::nullopt, RequestFinish::kStop, 0.0f, {}, r->cached_tokens, r->spec_drafted,

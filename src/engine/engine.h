@@ -126,7 +126,9 @@ class Engine {
   // A constrained request's masks for its n rows of this step (the engine's mask thread, beside the forward).
   void fill_masks(Request* r, int n);
   // Appends a chosen token and its event; true when it ends the request.
-  bool emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events);
+  // grammar_took: the request's grammar already took (or refused) the token; else emit advances it.
+  bool emit(Request* r, const SampleResult& s, std::vector<RequestEvent>* events,
+            std::optional<bool> grammar_took = std::nullopt);
 
   Model& model_;
   EngineConfig cfg_;

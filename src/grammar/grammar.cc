@@ -5,6 +5,10 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <xgrammar/xgrammar.h>
 
 #include "base/check.h"
@@ -30,6 +34,44 @@ struct GrammarCompiler::Impl {
   int32_t vocab_size;
   // mutable: compiling adds to its cache (XGrammar's compiler is thread-safe).
   mutable std::unique_ptr<xgrammar::GrammarCompiler> xc;
+
+  // What each request text gave (a grammar, or why it was refused), so that a schema sent again skips the
+  // conversion that checks for unenforced parts (about a millisecond a schema, on every request before) as well
+  // as the compilation. Least recently used out first, within kCacheBytes of compiled grammars.
+  static constexpr size_t kCacheBytes = size_t{256} << 20;
+  static constexpr size_t kCacheEntries = 4096;
+  struct Entry {
+    Result<std::shared_ptr<const Grammar>> result;
+    size_t bytes;
+    std::list<std::string>::iterator at;
+  };
+  mutable std::mutex mu;
+  mutable std::list<std::string> lru;  // most recent first
+  mutable std::unordered_map<std::string, Entry> cache;
+  mutable size_t cache_bytes = 0;
+
+  std::optional<Result<std::shared_ptr<const Grammar>>> lookup(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it == cache.end()) return std::nullopt;
+    lru.splice(lru.begin(), lru, it->second.at);
+    return it->second.result;
+  }
+  void store(const std::string& key, const Result<std::shared_ptr<const Grammar>>& r) const {
+    const size_t bytes = key.size() + (r.is_ok() ? r.value()->memory_bytes() : 0);
+    if (bytes > kCacheBytes / 4) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (cache.count(key)) return;
+    lru.push_front(key);
+    cache.emplace(key, Entry{r, bytes, lru.begin()});
+    cache_bytes += bytes;
+    while (cache_bytes > kCacheBytes || cache.size() > kCacheEntries) {
+      auto victim = cache.find(lru.back());
+      cache_bytes -= victim->second.bytes;
+      cache.erase(victim);
+      lru.pop_back();
+    }
+  }
 };
 
 Grammar::Grammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -137,8 +179,8 @@ std::string trim_check(std::string msg) {
 // Converts first (no cache, warnings captured): a warning means part of the request would not be enforced.
 // Then compiles through the compiler's cache (the precomputed masks).
 template <typename Convert, typename F>
-Result<std::shared_ptr<const Grammar>> compile(const GrammarCompiler::Impl& c, const char* what, Convert&& convert,
-                                               F&& f) {
+Result<std::shared_ptr<const Grammar>> compile_uncached(const GrammarCompiler::Impl& c, const char* what,
+                                                        Convert&& convert, F&& f) {
   try {
     GrammarWarnings warnings;
     convert();
@@ -153,6 +195,17 @@ Result<std::shared_ptr<const Grammar>> compile(const GrammarCompiler::Impl& c, c
   }
 }
 
+// key: what decides the result besides `what` (the schema or grammar text, and any option).
+template <typename Convert, typename F>
+Result<std::shared_ptr<const Grammar>> compile(const GrammarCompiler::Impl& c, const char* what,
+                                               const std::string& key, Convert&& convert, F&& f) {
+  const std::string k = std::string(what) + '\0' + key;
+  if (auto hit = c.lookup(k)) return *hit;
+  auto r = compile_uncached(c, what, std::forward<Convert>(convert), std::forward<F>(f));
+  c.store(k, r);
+  return r;
+}
+
 constexpr int kMaxWhitespace = kMaxJsonWhitespace;
 
 }  // namespace
@@ -160,7 +213,7 @@ constexpr int kMaxWhitespace = kMaxJsonWhitespace;
 Result<std::shared_ptr<const Grammar>> GrammarCompiler::json_schema(const std::string& schema, bool strict) const {
   CACHET_ASSIGN_OR_RETURN(const std::string normalized, check_json_schema(schema));
   return compile(
-      *impl_, "JSON schema",
+      *impl_, "JSON schema", (strict ? "strict " : "") + normalized,
       [&] { xgrammar::Grammar::FromJSONSchema(normalized, true, std::nullopt, std::nullopt, strict, kMaxWhitespace); },
       [&](xgrammar::GrammarCompiler& xc) {
         return xc.CompileJSONSchema(normalized, /*any_whitespace=*/true, std::nullopt, std::nullopt, strict,
@@ -170,27 +223,27 @@ Result<std::shared_ptr<const Grammar>> GrammarCompiler::json_schema(const std::s
 
 Result<std::shared_ptr<const Grammar>> GrammarCompiler::json_object() const {
   // Any JSON object: the generic JSON grammar starts with any value; a schema of type object says object.
-  return compile(*impl_, "JSON", [] {}, [&](xgrammar::GrammarCompiler& xc) {
+  return compile(*impl_, "JSON", "", [] {}, [&](xgrammar::GrammarCompiler& xc) {
     return xc.CompileJSONSchema(R"({"type": "object"})", true, std::nullopt, std::nullopt, /*strict=*/false,
                                 kMaxWhitespace);
   });
 }
 
 Result<std::shared_ptr<const Grammar>> GrammarCompiler::ebnf(const std::string& text) const {
-  return compile(*impl_, "grammar", [] {}, [&](xgrammar::GrammarCompiler& xc) { return xc.CompileGrammar(text, "root"); });
+  return compile(*impl_, "grammar", text, [] {}, [&](xgrammar::GrammarCompiler& xc) { return xc.CompileGrammar(text, "root"); });
 }
 
 Result<std::shared_ptr<const Grammar>> GrammarCompiler::lark(const std::string& text) const {
-  return compile(*impl_, "Lark grammar", [] {}, [&](xgrammar::GrammarCompiler& xc) { return xc.CompileLark(text); });
+  return compile(*impl_, "Lark grammar", text, [] {}, [&](xgrammar::GrammarCompiler& xc) { return xc.CompileLark(text); });
 }
 
 Result<std::shared_ptr<const Grammar>> GrammarCompiler::regex(const std::string& pattern) const {
-  return compile(*impl_, "regex", [] {}, [&](xgrammar::GrammarCompiler& xc) { return xc.CompileRegex(pattern); });
+  return compile(*impl_, "regex", pattern, [] {}, [&](xgrammar::GrammarCompiler& xc) { return xc.CompileRegex(pattern); });
 }
 
 Result<std::shared_ptr<const Grammar>> GrammarCompiler::structural_tag(const std::string& json) const {
   return compile(
-      *impl_, "structural tag",
+      *impl_, "structural tag", json,
       [&] {
         auto g = xgrammar::Grammar::FromStructuralTag(json);
         if (std::holds_alternative<xgrammar::StructuralTagError>(g))
