@@ -146,6 +146,25 @@ TEST(SchemaCheck, MergesAllOf) {
   EXPECT_NE(refusal(R"({"allOf": [{"enum": [1, 2]}, {"enum": [3]}]})").find("no common value"), std::string::npos);
 }
 
+// A request's text compiles once: the same schema, grammar or tag again is the same compiled grammar (no
+// conversion, no compile), a refused one the same refusal; strictness and kind are part of what is looked up.
+TEST(Grammar, CompiledOncePerRequestText) {
+  auto tok = gpt2();
+  GrammarCompiler gc(*tok, {kEos}, tok->n_vocab());
+  const std::string schema = R"({"type": "object", "properties": {"a": {"type": "integer"}}})";
+  auto a = gc.json_schema(schema), b = gc.json_schema(schema), loose = gc.json_schema(schema, false);
+  ASSERT_TRUE(a.is_ok() && b.is_ok() && loose.is_ok());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_NE(a->get(), loose->get());
+  auto e1 = gc.ebnf("root ::= \"x\""), e2 = gc.ebnf("root ::= \"x\""), r = gc.regex("root ::= \"x\"");
+  ASSERT_TRUE(e1.is_ok() && e2.is_ok());
+  EXPECT_EQ(e1->get(), e2->get());
+  EXPECT_TRUE(!r.is_ok() || r->get() != e1->get());
+  auto bad1 = gc.ebnf("root ::= nowhere"), bad2 = gc.ebnf("root ::= nowhere");
+  ASSERT_FALSE(bad1.is_ok());
+  EXPECT_EQ(bad1.status().message(), bad2.status().message());
+}
+
 bool allowed(const std::vector<uint32_t>& mask, int32_t id) { return (mask[id / 32] >> (id % 32)) & 1u; }
 
 TEST(Grammar, MasksFollowAJsonSchemaOnARealVocabulary) {
