@@ -302,6 +302,24 @@ TEST(OutputParser, PythonicCallList) {
   EXPECT_EQ(cut.content, "");
 }
 
+// DeepSeek V3.2: invoke elements in a DSML block, each parameter typed by its string attribute (a string value
+// as written, whitespace and a spelled block end included); reasoning and text before the block.
+TEST(OutputParser, DsmlInvokes) {
+  const std::string p0 = "<｜DSML｜parameter name=\"", p1 = "</｜DSML｜parameter>\n";
+  const Parsed p = parse_every_way(
+      fmt(ToolSyntax::kDsml), true, false, kTools,
+      "<think>two</think>Both.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"search\">\n" + p0 +
+          "q\" string=\"true\"> a </｜DSML｜function_calls> " + p1 + "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"get_weather\">\n" +
+          p0 + "days\" string=\"false\">2" + p1 + p0 + "unit\" string=\"false\">[\"c\", 1]" + p1 +
+          "</｜DSML｜invoke>\n</｜DSML｜function_calls>Done.");
+  EXPECT_EQ(p.reasoning, "two");
+  EXPECT_EQ(p.content, "Both.Done.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(std::get<1>(p.calls[0]), "search");
+  EXPECT_EQ(std::get<2>(p.calls[0]), R"({"q": " a </｜DSML｜function_calls> "})");
+  EXPECT_EQ(std::get<2>(p.calls[1]), R"({"days": 2, "unit": ["c",1]})");
+}
+
 TEST(PythonLiteral, ReadsWhatPythonWritesAndSaysWhenItNeedsMore) {
   auto read = [](std::string_view s) {
     nlohmann::ordered_json v;
@@ -455,6 +473,8 @@ TEST(ToolFormat, DetectsEachFamilyFromItsTemplate) {
   EXPECT_EQ(detect_chat_format("<tool_call>{{ n }}<arg_key>{{ k }}</arg_key>").tools, ToolSyntax::kGlm);
   EXPECT_EQ(detect_chat_format("<|tool_calls_section_begin|>{{ tools }}").tools, ToolSyntax::kKimi);
   EXPECT_EQ(detect_chat_format("{{ tools }}<TOOLCALL>[").tools, ToolSyntax::kNemotron);
+  EXPECT_EQ(detect_chat_format("{% set dsml_token = '｜DSML｜' %}{{ tools }}function_calls>").tools, ToolSyntax::kDsml);
+  EXPECT_EQ(detect_chat_format("{% set dsml_token = '｜DSML｜' %}{{ tools }}tool_calls>").tools, ToolSyntax::kDsmlV4);
   const ChatFormat lfm2 = detect_chat_format("{{ tools }}List of tools: <|tool_list_start|>[");
   EXPECT_EQ(lfm2.tools, ToolSyntax::kPythonic);
   EXPECT_TRUE(lfm2.calls_in_content);

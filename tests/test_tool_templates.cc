@@ -54,6 +54,8 @@ const Family kFamilies[] = {
     {"unsloth-mistral-Devstral-Small-2507", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
     {"mistralai-Ministral-3-14B-Reasoning-2512", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
     {"Mistral-Small-3.2-24B-Instruct-2506", ToolSyntax::kMistralArgs, "</s>", "a1B2c3D4e", "f5G6h7J8k"},
+    {"deepseek-ai-DeepSeek-V3.2", ToolSyntax::kDsml, "<｜end▁of▁sentence｜>", "call_0", "call_1"},
+    {"deepseek-ai-DeepSeek-V4", ToolSyntax::kDsmlV4, "<｜end▁of▁sentence｜>", "call_0", "call_1"},
     {"LFM2-8B-A1B", ToolSyntax::kPythonic, "<|im_end|>", "call_0", "call_1"},  // past calls: ours, in the content
     {"LFM2.5-8B-A1B", ToolSyntax::kPythonic, "<|im_end|>", "call_0", "call_1"},
 };
@@ -98,6 +100,12 @@ TEST(ToolTemplates, EachFamilysOwnRenderingParsesBackAndFitsItsGrammar) {
       while (common > 0 && (*whole)[common - 1] != '\n' && (*whole)[common - 1] != '>') --common;
     ASSERT_GE(common + 16, prompt->size()) << *prompt << "\n---\n" << *whole;
     std::string text = whole->substr(common);
+    // DeepSeek V3.2 / V4 with thinking off: the generation prompt closes an empty thought (<think></think>) and a
+    // past turn writes only its end; the reply starts after it.
+    const std::string& te = f.think_end;
+    if (!te.empty() && text.rfind(te, 0) == 0 && prompt->size() >= te.size() &&
+        prompt->compare(prompt->size() - te.size(), te.size(), te) == 0)
+      text = text.substr(te.size());
     if (*fam.end_of_turn) {
       const size_t eot = text.rfind(fam.end_of_turn);
       ASSERT_NE(eot, std::string::npos) << text;

@@ -301,6 +301,8 @@ bool ChatOutputParser::scan_call(OutputDelta* out, bool at_end) {
     case ToolSyntax::kHarmony: return scan_harmony_call(out, at_end);
     case ToolSyntax::kGemma4: return scan_gemma4_call(out, at_end);
     case ToolSyntax::kPythonic: return scan_python_calls(out, at_end);
+    case ToolSyntax::kDsml:
+    case ToolSyntax::kDsmlV4: return scan_dsml_calls(out, at_end);
     default: return scan_json_calls(out, at_end);
   }
 }
@@ -468,6 +470,11 @@ bool ChatOutputParser::body_looks_like_call() const {
     case ToolSyntax::kMistralArgs: return true;
     case ToolSyntax::kHarmony: return true;  // a name, a header, then the arguments, up to <|call|>
     case ToolSyntax::kGemma4: return body_.compare(i, 5, "call:") == 0 || std::string("call:").rfind(body_.substr(i), 0) == 0;
+    case ToolSyntax::kDsml:
+    case ToolSyntax::kDsmlV4: {  // invoke elements up to the block's end
+      static const std::string kInvoke = "<｜DSML｜invoke";
+      return body_.compare(i, kInvoke.size(), kInvoke) == 0 || kInvoke.rfind(body_.substr(i), 0) == 0;
+    }
     default: return body_[i] == '{' || body_[i] == '[';
   }
 }

@@ -58,6 +58,7 @@ class ChatOutputParser {
   bool scan_harmony_call(OutputDelta* out, bool at_end);
   bool scan_gemma4_call(OutputDelta* out, bool at_end);
   bool scan_python_calls(OutputDelta* out, bool at_end);  // output_parser_pythonic.cc
+  bool scan_dsml_calls(OutputDelta* out, bool at_end);    // output_parser_dsml.cc
   // The region so far could still be a call of the family's syntax (else it ends at the first close marker).
   bool body_looks_like_call() const;
   void emit_text(const std::string& s, OutputDelta* out);

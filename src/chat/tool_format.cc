@@ -27,6 +27,8 @@ const char* tool_syntax_name(ToolSyntax s) {
     case ToolSyntax::kHarmony: return "harmony";
     case ToolSyntax::kGemma4: return "gemma4";
     case ToolSyntax::kPythonic: return "pythonic";
+    case ToolSyntax::kDsml: return "dsml";
+    case ToolSyntax::kDsmlV4: return "dsml-v4";
     case ToolSyntax::kGeneric: return "generic";
   }
   return "generic";
@@ -44,6 +46,13 @@ const char* kHarmonyCall = "<|channel|>commentary to=functions.";
 const char* kKimiSectionBegin = "<|tool_calls_section_begin|>";
 const char* kKimiSectionEnd = "<|tool_calls_section_end|>";
 const char* kPyCallsBegin = "<|tool_call_start|>[";
+// DeepSeek V3.2 / V4's markup: its templates build each tag from the token ｜DSML｜.
+std::string dsml_block(ToolSyntax s) {
+  return s == ToolSyntax::kDsml ? "<｜DSML｜function_calls>" : "<｜DSML｜tool_calls>";
+}
+std::string dsml_block_end(ToolSyntax s) {
+  return s == ToolSyntax::kDsml ? "</｜DSML｜function_calls>" : "</｜DSML｜tool_calls>";
+}
 const char* kPyCallsEnd = "]<|tool_call_end|>";
 }  // namespace
 
@@ -70,6 +79,9 @@ ChatFormat detect_chat_format(const std::string& t) {
   }
   // LFM2 lists the tools between <|tool_list_start|> and <|tool_list_end|>, LFM2.5 after a bare "List of tools: [".
   if (has(t, "<|tool_list_start|>") || has(t, "List of tools: [")) f.tools = ToolSyntax::kPythonic;
+  // DeepSeek V3.2 names its block function_calls, V4 tool_calls (both templates build tags from dsml_token).
+  else if (has(t, "dsml_token") && has(t, "DSML"))
+    f.tools = has(t, "function_calls>") ? ToolSyntax::kDsml : ToolSyntax::kDsmlV4;
   else if (has(t, "<function=") && has(t, "<parameter=")) f.tools = ToolSyntax::kQwenXml;
   else if (has(t, "<tool_call>") && has(t, "<arg_key>")) f.tools = ToolSyntax::kGlm;
   else if (has(t, "<tool_call>")) f.tools = ToolSyntax::kHermes;
@@ -168,6 +180,8 @@ json calls_into_content(const json& messages, const ChatFormat& format) {
 CallMarkers call_markers(ToolSyntax s) {
   switch (s) {
     case ToolSyntax::kPythonic: return {{"<|tool_call_start|>"}, "<|tool_call_end|>"};
+    case ToolSyntax::kDsml:
+    case ToolSyntax::kDsmlV4: return {{dsml_block(s)}, dsml_block_end(s)};
     case ToolSyntax::kHermes:
     case ToolSyntax::kQwenXml:
     case ToolSyntax::kGeneric: return {{"<tool_call>"}, "</tool_call>"};
@@ -197,6 +211,8 @@ std::optional<CallSection> call_section(ToolSyntax s) {
       return CallSection{"<TOOLCALL>[", "]</TOOLCALL>", "", "", "", ", "};
     case ToolSyntax::kPythonic:  // a Python list of calls (parsed as Python; no per-call markers)
       return CallSection{kPyCallsBegin, kPyCallsEnd, "", "", "", ", "};
+    case ToolSyntax::kDsml:  // invoke elements in the block (parsed as such; no per-call markers here)
+    case ToolSyntax::kDsmlV4: return CallSection{dsml_block(s) + "\n", dsml_block_end(s), "", "", "", ""};
     default: return std::nullopt;
   }
 }
@@ -341,6 +357,11 @@ json call_tag(const ChatFormat& f, const ToolSpec& t) {
       args["style"] = "gemma";
       return {{"type", "tag"}, {"begin", "<|tool_call>call:" + t.name}, {"content", args}, {"end", "<tool_call|>"}};
     case ToolSyntax::kPythonic: return python_call_tag(t);
+    case ToolSyntax::kDsml:  // XGrammar's deepseek_xml: <｜DSML｜parameter name="k" string="true|false">v</...>
+    case ToolSyntax::kDsmlV4:
+      args["style"] = "deepseek_xml";
+      return {{"type", "tag"}, {"begin", "<｜DSML｜invoke name=\"" + t.name + "\">\n"}, {"content", args},
+              {"end", "</｜DSML｜invoke>\n"}};
     case ToolSyntax::kHermes:
     case ToolSyntax::kGeneric:
       break;
@@ -362,6 +383,8 @@ std::string trigger(ToolSyntax s) {
     case ToolSyntax::kHarmony: return kHarmonyCall;
     case ToolSyntax::kGemma4: return "<|tool_call>";
     case ToolSyntax::kPythonic: return "<|tool_call_start|>";
+    case ToolSyntax::kDsml:
+    case ToolSyntax::kDsmlV4: return dsml_block(s);
     default: return "<tool_call>";
   }
 }

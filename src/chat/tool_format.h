@@ -27,6 +27,9 @@
 //   pythonic  <|tool_call_start|>[f(city="Paris", days=3), g()]<|tool_call_end|>                   LFM2, LFM2.5
 //             (Python literals, or JSON's true / false / null; templates that render no past calls get them
 //             written into the assistant's content in this form)
+//   dsml      <｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="k" string="true">v
+//             </｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>              DeepSeek V3.2
+//             (string="false": the value is JSON); dsml-v4 the same in a <｜DSML｜tool_calls> block (DeepSeek V4)
 //   generic   a template that knows no tools: the tools are described in a system message and calls are
 //             asked for (and constrained) in the hermes form.
 #pragma once
@@ -46,7 +49,7 @@ nlohmann::ordered_json json_schema_format(const nlohmann::ordered_json& schema);
 
 enum class ToolSyntax {
   kHermes, kQwenXml, kLlama3, kMistral, kMistralArgs, kDeepSeek, kDeepSeekV31, kGlm, kKimi, kNemotron, kHarmony, kGemma4, kPythonic,
-  kGeneric
+  kDsml, kDsmlV4, kGeneric
 };
 
 const char* tool_syntax_name(ToolSyntax s);

@@ -356,13 +356,15 @@ OWN_SYNTAX = [("deepseek-ai-DeepSeek-V3.1", r"call_\d+_\w+"), ("GLM-4.7-Flash", 
               ("moonshotai-Kimi-K2", r"functions\.\w+:\d+"),
               ("mistralai-Ministral-3-14B-Reasoning-2512", r"[A-Za-z0-9]{9}"),
               ("Mistral-Small-3.2-24B-Instruct-2506", r"[A-Za-z0-9]{9}"),
-              ("LFM2-8B-A1B", r"call_\d+_\w+"), ("LFM2.5-8B-A1B", r"call_\d+_\w+")]
+              ("LFM2-8B-A1B", r"call_\d+_\w+"), ("LFM2.5-8B-A1B", r"call_\d+_\w+"),
+              ("deepseek-ai-DeepSeek-V3.2", r"call_\d+_\w+")]
 
 
 @pytest.mark.parametrize("template,id_form", OWN_SYNTAX, ids=[t for t, _ in OWN_SYNTAX])
 def test_calls_in_each_familys_own_syntax(cachet_bin, default_model, llamacpp_models, template, id_form):
     """DeepSeek V3.1 (name<sep>JSON in a section), GLM (<arg_key>/<arg_value> pairs), Kimi K2 (functions.NAME:N
-    ids), Mistral's [TOOL_CALLS]NAME[ARGS] (and [CALL_ID]), LFM2's Python-style [f(k=v)] lists: with tool_choice required and named, the default model
+    ids), Mistral's [TOOL_CALLS]NAME[ARGS] (and [CALL_ID]), LFM2's Python-style [f(k=v)] lists, DeepSeek V3.2's
+    DSML invoke elements: with tool_choice required and named, the default model
     behind the family's own template returns valid calls to offered functions (jsonschema), no markup in the
     content, streamed deltas assembling to the whole; the ids are the kind the template takes back (Mistral's
     refuse all but 9 letters and digits), so the result goes back through it. One call a turn: a 135M model asked
@@ -378,7 +380,8 @@ def test_calls_in_each_familys_own_syntax(cachet_bin, default_model, llamacpp_mo
                       seed=i, max_tokens=300, frequency_penalty=0.5, parallel_tool_calls=False,
                       tool_choice={"type": "function", "function": {"name": name}} if i % 2 else "required")
             message = one_call_turn(c, kw, [name] if i % 2 else [t["function"]["name"] for t in free],
-                                    ("<tool_call>", "<arg_key>", "tool▁call", "<|tool_call", "[TOOL_CALLS]", "[ARGS]"))
+                                    ("<tool_call>", "<arg_key>", "tool▁call", "<|tool_call", "[TOOL_CALLS]", "[ARGS]",
+                                     "DSML"))
             if message is None:
                 continue
             done += 1
