@@ -274,6 +274,13 @@ def string_lengths(schema):
     return isinstance(schema, list) and any(string_lengths(v) for v in schema)
 
 
+def free_string_required(params):
+    """Whether a function requires a free-text string argument (no enum, const, pattern or format)."""
+    props = params.get("properties", {})
+    return any(props.get(k, {}).get("type") == "string" and not {"enum", "const", "pattern", "format"} & set(props[k])
+               for k in params.get("required", []))
+
+
 def one_call_turn(c, kw, offered, marks):
     """A turn asked for one call. None when the model ran to max_tokens inside it (a 135M model, new to a syntax,
     can loop inside a string); else the message, checked: finish_reason tool_calls, a valid call to an offered
@@ -358,6 +365,10 @@ OWN_SYNTAX = [("deepseek-ai-DeepSeek-V3.1", r"call_\d+_\w+"), ("GLM-4.7-Flash", 
               ("Mistral-Small-3.2-24B-Instruct-2506", r"[A-Za-z0-9]{9}"),
               ("LFM2-8B-A1B", r"call_\d+_\w+"), ("LFM2.5-8B-A1B", r"call_\d+_\w+"),
               ("deepseek-ai-DeepSeek-V3.2", r"call_\d+_\w+")]
+# DSML closes a raw string value with </｜DSML｜parameter>, fullwidth bars the 135M model's vocabulary spells in bytes
+# and rarely writes back (1 of 12 such turns closed, 16 of 16 typed ones, 2026-12-06): its turns call functions whose
+# required arguments are typed values, enums or patterns; free strings in DSML: test_tool_templates.cc, test_output_parser.cc.
+RAW_STRINGS_UNREACHABLE = {"deepseek-ai-DeepSeek-V3.2"}
 
 
 @pytest.mark.parametrize("template,id_form", OWN_SYNTAX, ids=[t for t, _ in OWN_SYNTAX])
@@ -374,8 +385,11 @@ def test_calls_in_each_familys_own_syntax(cachet_bin, default_model, llamacpp_mo
     try:
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none", max_retries=0)
         free = [t for t in TOOLS if not string_lengths(t["function"]["parameters"])][:12]
+        if template in RAW_STRINGS_UNREACHABLE:
+            free = [t for t in TOOLS if not string_lengths(t["function"]["parameters"]) and
+                    not free_string_required(t["function"]["parameters"])]
         done, last = 0, None
-        for i, name in enumerate(t["function"]["name"] for t in free[::3]):
+        for i, name in enumerate(t["function"]["name"] for t in free[::len(free) // 4][:4]):
             kw = dict(model="m", messages=[{"role": "user", "content": ASKS[i]}], tools=free, temperature=0.5,
                       seed=i, max_tokens=300, frequency_penalty=0.5, parallel_tool_calls=False,
                       tool_choice={"type": "function", "function": {"name": name}} if i % 2 else "required")
