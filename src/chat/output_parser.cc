@@ -201,6 +201,17 @@ bool ChatOutputParser::end_region_call(const std::string& close, OutputDelta* ou
   return true;
 }
 
+void ChatOutputParser::end_param_call(OutputDelta* out) {
+  emit_args(xml_params_emitted_ == 0 ? "{}" : "}", out);
+  end_call();
+}
+
+bool ChatOutputParser::end_param_region(OutputDelta* out) {
+  if (call_started_) end_param_call(out);
+  body_.clear();
+  return true;
+}
+
 OutputDelta ChatOutputParser::push(std::string_view text) {
   OutputDelta out;
   buf_ += text;

@@ -70,6 +70,10 @@ class ChatOutputParser {
   // The region's one call is complete once `close` (the rest of its arguments' text, maybe empty) goes out: the
   // region is consumed.
   bool end_region_call(const std::string& close, OutputDelta* out);
+  // Calls whose arguments go out a parameter at a time (xml_params_emitted_): the current one is complete.
+  void end_param_call(OutputDelta* out);
+  // The region ends: a call still open (cut by max_tokens) goes out with the parameters it closed; consumed.
+  bool end_param_region(OutputDelta* out);
 
   ChatFormat format_;
   bool reasoning_;

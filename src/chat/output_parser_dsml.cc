@@ -76,20 +76,14 @@ bool ChatOutputParser::scan_dsml_calls(OutputDelta* out, bool at_end) {
       break;
     }
     if (current) {
-      emit_args(xml_params_emitted_ == 0 ? "{}" : "}", out);
-      end_call();
+      end_param_call(out);
       ++calls_done_in_body_;
     }
     call_end_ = p;
     pos = p;
   }
   if (!at_end) return false;
-  if (call_started_) {
-    emit_args(xml_params_emitted_ == 0 ? "{}" : "}", out);
-    end_call();
-  }
-  body_.clear();
-  return true;
+  return end_param_region(out);
 }
 
 }  // namespace cachet
