@@ -1,13 +1,16 @@
 // Continuous batching throughput: aggregate decode tokens/s at 1, 4, 16 and 64 concurrent sequences (one
 // pass over the weights serves them all) on the paged cache of a chosen KV type, and TTFT / time between tokens
-// under Poisson arrivals.
+// under Poisson arrivals. With --peak, each rate also as multiply-adds per second and the share of the kernel
+// table's peak (bench/peak.h) that most of the matmuls run on.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <random>
 
+#include "bench/peak.h"
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -39,7 +42,8 @@ double pct(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   CLI::App app{"bench_batch: continuous batching throughput and latency"};
   std::string model_path;
-  int threads = 2, prompt_len = 32, gen = 64, n_poisson = 48;
+  int threads = 2, prompt_len = 32, gen = 64, n_poisson = 48, reps = 3;
+  bool peak = false;
   double rate = 4.0;
   std::vector<int> batches{1, 4, 16, 64};
   std::string kv = "f16";
@@ -51,6 +55,8 @@ int main(int argc, char** argv) {
   app.add_option("--rate", rate, "Poisson arrivals per second");
   app.add_option("--batches", batches, "concurrent sequence counts to time (ratios are to the first)");
   app.add_option("--kv-type", kv, "KV cache type of K and V (f16, q8_0, q4_0, ...)");
+  app.add_option("-r,--reps", reps, "runs per sequence count (the median is reported)");
+  app.add_flag("--peak", peak, "measure the table's peak and report each rate's share of it");
   CLI11_PARSE(app, argc, argv);
   LoadOptions lo;
   lo.n_threads = threads;
@@ -74,32 +80,52 @@ int main(int argc, char** argv) {
   EngineConfig cfg;
   cfg.kv_memory_bytes = 1ll << 30;
   cfg.kv_type = KvTypes(*kv_type);
+  // A decoded token's multiply-adds: every matrix with the output head, and attention (QK and PV) over the
+  // prompt and half the generated tokens on average.
+  const Isa isa = kernels().isa;
+  const bench::TokenMacs tm = bench::token_macs(model, isa, true);
+  const ModelConfig& c = model.config();
+  const double macs = tm.macs + 2.0 * c.n_layer * c.q_dim() * (prompt_len + gen / 2.0);
+  const double peak_macs = peak ? bench::peak_macs(tm.kind, isa, threads, 3) : 0.0;
+  const char* kind = std::array{"f32 FMA", "int8 dot", "bf16 dot"}[static_cast<int>(tm.kind)];
+  if (peak)
+    std::printf("table %s, %.2f G multiply-adds a decoded token, %s peak %.1f G MAC/s (%d threads)\n\n",
+                isa_name(isa), macs / 1e9, kind, peak_macs / 1e9, threads);
   double base = 0;
-  std::printf("| concurrent sequences | aggregate decode tok/s | vs 1 |\n|---|---|---|\n");
+  std::printf("| concurrent sequences | aggregate decode tok/s (median of %d) | runs | vs 1 |%s\n|---|---|---|---|%s\n",
+              reps, peak ? " G MAC/s | of the peak |" : "", peak ? "---|---|" : "");
   for (int n : batches) {
-    auto e_owner = make_engine(model, cfg);
-    Engine& e = *e_owner;
-    SamplingParams sp;
-    sp.max_tokens = gen;
-    for (int i = 0; i < n; ++i) (void)e.add_request(prompt(), sp, {}, false);
-    // Prefill everyone first, then time pure decode steps.
-    int64_t tokens = 0;
-    Clock::time_point t0;
-    bool timing = false;
-    while (e.has_work()) {
-      auto ev = e.step();
-      if (!ev.is_ok()) return 1;
-      if (!timing && e.counters().tokens_stored >= static_cast<int64_t>(n) * prompt_len) {
-        timing = true;
-        t0 = Clock::now();
-        continue;
+    std::vector<double> runs;
+    for (int r = 0; r < reps; ++r) {
+      auto e_owner = make_engine(model, cfg);
+      Engine& e = *e_owner;
+      SamplingParams sp;
+      sp.max_tokens = gen;
+      for (int i = 0; i < n; ++i) (void)e.add_request(prompt(), sp, {}, false);
+      // Prefill everyone first, then time pure decode steps.
+      int64_t tokens = 0;
+      Clock::time_point t0;
+      bool timing = false;
+      while (e.has_work()) {
+        auto ev = e.step();
+        if (!ev.is_ok()) return 1;
+        if (!timing && e.counters().tokens_stored >= static_cast<int64_t>(n) * prompt_len) {
+          timing = true;
+          t0 = Clock::now();
+          continue;
+        }
+        if (timing)
+          for (const auto& x : *ev) tokens += x.token.has_value();
       }
-      if (timing)
-        for (const auto& x : *ev) tokens += x.token.has_value();
+      runs.push_back(tokens / since(t0));
     }
-    const double tps = tokens / since(t0);
+    const double tps = pct(runs, 50);
     if (base == 0) base = tps;
-    std::printf("| %d | %.1f | %.2fx |\n", n, tps, tps / base);
+    std::string all;
+    for (double x : runs) all += (all.empty() ? "" : " / ") + std::to_string(static_cast<int>(x + 0.5));
+    std::printf("| %d | %.1f | %s | %.2fx |", n, tps, all.c_str(), tps / base);
+    if (peak) std::printf(" %.1f | %.0f%% |", tps * macs / 1e9, 100.0 * tps * macs / peak_macs);
+    std::printf("\n");
     std::fflush(stdout);
   }
   // Poisson arrivals: TTFT and time between tokens as users see them.

@@ -154,17 +154,9 @@ int main(int argc, char** argv) {
   // Multiply-adds of a prompt token: every matrix but the output head (only the last prompt token needs logits),
   // experts as routed, plus attention over the n_prompt / 2 earlier positions on average (QK and PV).
   // The peak that bounds the prefill: that of the kind (int8, bf16, f32: bench/peak.h) most of these run on.
-  double prefill_macs = 0.0;
-  double macs_by_kind[3] = {0.0, 0.0, 0.0};
-  for (const auto& t : model.tensors()) {
-    if (t.name == "token_embd.weight" || t.name == "output.weight" || t.ne[1] <= 1) continue;
-    double n = static_cast<double>(t.ne[0]) * t.ne[1] * std::max<int64_t>(1, t.ne[2]);
-    if (t.name.find("_exps.") != std::string::npos && c.n_expert > 0) n *= static_cast<double>(c.n_expert_used) / c.n_expert;
-    if (t.name.find("ffn_gate_inp") != std::string::npos) n = static_cast<double>(t.ne[0]) * t.ne[1];
-    prefill_macs += n;
-    macs_by_kind[static_cast<int>(bench::peak_kind_of(t.type, kernels().isa))] += n;
-  }
-  const int peak_kind = static_cast<int>(std::max_element(macs_by_kind, macs_by_kind + 3) - macs_by_kind);
+  const bench::TokenMacs tm = bench::token_macs(model, kernels().isa, false);
+  double prefill_macs = tm.macs;
+  const int peak_kind = static_cast<int>(tm.kind);
   prefill_macs += 2.0 * c.n_layer * c.q_dim() * (n_prompt / 2.0);
 
   GenerateOptions o;

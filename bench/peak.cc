@@ -123,6 +123,23 @@ double peak_macs(PeakKind kind, Isa isa, int threads, int reps) {
   return runs[runs.size() / 2];
 }
 
+TokenMacs token_macs(const Model& model, Isa isa, bool with_head) {
+  const ModelConfig& c = model.config();
+  TokenMacs r;
+  double by_kind[3] = {0.0, 0.0, 0.0};
+  for (const auto& t : model.tensors()) {
+    const bool head = t.name == "output.weight" || (t.name == "token_embd.weight" && c.tied_output);
+    if ((head && !with_head) || (t.name == "token_embd.weight" && !head) || t.ne[1] <= 1) continue;
+    double n = static_cast<double>(t.ne[0]) * t.ne[1] * std::max<int64_t>(1, t.ne[2]);
+    if (t.name.find("_exps.") != std::string::npos && c.n_expert > 0) n *= static_cast<double>(c.n_expert_used) / c.n_expert;
+    if (t.name.find("ffn_gate_inp") != std::string::npos) n = static_cast<double>(t.ne[0]) * t.ne[1];
+    r.macs += n;
+    by_kind[static_cast<int>(peak_kind_of(t.type, isa))] += n;
+  }
+  r.kind = static_cast<PeakKind>(std::max_element(by_kind, by_kind + 3) - by_kind);
+  return r;
+}
+
 PeakKind peak_kind_of(DType t, Isa isa) {
   if (packed_is_float(t)) return isa == Isa::kAvx512Bf16 || isa == Isa::kAmx ? PeakKind::kBf16 : PeakKind::kF32;
   // Block types without a packed layout are dequantized to f32 and multiplied by f32 FMA.

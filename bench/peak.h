@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/kernels.h"
+#include "model/model.h"
 
 namespace cachet::bench {
 
@@ -21,5 +22,14 @@ double peak_macs(PeakKind kind, Isa isa, int threads, int reps);
 
 // The peak a packed matmul over weights of type t runs against on table isa.
 PeakKind peak_kind_of(DType t, Isa isa);
+
+// Multiply-adds of one token through a model's matrices (experts as routed on average, the router whole), and the
+// peak most of them run against on table isa. with_head: the output head too (a decoded token needs its logits;
+// of a prompt only the last token does). Attention's are the caller's: they depend on the context.
+struct TokenMacs {
+  double macs = 0.0;
+  PeakKind kind = PeakKind::kF32;
+};
+TokenMacs token_macs(const Model& model, Isa isa, bool with_head);
 
 }  // namespace cachet::bench
