@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
     std::printf("\n");
     std::fflush(stdout);
   }
-  // Poisson arrivals: TTFT and time between tokens as users see them.
+  // Poisson arrivals: TTFT and time between tokens as users see them (--poisson-requests 0: none).
+  if (n_poisson <= 0) return 0;
   auto e_owner = make_engine(model, cfg);
   Engine& e = *e_owner;
   std::exponential_distribution<double> gap(rate);

@@ -10,11 +10,15 @@ llama.cpp is its own llama-bench (scripts/setup_llamacpp.sh builds it) with --ll
 tg = `-p 0 -n N -d P` (decode of N tokens after P in context, as cachet_bench measures), flash attention at
 its default (auto); without it, llama-cpp-python (bench/llamacpp_bench.py). --isa forces cachet's kernel table
 (CACHET_ISA), e.g. the AVX2 table against llama.cpp's AVX2 build on a machine that also has AVX-512.
+--ik-llama-bench adds ik_llama.cpp's llama-bench (../shared/peers.md) as a third engine, prefill only
+(`-p P -n 0` with --ik-args, default its best prefill flags `-rtr 1 -fa 1`; add `-fmoe 1` for MoE files): its
+llama-bench has no decode-at-depth test to match cachet_bench's tg.
 """
 import argparse
 import json
 import os
 import pathlib
+import shlex
 import statistics
 import subprocess
 import sys
@@ -27,12 +31,17 @@ def run_json(cmd):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
 
 
+def bench_one(binary, model, threads, args):
+    """One repetition of one llama-bench test (llama.cpp's or ik_llama.cpp's), its tokens/s."""
+    out = subprocess.run([binary, "-m", model, "-t", str(threads), "-r", "1", "-o", "json"] + args, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)[0]["avg_ts"]
+
+
 def llama_bench(binary, model, threads, n_prompt, n_gen):
     """llama.cpp's own llama-bench: one repetition each of prefill and of decode at depth n_prompt."""
     def one(args):
-        out = subprocess.run([binary, "-m", model, "-t", str(threads), "-r", "1", "-o", "json"] + args, check=True,
-                             capture_output=True, text=True).stdout
-        return json.loads(out)[0]["avg_ts"]
+        return bench_one(binary, model, threads, args)
     return {"pp_tok_s": one(["-p", str(n_prompt), "-n", "0"]),
             "tg_tok_s": one(["-p", "0", "-n", str(n_gen), "-d", str(n_prompt)])}
 
@@ -47,6 +56,8 @@ def main():
     ap.add_argument("--bench", default=str(ROOT / "build" / "bench" / "cachet_bench"))
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary (else llama-cpp-python)")
     ap.add_argument("--isa", help="CACHET_ISA for cachet (a kernel table this CPU runs)")
+    ap.add_argument("--ik-llama-bench", help="ik_llama.cpp's llama-bench binary: a third engine, prefill only")
+    ap.add_argument("--ik-args", default="-rtr 1 -fa 1", help="ik_llama.cpp's llama-bench flags")
     a = ap.parse_args()
     if a.isa:
         os.environ["CACHET_ISA"] = a.isa
@@ -67,6 +78,7 @@ def main():
         for t in threads:
             ours = {"pp": [], "tg": []}
             theirs = {"pp": [], "tg": []}
+            ik = []
             roofs = []
             flops = 0.0
             for rep in range(a.reps):
@@ -82,11 +94,18 @@ def main():
                             run_json([sys.executable, str(ROOT / "bench" / "llamacpp_bench.py"), "-m", model, "-t",
                                       str(t), "-r", "1", "-p", str(a.n_prompt), "-n", str(a.n_gen)]))
 
-                # Which engine goes first alternates, so neither always meets the machine's next phase first.
-                if rep % 2 == 0:
-                    j, k = run_ours(), run_theirs()
-                else:
-                    k, j = run_theirs(), run_ours()
+                def run_ik():
+                    return bench_one(a.ik_llama_bench, model, t, ["-p", str(a.n_prompt), "-n", "0"] +
+                                     shlex.split(a.ik_args)) if a.ik_llama_bench else float("nan")
+
+                # Which engine goes first rotates, so none always meets the machine's next phase first.
+                runs = [run_ours, run_theirs, run_ik]
+                got = {}
+                for i in range(3):
+                    f = runs[(rep + i) % 3]
+                    got[f] = f()
+                j, k = got[run_ours], got[run_theirs]
+                ik.append(got[run_ik])
                 ours["pp"].append(j["pp_tok_s"])
                 ours["tg"].append(j["tg_tok_s"])
                 flops = j.get("prefill_flops_per_token", 0.0)
@@ -107,11 +126,14 @@ def main():
             pairs = {k: statistics.median(o / th for o, th in zip(ours[k], theirs[k])) for k in ours}
             peak = peaks[t].get(kind, 0.0)
             kinds.add(kind)
+            ik_pair = statistics.median(o / x for o, x in zip(ours["pp"], ik)) if a.ik_llama_bench else float("nan")
             rows.append((os.path.basename(model) + f" ({kind})", t, med["pp"], lmed["pp"], pairs["pp"], med["tg"],
                          lmed["tg"], pairs["tg"], statistics.median(roofs),
                          med["pp"] * flops / 2 / (peak * 1e9) if peak else float("nan"),
-                         lmed["pp"] * flops / 2 / (peak * 1e9) if peak else float("nan")))
-            print(json.dumps({"model": model, "threads": t, "cachet": ours, "llama.cpp": theirs}), file=sys.stderr)
+                         lmed["pp"] * flops / 2 / (peak * 1e9) if peak else float("nan"),
+                         statistics.median(ik), ik_pair))
+            print(json.dumps({"model": model, "threads": t, "cachet": ours, "llama.cpp": theirs, "ik_llama.cpp": ik}),
+                  file=sys.stderr)
     print(f"pp = prefill of {a.n_prompt} tokens, tg = decode of {a.n_gen} tokens after it; medians of {a.reps} "
           f"alternating runs (which engine goes first alternates too); ratios are the medians of each "
           f"repetition's pair; read bandwidth measured before each run, "
@@ -120,12 +142,16 @@ def main():
           f"multiply-adds per prompt token / the peak of the kind named after the model ("
           f"{'; '.join(f'{t}T ' + ', '.join(f'{k} {peaks[t][k]:.0f}' for k in sorted(kinds)) for t in threads)}"
           f" G MAC/s)\n")
+    ik_head = (" ik_llama.cpp pp tok/s | pp ratio to ik |", "---|---|") if a.ik_llama_bench else ("", "")
+    if a.ik_llama_bench:
+        print(f"ik_llama.cpp: {a.ik_llama_bench} {a.ik_args}, prefill only\n")
     print("| model | threads | cachet pp tok/s | llama.cpp pp tok/s | pp ratio | cachet tg tok/s | "
-          "llama.cpp tg tok/s | tg ratio | tg / roofline | pp / peak (cachet, llama.cpp) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "llama.cpp tg tok/s | tg ratio | tg / roofline | pp / peak (cachet, llama.cpp) |" + ik_head[0])
+    print("|---|---|---|---|---|---|---|---|---|---|" + ik_head[1])
     for r in rows:
+        ik_cols = f" {r[11]:.1f} | {r[12]:.2f}x |" if a.ik_llama_bench else ""
         print(f"| {r[0]} | {r[1]} | {r[2]:.1f} | {r[3]:.1f} | {r[4]:.2f}x | {r[5]:.1f} | {r[6]:.1f} | {r[7]:.2f}x | "
-              f"{r[8]:.0%} | {r[9]:.0%}, {r[10]:.0%} |")
+              f"{r[8]:.0%} | {r[9]:.0%}, {r[10]:.0%} |" + ik_cols)
 
 
 if __name__ == "__main__":
