@@ -185,6 +185,8 @@ BENCHMARK(BM_PrefillAttention)
     ->Args({64, 16384, 1, static_cast<int>(KvType::kF16)})
     ->Args({64, 32768, 1, static_cast<int>(KvType::kF16)})
     ->Args({64, 4096, 1, static_cast<int>(KvType::kQ8_0)})
+    ->Args({64, 4096, 1, static_cast<int>(KvType::kBF16)})
+    ->Args({64, 4096, 1, static_cast<int>(KvType::kF32)})  // the f16 rows' arithmetic without their widening
     ->Args({64, 16384, 1, static_cast<int>(KvType::kQ8_0)})
     ->Args({64, 16384, 2, static_cast<int>(KvType::kF16)})
     ->UseRealTime()->Unit(benchmark::kMillisecond);

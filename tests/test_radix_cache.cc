@@ -198,6 +198,43 @@ TEST(RadixCache, RandomizedHundredThousandOperations) {
 // Hybrid models' state checkpoints on the tree: a match that needs one ends at a node holding the state of exactly
 // its prefix (in its namespace); evictions and LRU drops hand every slot back; the slots the tree holds never
 // exceed the store, and none leaks (the store's used slots are the tree's checkpoints, always).
+// Which checkpoint goes first: one with a deeper checkpoint on its node's only path on (a conversation's earlier
+// turn), even the most recent; then the least recently used, on a tie (one touch stamps a whole path) the
+// shallower; a branch point (a shared system prompt) counts as the deepest of its paths.
+TEST(RadixCache, DropsShadowedCheckpointsFirstThenTheLeastRecent) {
+  BlockPool pool(32);
+  RadixCache rc(&pool, kBs);
+  // Conversation a: system (block 1), turn 1 (block 2), turn 2 (block 3); conversation b: system, then block 9.
+  const auto a = seq({1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  const auto b = seq({1, 1, 1, 1, 9, 9, 9, 9});
+  std::vector<BlockId> ba, bb;
+  ASSERT_TRUE(pool.allocate(3, &ba) && pool.allocate(2, &bb));
+  rc.insert(0, a.data(), 12, ba.data());
+  rc.insert(0, b.data(), 8, bb.data());
+  for (BlockId x : ba) pool.decref(x);
+  for (BlockId x : bb) pool.decref(x);
+  ASSERT_TRUE(rc.attach_checkpoint(0, a.data(), 4, 10));   // the system prompt: a branch point
+  ASSERT_TRUE(rc.attach_checkpoint(0, a.data(), 8, 11));   // a's turn 1: shadowed by turn 2
+  ASSERT_TRUE(rc.attach_checkpoint(0, a.data(), 12, 12));  // a's turn 2
+  ASSERT_TRUE(rc.attach_checkpoint(0, b.data(), 8, 13));   // b's turn 1
+  // b used last, then a (whose match stamps its whole path): a's turn 1 is still the first to go.
+  rc.match(0, b.data(), 8, 2, true);
+  rc.match(0, a.data(), 12, 3, true);
+  const auto drop = [&] {
+    EXPECT_TRUE(rc.drop_lru_checkpoint());
+    const std::vector<int32_t> d = rc.take_dropped_checkpoints();
+    return d.size() == 1 ? d[0] : -1;
+  };
+  EXPECT_EQ(drop(), 11);
+  // Then by use: b's turn 1 (stamped before a's path), then the system prompt and a's turn 2, stamped together
+  // by a's match: the shallower first.
+  EXPECT_EQ(drop(), 13);
+  EXPECT_EQ(drop(), 10);
+  EXPECT_EQ(drop(), 12);
+  EXPECT_FALSE(rc.drop_lru_checkpoint());
+  EXPECT_EQ(rc.check(), "");
+}
+
 TEST(RadixCache, RandomizedCheckpointsNeverLeakOrLie) {
   constexpr int kBlocks = 64, kSlots = 6;
   BlockPool pool(kBlocks);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <queue>
 #include <set>
+#include <tuple>
 
 #include "base/check.h"
 
@@ -170,16 +171,26 @@ bool RadixCache::attach_checkpoint(uint64_t ns, const int32_t* tokens, int n, in
 }
 
 bool RadixCache::drop_lru_checkpoint() {
-  Node* oldest = nullptr;
-  std::function<void(Node*)> walk = [&](Node* x) {
-    for (auto& [k, c] : x->children) walk(c.get());
-    if (x->parent && x->checkpoint >= 0 && x->lock_ref == 0 && (!oldest || x->last_access < oldest->last_access))
-      oldest = x;
+  // A checkpoint whose node has one child, below which another checkpoint lies, serves only prompts that leave
+  // that path between the two (a conversation's next turn resumes from the deeper one): those go first. Among
+  // the rest (the deepest of a path, and branch points such as a shared system prompt), the least recently used;
+  // on a tie (touch() stamps a whole path at once) the shallower, which the deeper one's path also passes.
+  Node* victim = nullptr;
+  std::tuple<bool, uint64_t, int> best{};
+  std::function<bool(Node*, int)> walk = [&](Node* x, int depth) {
+    bool below = false;
+    for (auto& [k, c] : x->children) below = walk(c.get(), depth + 1) || below;
+    if (x->parent && x->checkpoint >= 0 && x->lock_ref == 0) {
+      const bool shadowed = below && x->children.size() == 1;
+      const std::tuple<bool, uint64_t, int> key{!shadowed, x->last_access, depth};
+      if (!victim || key < best) victim = x, best = key;
+    }
+    return below || x->checkpoint >= 0;
   };
-  for (auto& [ns, r] : roots_) walk(r.get());
-  if (!oldest) return false;
-  dropped_checkpoints_.push_back(oldest->checkpoint);
-  oldest->checkpoint = -1;
+  for (auto& [ns, r] : roots_) walk(r.get(), 0);
+  if (!victim) return false;
+  dropped_checkpoints_.push_back(victim->checkpoint);
+  victim->checkpoint = -1;
   --n_checkpoints_;
   return true;
 }
