@@ -204,5 +204,70 @@ TEST(AttnChunk, SeveralHeadsACallEqualEachHeadAlone) {
   }
 }
 
+// AttnChunk::keys_again (a prefill's query block over one chunk, model/ops.cc attend_tokens): every token after
+// the first may read keys the kernel kept from the calls before (x86/attn_keys_t.inc), and each token's bits are
+// those of its call alone, whatever its range within the chunk (a partial first or last tile, whole tiles from
+// another start) and whatever chains ran before on the thread with other keys at the same addresses.
+TEST(AttnChunk, KeysAgainGiveEachCallsOwnBits) {
+  for (const Kernels* k : supported_kernels()) {
+    for (auto [tk, tv] : kPairs) {
+      const bool blocks = attn_integer_keys(tk);
+      for (int d : {64, 80, 128, 256}) {
+        if (blocks && d % 32 != 0) continue;
+        Chunk c(tk, tv, d, 2, 0, 256, 17 + d);
+        for (int round = 0; round < 2; ++round) {
+          if (round == 1) {  // other keys and values at the same addresses, after chains on round 0's
+            const Chunk other(tk, tv, d, 2, 0, 256, 18 + d);
+            c.k = other.k, c.v = other.v;
+          }
+          for (int group : {1, 4, 6}) {
+            for (float cap : {0.0f, 30.0f}) {
+              const int tokens = 6;
+              auto q = random_floats(static_cast<size_t>(tokens) * group * d, 9 + group + round, -3.0f, 3.0f);
+              std::vector<ActQ8> qq(blocks ? q.size() / 16 : 0);
+              if (blocks) quantize_query(q.data(), static_cast<int64_t>(q.size()), qq.data());
+              for (int kvh = 0; kvh < 2; ++kvh) {
+                // Token t's positions [p0, p1): causal ends, and a token starting inside a tile.
+                const int p0[tokens] = {0, 0, 0, 3, 0, 0}, p1[tokens] = {256, 37, 240, 256, 128, 256};
+                std::vector<Out> chained, alone;
+                for (int pass = 0; pass < 2; ++pass) {
+                  for (int t = 0; t < tokens; ++t) {
+                    std::vector<AttnTile> mine;
+                    for (const AttnTile& ti : c.tiles) {
+                      const int p = static_cast<int>((ti.k - c.k.data()) / c.tiles[0].k_stride);
+                      const int s0 = std::max(p, p0[t]), s1 = std::min(p + ti.n, p1[t]);
+                      if (s0 >= s1) continue;
+                      const size_t skip = static_cast<size_t>(s0 - p);
+                      mine.push_back({ti.k + skip * ti.k_stride, ti.v + skip * ti.v_stride, ti.k_stride, ti.v_stride,
+                                      s1 - s0});
+                    }
+                    AttnChunk ch{mine.data(), static_cast<int>(mine.size()), kvh * row_bytes(tk, d),
+                                 kvh * row_bytes(tv, d)};
+                    ch.keys_again = pass == 0 && t > 0;
+                    Out o(group, d);
+                    const size_t qo = static_cast<size_t>(t) * group * d;
+                    k->attn_chunk(tk, tv, ch, q.data() + qo, blocks ? qq.data() + qo / 16 : nullptr, group, d, 0.3f,
+                                  cap, o.m.data(), o.l.data(), o.acc.data());
+                    (pass == 0 ? chained : alone).push_back(std::move(o));
+                  }
+                }
+                for (int t = 0; t < tokens; ++t) {
+                  const std::string what = std::string(isa_name(k->isa)) + " " + dtype_name(tk) + "/" +
+                                           dtype_name(tv) + " d=" + std::to_string(d) + " group=" +
+                                           std::to_string(group) + " token=" + std::to_string(t) +
+                                           " round=" + std::to_string(round);
+                  ASSERT_EQ(chained[t].m, alone[t].m) << what;
+                  ASSERT_EQ(chained[t].l, alone[t].l) << what;
+                  ASSERT_EQ(chained[t].acc, alone[t].acc) << what;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cachet

@@ -45,6 +45,10 @@ struct AttnChunk {
   int n_next = 0;
   size_t next_k_off = 0, next_v_off = 0;
   bool prefetch = true;  // false: no prefetch at all (the rows are in cache already)
+  // The caller's promise that the K rows of this call were read by the previous call on this thread and have not
+  // changed since the last call without it (model/ops.cc: a query block's tokens over one chunk): a kernel may
+  // reuse what it derived from them (x86/attn_keys_t.inc). Results are the same bits either way.
+  bool keys_again = false;
   // KV heads [0, n_heads) (at most kAttnChunkHeads) in one call: head h's K at k_off + h * k_head in a row (V:
   // v_off + h * v_head), its query rows at q + h * q_stride floats (qq + h * q_stride / 16), its state at
   // m, l, acc + h * state_stride floats. Each head's result is the bits of a call for it alone; one call lets a

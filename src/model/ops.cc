@@ -544,6 +544,7 @@ void attend_tokens(const Kernels& k, const AttentionArgs& a, const KvView& seq, 
       }
       AttnChunk c{mine, n, kvh * k_head, kvh * v_head};
       c.prefetch = first;  // the first token's walk brings the chunk in
+      c.keys_again = !first;
       k.attn_chunk(kv_layout(types.k), kv_layout(types.v), c, b.q.f, b.q.qq, group, a.head_dim, scale, a.softcap,
                    b.st.m, b.st.l, b.st.acc);
       first = false;
