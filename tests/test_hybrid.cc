@@ -341,5 +341,75 @@ TEST_P(HybridEngine, BranchPointCheckpointServesPromptsSharingOnlyASystemPrompt)
   EXPECT_EQ(cached[3], 144);
 }
 
+// Agents: several conversations at once, each turn resending the whole conversation (prompt, answer, a new
+// message), on a store with fewer checkpoint slots than every request's pending snapshots plus every
+// conversation's resume point. Each turn must still resume past the previous turn's prompt (from the latest
+// block boundary its answer crossed), and give the tokens a cache-off engine gives.
+TEST_P(HybridEngine, ConcurrentConversationsEachResumeFromTheirOwnLatestCheckpoint) {
+  auto m = hybrid_model(GetParam());
+  const int V = static_cast<int>(m->config().n_vocab);
+  constexpr int kUsers = 4, kTurns = 5;
+  // Per turn and user: the cached tokens reported, and the conversation's length computed by the turn's end
+  // (its prompt and answer but the answer's last token).
+  std::vector<std::vector<int>> cached, computed;
+  auto converse = [&](bool cache) {
+    EngineConfig cfg;
+    cfg.n_blocks = 512;
+    cfg.prefix_cache = cache;
+    cfg.state_checkpoint_every = 64;
+    cfg.max_running = kUsers;
+    // 10 checkpoint slots: the 4 conversations' resume points (held while their next turns run) leave 6
+    // for 4 running requests' prompt-end and latest-boundary snapshots.
+    cfg.kv_memory_bytes = 4 * 10 * m->config().state_bytes_per_seq();
+    auto e = make_engine(*m, cfg);
+    std::mt19937 rng(5);
+    std::vector<std::vector<int32_t>> conv(kUsers), out(kUsers);
+    for (int turn = 0; turn < kTurns; ++turn) {
+      std::map<RequestId, int> user;
+      for (int u = 0; u < kUsers; ++u) {
+        const int add = 30 + static_cast<int>(rng() % 40);
+        for (int k = 0; k < add; ++k) conv[u].push_back(static_cast<int32_t>(rng() % V));
+        SamplingParams p;
+        p.max_tokens = 40;
+        auto id = e->add_request(conv[u], p, {}, false);
+        EXPECT_TRUE(id.is_ok());
+        if (!id.is_ok()) return out;
+        user[*id] = u;
+      }
+      std::vector<int> got(kUsers, -1);
+      while (e->has_work()) {
+        auto ev = e->step();
+        EXPECT_TRUE(ev.is_ok());
+        if (!ev.is_ok()) return out;
+        for (const auto& x : *ev) {
+          const int u = user.at(x.id);
+          got[static_cast<size_t>(u)] = x.cached_tokens;
+          if (x.token) {
+            conv[u].push_back(*x.token);
+            out[u].push_back(*x.token);
+          }
+        }
+      }
+      if (cache) {
+        cached.push_back(got);
+        std::vector<int> len;
+        for (const auto& c : conv) len.push_back(static_cast<int>(c.size()) - 1);
+        computed.push_back(len);
+      }
+    }
+    EXPECT_EQ(e->check(), "");
+    EXPECT_EQ(e->counters().state_slots_used, e->counters().state_checkpoints) << "a state slot leaked";
+    return out;
+  };
+  const auto on = converse(true);
+  const auto off = converse(false);
+  EXPECT_EQ(on, off) << "the prefix cache changed a conversation";
+  ASSERT_EQ(cached.size(), static_cast<size_t>(kTurns));
+  for (size_t turn = 1; turn < kTurns; ++turn)
+    for (size_t u = 0; u < kUsers; ++u)
+      EXPECT_EQ(cached[turn][u], computed[turn - 1][u] / 16 * 16)
+          << "turn " << turn << " user " << u << ": not resumed from the previous turn's latest block boundary";
+}
+
 }  // namespace
 }  // namespace cachet

@@ -235,6 +235,33 @@ TEST(RadixCache, DropsShadowedCheckpointsFirstThenTheLeastRecent) {
   EXPECT_EQ(rc.check(), "");
 }
 
+// A request that resumed from a checkpoint locks its node's path: the checkpoint it adopted stays until it ends,
+// those above it on the path (its conversation's earlier turns, the system prompt) may still go.
+TEST(RadixCache, OnlyTheAdoptedCheckpointOfALockedPathStays) {
+  BlockPool pool(32);
+  RadixCache rc(&pool, kBs);
+  const auto a = seq({1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+  std::vector<BlockId> ba;
+  ASSERT_TRUE(pool.allocate(3, &ba));
+  rc.insert(0, a.data(), 12, ba.data());
+  for (BlockId x : ba) pool.decref(x);
+  ASSERT_TRUE(rc.attach_checkpoint(0, a.data(), 4, 10));
+  ASSERT_TRUE(rc.attach_checkpoint(0, a.data(), 8, 11));
+  ASSERT_TRUE(rc.attach_checkpoint(0, a.data(), 12, 12));
+  const RadixCache::Match m = rc.match(0, a.data(), 12, 3, true);
+  ASSERT_EQ(m.checkpoint, 12);
+  rc.lock(m.last);
+  std::vector<int32_t> dropped;
+  while (rc.drop_lru_checkpoint())
+    for (int32_t s : rc.take_dropped_checkpoints()) dropped.push_back(s);
+  std::sort(dropped.begin(), dropped.end());
+  EXPECT_EQ(dropped, (std::vector<int32_t>{10, 11}));
+  rc.unlock(m.last);
+  EXPECT_TRUE(rc.drop_lru_checkpoint());
+  EXPECT_EQ(rc.take_dropped_checkpoints(), std::vector<int32_t>{12});
+  EXPECT_EQ(rc.check(), "");
+}
+
 TEST(RadixCache, RandomizedCheckpointsNeverLeakOrLie) {
   constexpr int kBlocks = 64, kSlots = 6;
   BlockPool pool(kBlocks);
@@ -315,7 +342,14 @@ TEST(RadixCache, RandomizedCheckpointsNeverLeakOrLie) {
           }
         }
       }
-      if (r.m.last) rc.unlock(r.m.last);
+      if (r.m.last) {
+        // The checkpoint it adopted is still the tree's (a locked node's own is never dropped).
+        ASSERT_TRUE(state_of.count(r.m.checkpoint) &&
+                    state_of.at(r.m.checkpoint) ==
+                        (Content{r.ns, std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + r.m.n_tokens)}))
+            << "op " << op << ": a running request's checkpoint went";
+        rc.unlock(r.m.last);
+      }
       for (BlockId b : r.table) pool.decref(b);
       running.erase(running.begin() + static_cast<long>(i));
     } else {

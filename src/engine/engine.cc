@@ -191,14 +191,33 @@ StateSlot Engine::take_state_slot(Request* r) {
   return 0;
 }
 
-std::optional<StateSlot> Engine::take_checkpoint_slot() {
+std::optional<StateSlot> Engine::take_checkpoint_slot(bool evict, const Request* latest_for, int latest_pos) {
   int holders = 0;  // sequences holding a slot; the others that may run each need one left
   for (const auto& [id, q] : requests_) holders += q->state_slot.has_value();
   const int reserve = cfg_.max_running - std::min(holders, cfg_.max_running) + spec_slots_;
   RadixCache* rc = scheduler_->prefix_cache();
-  if (state_->n_free() <= reserve && rc->drop_lru_checkpoint()) reclaim_checkpoints();
+  if (state_->n_free() <= reserve) release_shadowed_checkpoints(latest_for, latest_pos);
+  if (evict && state_->n_free() <= reserve && rc->drop_lru_checkpoint()) reclaim_checkpoints();
   if (state_->n_free() <= reserve) return std::nullopt;
   return state_->allocate();
+}
+
+// A running conversation's prompt-end (and every-N) snapshots serve only prompts that leave its path before
+// the answer's latest boundary; once that one is taken, the tree would drop them first anyway when the request
+// ends (a deeper checkpoint lies on their only path on). Held until then, 8 agents' pending pairs took the
+// slots of other conversations' resume points, which then recomputed their whole last turn or more.
+void Engine::release_shadowed_checkpoints(const Request* latest_for, int latest_pos) {
+  for (auto& [id, q] : requests_) {
+    int latest = q.get() == latest_for ? latest_pos : 0;
+    for (const auto& c : q->ckpts)
+      if (c.kind == kLatest) latest = std::max(latest, c.pos);
+    if (latest == 0) continue;
+    std::erase_if(q->ckpts, [&](const Request::PendingCheckpoint& c) {
+      const bool shadowed = (c.kind == kPromptEnd || c.kind == kEvery) && c.pos < latest;
+      if (shadowed) state_->free(c.slot);
+      return shadowed;
+    });
+  }
 }
 
 std::optional<StateSlot> Engine::take_spare_slot() {
@@ -233,7 +252,7 @@ void Engine::settle_snapshots(Request* r, int last_accepted) {
   }
   r->spec_snapshots.clear();
   if (at >= 0 && at == accepted)
-    if (auto slot = take_checkpoint_slot()) {
+    if (auto slot = take_checkpoint_slot(true, r, latest)) {
       state_->copy(*r->state_slot, *slot);
       keep = *slot;
     }
@@ -259,7 +278,8 @@ void Engine::plan_checkpoints(Request* r, int n, int first, ForwardBatch* b, std
     if (pos <= from || pos > to || pos <= 0 || has(pos)) return;
     for (const PlannedCheckpoint& p : *planned)
       if (p.r == r && p.c.pos == pos) return;
-    auto slot = take_checkpoint_slot();
+    // An every-N point is worth a free slot, not another conversation's checkpoint.
+    auto slot = take_checkpoint_slot(kind != kEvery, kind == kLatest ? r : nullptr, pos);
     if (!slot) return;
     b->state_snapshots.emplace_back(first + (pos - 1 - from), *slot);  // the state after token pos - 1
     planned->push_back({r, {kind, pos, *slot}});

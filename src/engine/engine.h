@@ -138,8 +138,14 @@ class Engine {
   // from position 0 when it runs again, which zeroes its state).
   StateSlot take_state_slot(Request* r);
   // Prefix cache on a hybrid model: a slot for a state checkpoint, leaving one for every sequence that may
-  // still run (the least recently used checkpoint in the tree goes if need be); nothing when none can be had.
-  std::optional<StateSlot> take_checkpoint_slot();
+  // still run; nothing when none can be had. When the store is short, the pending checkpoints that requests'
+  // own latest-boundary ones shadow go back first (`latest_for` is taking one at `latest_pos`), then (`evict`)
+  // the tree's least recently used checkpoint.
+  std::optional<StateSlot> take_checkpoint_slot(bool evict = true, const Request* latest_for = nullptr,
+                                                int latest_pos = 0);
+  // Pending checkpoints shadowed by their request's own latest-boundary one (its prompt end, its every-N points
+  // before it) back to the store.
+  void release_shadowed_checkpoints(const Request* latest_for, int latest_pos);
   // Speculation on a hybrid model: a slot for the state after a position the verification may roll back to,
   // leaving one for every sequence that may still run (checkpoints are not dropped for it); nothing when none
   // can be had (the draft is then cut there).

@@ -175,12 +175,20 @@ bool RadixCache::drop_lru_checkpoint() {
   // that path between the two (a conversation's next turn resumes from the deeper one): those go first. Among
   // the rest (the deepest of a path, and branch points such as a shared system prompt), the least recently used;
   // on a tie (touch() stamps a whole path at once) the shallower, which the deeper one's path also passes.
+  // A locked node's checkpoint may go unless a request locked that node itself (its lock_ref above its
+  // children's): that request adopted this checkpoint. The nodes above it are locked only for their blocks; with
+  // every conversation of an agent load running, their earlier turns' checkpoints were all locked that way and
+  // filled the store.
   Node* victim = nullptr;
   std::tuple<bool, uint64_t, int> best{};
   std::function<bool(Node*, int)> walk = [&](Node* x, int depth) {
     bool below = false;
-    for (auto& [k, c] : x->children) below = walk(c.get(), depth + 1) || below;
-    if (x->parent && x->checkpoint >= 0 && x->lock_ref == 0) {
+    int child_locks = 0;
+    for (auto& [k, c] : x->children) {
+      below = walk(c.get(), depth + 1) || below;
+      child_locks += c->lock_ref;
+    }
+    if (x->parent && x->checkpoint >= 0 && x->lock_ref == child_locks) {
       const bool shadowed = below && x->children.size() == 1;
       const std::tuple<bool, uint64_t, int> key{!shadowed, x->last_access, depth};
       if (!victim || key < best) victim = x, best = key;

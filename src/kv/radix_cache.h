@@ -60,8 +60,9 @@ class RadixCache {
   // need be) unless that node has one already (the same state: results are deterministic); true when taken. The
   // tree then owns the slot: slots of evicted or dropped checkpoints come back through take_dropped_checkpoints().
   bool attach_checkpoint(uint64_t ns, const int32_t* tokens, int n, int32_t slot);
-  // Drops a checkpoint of an unlocked node, false when there is none: first those with a deeper checkpoint on
-  // their node's only path on, then the least recently used (on a tie the shallower).
+  // Drops a checkpoint no request has adopted (its node not locked by a request's match itself; nodes above one
+  // are), false when there is none: first those with a deeper checkpoint on their node's only path on, then the
+  // least recently used (on a tie the shallower).
   bool drop_lru_checkpoint();
   std::vector<int32_t> take_dropped_checkpoints() { return std::exchange(dropped_checkpoints_, {}); }
   int checkpoints() const { return n_checkpoints_; }
