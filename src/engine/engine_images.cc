@@ -28,9 +28,8 @@ Status Engine::set_images(Request* r, std::vector<PromptImage> images) {
     const PromptImage& im = images[i];
     const std::string which = "image " + std::to_string(i);
     const EncoderInput* px = im.pixels.get();
-    auto size = px ? cfg_.vision->input_size(px->width, px->height) : Result<ImageGrid>(invalid_argument(""));
     const ImageGrid g = px ? cfg_.vision->output_grid(px->width, px->height) : ImageGrid{};
-    if (!px || !size.is_ok() || size->x != px->width || size->y != px->height ||
+    if (!px || !cfg_.vision->is_input_size(px->width, px->height) ||
         px->data.size() != static_cast<size_t>(3) * px->width * px->height || g.x != im.grid.x || g.y != im.grid.y)
       return invalid_argument(which + ": not preprocessed for this encoder");
     const int n_rows = g.rows();

@@ -50,6 +50,7 @@ namespace cachet {
   X(std::string, pooling, "", "embedding pooling the file names: none, mean, cls, last, rank (empty: none named)") \
   X(bool, causal, true, "causal attention (false: every token of a sequence sees all of it, an encoder)")     \
   X(bool, swa_symmetric, false, "the sliding window is centred: positions within window / 2 either side")    \
+  X(std::string, image_attention, "both", "an image's rows among themselves: both (ways), swa (both ways in sliding-window layers only), causal") \
   X(std::string, rank_input, "", "rank pooling: the state the classifier reads (cls, last or mean)")        \
   X(int64_t, n_cls_out, 0, "classifier outputs of a reranker's head (cls.output; 0: none)")                 \
   X(int64_t, n_expert, 0, "experts per MoE layer (0: dense FFN)")                                          \

@@ -34,7 +34,8 @@ Status gemma4(ArchReader& r, ModelConfig* c, DecoderTensors* allowed) {
   allowed->post_norms = allowed->need_post_norms = true;
   allowed->qk_norm = allowed->need_qk_norm = true;
   allowed->rope_freqs = allowed->layer_out_scale = true;
-  CACHET_ASSIGN_OR_RETURN(c->final_softcap, r.real("final_logit_softcapping", 0.0));
+  // Without the key, 30: the model's config default (Gemma4TextConfig), and llama.cpp's.
+  CACHET_ASSIGN_OR_RETURN(c->final_softcap, r.real("final_logit_softcapping", 30.0));
   CACHET_ASSIGN_OR_RETURN(c->sliding_window, r.dim("attention.sliding_window"));
   CACHET_ASSIGN_OR_RETURN(c->swa_layers, r.swa_layers(c->n_layer, 6));
   CACHET_ASSIGN_OR_RETURN(c->rope_theta_swa, r.real("rope.freq_base_swa", 10000.0));
@@ -58,6 +59,9 @@ Status gemma4(ArchReader& r, ModelConfig* c, DecoderTensors* allowed) {
   CACHET_ASSIGN_OR_RETURN(c->kv_shared_layers, r.dim("attention.shared_kv_layers", int64_t{0}));
   CACHET_ASSIGN_OR_RETURN(c->n_embd_per_layer, r.dim("embedding_length_per_layer_input", int64_t{0}));
   allowed->per_layer_embd = c->n_embd_per_layer > 0;
+  // Images: the large models attend both ways among an image's rows in their sliding-window layers (their
+  // config's use_bidirectional_attention "vision"); the small ones, with per-layer embeddings, causally.
+  c->image_attention = c->n_embd_per_layer > 0 ? "causal" : "swa";
   // A dense FFN width per layer: one width, or one for the first layers and twice it from some layer on.
   const std::vector<int64_t>& ff = r.ff_per_layer();
   for (size_t l = 1; l < ff.size(); ++l) {

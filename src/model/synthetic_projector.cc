@@ -1,4 +1,5 @@
-// A synthetic projector file (mmproj) as llama.cpp's converter writes Gemma 3's (mmproj-gemma3) or Qwen3-VL's
+// A synthetic projector file (mmproj) as llama.cpp's converter writes Gemma 3's (mmproj-gemma3), Gemma 4's
+// (mmproj-gemma4: RMS norms, q/k norms, gated FFN, clamped linears, per-axis position tables) or Qwen3-VL's
 // (mmproj-qwen3vl): the ViT's tensors under v.*, the projector's under mm.*, clip.* metadata. Convolution and
 // position embeddings in F32 (and Gemma 3's input projection in F16), as the converter forces them; the rest in
 // the spec's type. Qwen3-VL's: fused QKV, two temporal patch kernels, deepstack mergers after the layers
@@ -9,6 +10,65 @@
 
 namespace cachet {
 
+namespace {
+
+// Gemma 4's: no activation flag (GELU by the model's config; llama.cpp reads the flag, so it is written here too),
+// mean 0 and std 1 (the model maps pixels to [-1, 1] itself), clamps on some linears tight enough to bind.
+Status write_synthetic_gemma4_projector(const SyntheticSpec& s, const std::string& path) {
+  GgufWriter w;
+  w.set_string("general.architecture", "clip");
+  w.set_string("general.name", "cachet synthetic projector");
+  w.set_u32("general.alignment", 32);
+  w.set_bool("clip.has_vision_encoder", true);
+  w.set_string("clip.vision.projector_type", "gemma4v");
+  w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(s.n_proj));
+  w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
+  w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
+  w.set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32("clip.vision.block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_f32_array("clip.vision.image_mean", {0.0f, 0.0f, 0.0f});
+  w.set_f32_array("clip.vision.image_std", {1.0f, 1.0f, 1.0f});
+  w.set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
+  w.set_bool("clip.use_gelu", true);
+  if (s.n_merge != 3) w.set_u32("clip.vision.projector.scale_factor", static_cast<uint32_t>(s.n_merge));
+  RandomTensors add(&w, s.seed);
+  const int64_t d = s.n_embd, P = s.patch_size, hd = s.n_embd / s.n_head, table = 1024;
+  auto scalar = [&](const std::string& name, float v) { return add(name, DType::kF32, 1, 1, 0.0f, v); };
+  CACHET_RETURN_IF_ERROR(add.nd("v.patch_embd.weight", DType::kF32, {P, P, 3, d}, fan_in_limit(3 * P * P), 0.0f));
+  CACHET_RETURN_IF_ERROR(add.nd("v.position_embd.weight", DType::kF32, {d, table, 2, 1}, 0.5f, 0.0f));
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "v.blk." + std::to_string(l) + ".";
+    for (const char* n : {"ln1", "ln2", "attn_post_norm", "ffn_post_norm"})
+      CACHET_RETURN_IF_ERROR(add(p + n + ".weight", DType::kF32, d, 1, 0.2f, 1.0f));
+    // Queries and keys RMS-normed and unscaled make random attention very peaked (a rounding in one engine then
+    // moves the rows by 1e-3: llama.cpp's own flash and plain paths differ that much at 1.0); norm weights near
+    // 0.5 keep the scores in the range a trained model's are.
+    CACHET_RETURN_IF_ERROR(add(p + "attn_q_norm.weight", DType::kF32, hd, 1, 0.1f, 0.5f));
+    CACHET_RETURN_IF_ERROR(add(p + "attn_k_norm.weight", DType::kF32, hd, 1, 0.1f, 0.5f));
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"})
+      CACHET_RETURN_IF_ERROR(add(p + m + ".weight", s.type, d, d, fan_in_limit(d), 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_gate.weight", s.type, d, s.n_ff, fan_in_limit(d), 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_up.weight", s.type, d, s.n_ff, fan_in_limit(d), 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, d, fan_in_limit(s.n_ff), 0.0f));
+    CACHET_RETURN_IF_ERROR(scalar(p + "out_scale.weight", 0.9f));
+    // The query's input and the FFN's output clamped (RMS-normed inputs reach past 1.5; FFN outputs past 0.3).
+    CACHET_RETURN_IF_ERROR(scalar(p + "attn_q.input_min", -1.5f));
+    CACHET_RETURN_IF_ERROR(scalar(p + "attn_q.input_max", 1.5f));
+    CACHET_RETURN_IF_ERROR(scalar(p + "ffn_down.output_min", -0.3f));
+    CACHET_RETURN_IF_ERROR(scalar(p + "ffn_down.output_max", 0.3f));
+  }
+  CACHET_RETURN_IF_ERROR(add("v.std_bias", DType::kF32, d, 1, 0.1f, 0.0f));
+  CACHET_RETURN_IF_ERROR(add("v.std_scale", DType::kF32, d, 1, 0.2f, 1.0f));
+  CACHET_RETURN_IF_ERROR(add("mm.input_projection.weight", DType::kF16, d, s.n_proj, fan_in_limit(d), 0.0f));
+  CACHET_RETURN_IF_ERROR(scalar("mm.input_projection.input_min", -2.0f));
+  CACHET_RETURN_IF_ERROR(scalar("mm.input_projection.input_max", 2.0f));
+  return w.write(path);
+}
+
+}  // namespace
+
 Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path) {
   if (s.image_size <= 0 || s.patch_size <= 0 || s.image_size % s.patch_size != 0)
     return invalid_argument("synthetic projector: the image size must be a whole number of patches");
@@ -17,6 +77,7 @@ Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path
     return invalid_argument("synthetic projector: the pooling must divide the patches per side");
   if (s.n_embd % s.n_head != 0) return invalid_argument("synthetic projector: heads must divide the width");
   const bool qwen = s.arch == "mmproj-qwen3vl";
+  if (s.arch == "mmproj-gemma4") return write_synthetic_gemma4_projector(s, path);
   GgufWriter w;
   w.set_string("general.architecture", "clip");
   w.set_string("general.name", "cachet synthetic projector");

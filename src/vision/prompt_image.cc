@@ -66,6 +66,7 @@ ImageFraming image_framing(const VisionConfig& c) {
   switch (c.projector) {
     case ProjectorType::kGemma3: return {"\n\n<start_of_image>", "<end_of_image>\n\n"};
     case ProjectorType::kQwen3Vl: return {"<|vision_start|>", "<|vision_end|>"};
+    case ProjectorType::kGemma4V: return {"<|image>", "<image|>"};
   }
   return {};
 }

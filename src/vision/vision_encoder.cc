@@ -21,6 +21,23 @@ Result<ImageGrid> VisionEncoder::input_size(int width, int height) const {
   if (width <= 0 || height <= 0) return invalid_argument("the image has no pixels");
   if (c.projector == ProjectorType::kGemma3)
     return ImageGrid{static_cast<int>(c.image_size), static_cast<int>(c.image_size)};
+  if (c.projector == ProjectorType::kGemma4V) {
+    // Gemma 4's processor: scaled (up or down) to fill max_rows pooled patches, each side then down to whole
+    // pooled patches; a side that comes to none gets one, the other its aspect's whole multiple (capped).
+    const double side = static_cast<double>(c.patch_size * c.n_merge), h = height, w = width;
+    const double target = static_cast<double>(c.max_rows) * side * side, f = std::sqrt(target / (h * w));
+    double th = std::floor(f * h / side) * side, tw = std::floor(f * w / side) * side;
+    if (th == 0 && tw == 0) return invalid_argument("the image is too small to resize for this encoder");
+    const double max_side = static_cast<double>(c.max_rows) * side;
+    if (th == 0) {
+      th = side;
+      tw = std::min(std::floor(w / h) * side, max_side);
+    } else if (tw == 0) {
+      tw = side;
+      th = std::min(std::floor(h / w) * side, max_side);
+    }
+    return ImageGrid{static_cast<int>(tw), static_cast<int>(th)};
+  }
   // Qwen's smart resize: each side to the nearest multiple of the merged patch (halves to even, as Python's
   // round), then both scaled alike into [min_rows, max_rows] merged patches.
   if (std::max(width, height) > 200.0 * std::min(width, height))
@@ -39,6 +56,16 @@ Result<ImageGrid> VisionEncoder::input_size(int width, int height) const {
     wb = std::ceil(w * beta / f) * f;
   }
   return ImageGrid{static_cast<int>(wb), static_cast<int>(hb)};
+}
+
+bool VisionEncoder::is_input_size(int width, int height) const {
+  if (cfg_.projector == ProjectorType::kGemma4V) {
+    const int64_t side = cfg_.patch_size * cfg_.n_merge;
+    return width > 0 && height > 0 && width % side == 0 && height % side == 0 &&
+           (width / side) * (height / side) <= cfg_.max_rows;
+  }
+  auto size = input_size(width, height);
+  return size.is_ok() && size->x == width && size->y == height;
 }
 
 ImageGrid VisionEncoder::output_grid(int width, int height) const {
@@ -74,7 +101,8 @@ void VisionEncoder::layer_norm_rows(const float* x, const TensorView& w, const T
 
 size_t VisionEncoder::scratch_bytes() const {
   size_t n = 0;
-  for (const auto* b : {&patches_, &x_, &xn_, &q_, &k_, &v_, &attn_, &proj_, &up_, &ones_, &m_in_, &m_mid_, &m_out_})
+  for (const auto* b : {&patches_, &x_, &xn_, &q_, &k_, &v_, &attn_, &proj_, &up_, &ones_, &m_in_, &m_mid_, &m_out_, &gate_,
+                        &clamp_})
     n += b->size();
   return n * sizeof(float) + vit_attn_.scratch_bytes();
 }
@@ -186,15 +214,18 @@ void VisionEncoder::merger(const float* x, int64_t n, const TensorView* nw, cons
 }
 
 Status VisionEncoder::encode(const EncoderInput& in, float* out) {
-  CACHET_ASSIGN_OR_RETURN(ImageGrid size, input_size(in.width, in.height));
-  if (size.x != in.width || size.y != in.height ||
-      in.data.size() != static_cast<size_t>(3) * in.width * in.height)
+  if (!is_input_size(in.width, in.height) || in.data.size() != static_cast<size_t>(3) * in.width * in.height)
     return invalid_argument("the encoder's input is not an image preprocessed for it (" +
                             std::to_string(in.width) + " x " + std::to_string(in.height) + ")");
   const int64_t T = static_cast<int64_t>(in.width / cfg_.patch_size) * (in.height / cfg_.patch_size);
   for (auto* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &proj_}) b->resize(T * cfg_.n_embd);
   up_.resize(T * cfg_.n_ff);
-  return cfg_.projector == ProjectorType::kGemma3 ? encode_gemma3(in, out) : encode_qwen3vl(in, out);
+  switch (cfg_.projector) {
+    case ProjectorType::kGemma3: return encode_gemma3(in, out);
+    case ProjectorType::kGemma4V: return encode_gemma4v(in, out);
+    case ProjectorType::kQwen3Vl: break;
+  }
+  return encode_qwen3vl(in, out);
 }
 
 Status VisionEncoder::encode_gemma3(const EncoderInput& in, float* out) {

@@ -2,12 +2,15 @@
 // metadata, `v.*` and `mm.*` tensors): it turns an image into the rows the language model reads in place of the
 // image's placeholder tokens. Families so far: gemma3 (SigLIP, pooled 4x4, RMS-normed and projected) and
 // qwen3vl_merger (Qwen3-VL and Qwen3.5: a ViT over the image at its own aspect, 2D rotary positions, 2x2 patches
-// merged into one row; Qwen3-VL adds deepstack rows taken from inner layers).
+// merged into one row; Qwen3-VL adds deepstack rows taken from inner layers) and gemma4v (Gemma 4: a ViT with
+// RMS norms, per-head q/k norms and 2D rotary halves over the image at its own aspect, average-pooled 3 x 3,
+// RMS-normed and projected).
 // Which parts run is decided by the projector type and the weights present; a key or tensor the loader does not
 // apply refuses the file, as for language models (model/arch_reader.h).
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,9 +27,10 @@
 
 namespace cachet {
 
+class ArchReader;
 class GgufFile;
 
-enum class ProjectorType { kGemma3, kQwen3Vl };
+enum class ProjectorType { kGemma3, kQwen3Vl, kGemma4V };
 
 struct VisionConfig {
   ProjectorType projector = ProjectorType::kGemma3;
@@ -44,11 +48,14 @@ struct VisionConfig {
   int64_t n_merge = 1;                  // patches pooled (gemma3) or merged (qwen3vl) n_merge x n_merge into a row
   int64_t n_deepstack = 0;              // qwen3vl: deepstack rows (their layers' features) beside each row
   // qwen3vl: an image is resized, keeping its aspect, to whole merged patches and between these many rows.
+  // gemma4v: to the largest whole pooled patches within max_rows rows (its processor's max_soft_tokens).
   int64_t min_rows = 64, max_rows = 4096;
+  float rope_theta = 10000.0f;          // gemma4v: its 2D rotary base
   float eps = 1e-6f;
   std::array<float, 3> mean{0.5f, 0.5f, 0.5f}, std{0.5f, 0.5f, 0.5f};
   ResizeFilter resize = ResizeFilter::kBilinear;
-  // Whether the language model attends both ways among one image's rows (Gemma 3), or causally as among text.
+  // Whether the language model attends both ways among one image's rows (Gemma 3; Gemma 4 in its sliding-window
+  // layers, where the model allows it), or causally as among text.
   bool bidirectional = false;
   // Whether the language model places an image's rows by M-RoPE (time, height, width) positions (Qwen-VL).
   bool mrope = false;
@@ -71,10 +78,22 @@ struct ImageGrid {
   int rows() const { return x * y; }
 };
 
+// Gemma 4's clippable linears: the input clamped to [in_lo, in_hi] before the matmul, the output to
+// [out_lo, out_hi] after it (a file without the bounds leaves them infinite).
+struct LinearClamp {
+  float in_lo = -INFINITY, in_hi = INFINITY, out_lo = -INFINITY, out_hi = INFINITY;
+  bool clamps_input() const { return in_lo > -INFINITY || in_hi < INFINITY; }
+  bool clamps_output() const { return out_lo > -INFINITY || out_hi < INFINITY; }
+};
+
 struct VitLayerWeights {
-  TensorView ln1_w, ln1_b, ln2_w, ln2_b;  // LayerNorms before attention and before the FFN
+  TensorView ln1_w, ln1_b, ln2_w, ln2_b;  // norms before attention and before the FFN
   TensorView wq, bq, wk, bk, wv, bv, wo, bo;
   TensorView w_up, b_up, w_down, b_down;
+  // gemma4v: per-head q/k RMSNorm weights [head_dim], the norms after attention and after the FFN, the gated
+  // FFN's gate, the layer's output scale ([1] or [n_embd]), and each linear's clamps.
+  TensorView q_norm, k_norm, attn_post_norm, ffn_post_norm, w_gate, out_scale;
+  LinearClamp cq, ck, cv, co, c_up, c_gate, c_down;
 };
 
 struct VisionWeights {
@@ -82,11 +101,14 @@ struct VisionWeights {
   // (a still image is both frames).
   TensorView patch_embd;
   TensorView patch_bias;   // [n_embd]
-  TensorView pos_embd;     // [n_embd, n_patches]
+  TensorView pos_embd;     // [n_embd, n_patches]; gemma4v: [n_embd, table, 2], a table per axis (x, then y)
   TensorView post_ln_w, post_ln_b;
   std::vector<VitLayerWeights> layers;
   TensorView soft_emb_norm;  // gemma3: [n_embd], the RMSNorm before the projection (the file stores 1 + w)
-  TensorView input_proj;     // gemma3: as a matmul weight [n_embd, n_embd_out] (the file stores it transposed)
+  TensorView input_proj;     // gemma3: as a matmul weight [n_embd, n_embd_out] (the file stores it transposed);
+                             // gemma4v: as stored, after an RMSNorm without weight
+  LinearClamp c_proj;        // gemma4v: input_proj's clamps
+  TensorView std_bias, std_scale;  // gemma4v (optional): pooled rows standardised, (x - bias) * scale
   // qwen3vl: the merger (LayerNorm is post_ln; then fc 4d -> 4d, GELU, fc 4d -> n_embd_out) and, per deepstack
   // layer, its own merger (LayerNorm over the 4 merged patches, fc, GELU, fc).
   TensorView mm0_w, mm0_b, mm2_w, mm2_b;
@@ -109,6 +131,9 @@ class VisionEncoder {
   // The size an image is resized to: gemma3 image_size square; qwen3vl its aspect kept, whole merged patches,
   // between min_rows and max_rows rows (Qwen's smart resize). An error for a degenerate aspect (over 200:1).
   Result<ImageGrid> input_size(int width, int height) const;
+  // Whether an image of this size is one preprocess() makes (gemma4v: whole pooled patches within the budget;
+  // the others: its own input_size).
+  bool is_input_size(int width, int height) const;
   // The image as the encoder reads it: resized (Pillow's arithmetic, the model's filter), scaled to [0, 1] and
   // normalised per channel.
   Result<EncoderInput> preprocess(const Image& img) const;
@@ -135,6 +160,12 @@ class VisionEncoder {
   void run_layers(int64_t T, const float* cos_sin, const std::function<void(int64_t)>& after_layer);
   Status encode_gemma3(const EncoderInput& in, float* out);
   Status encode_qwen3vl(const EncoderInput& in, float* out);
+  Status encode_gemma4v(const EncoderInput& in, float* out);
+  // gemma4v's own tensors (norms, gate, scales, clamps, standardisation, projection), after the common ones.
+  static Status load_gemma4v(ArchReader& r, VisionConfig& c, VisionWeights& w,
+                             std::vector<AlignedBuffer<float>>* owned);
+  // y = w x as gemm(), the input and output clamped as c says (gemma4v).
+  void clamped_gemm(const TensorView& w, const LinearClamp& c, const float* x, int64_t T, float* y);
   // x [n, 4d] -> LayerNorm (if given) -> fc1, GELU (erf) -> fc2 into out rows (stride out_stride).
   void merger(const float* x, int64_t n, const TensorView* nw, const TensorView* nb, const TensorView& w1,
               const TensorView& b1, const TensorView& w2, const TensorView& b2, float* out, int64_t out_stride);
@@ -144,7 +175,7 @@ class VisionEncoder {
   std::unique_ptr<GgufFile> file_;
   std::shared_ptr<ThreadPool> pool_;
   std::vector<AlignedBuffer<float>> owned_;  // f32 copies of vectors and the transposed projection
-  AlignedBuffer<float> patches_, x_, xn_, q_, k_, v_, attn_, proj_, up_, ones_, m_in_, m_mid_, m_out_;
+  AlignedBuffer<float> patches_, x_, xn_, q_, k_, v_, attn_, proj_, up_, ones_, m_in_, m_mid_, m_out_, gate_, clamp_;
   VitAttention vit_attn_;
   AlignedBuffer<float> wf_;  // a weight dequantized to f32 for gemm()
 };

@@ -50,7 +50,12 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
   CACHET_ASSIGN_OR_RETURN(bool has_vision, flag(r, "has_vision_encoder", false));
   CACHET_ASSIGN_OR_RETURN(bool has_audio, flag(r, "has_audio_encoder", false));
   if (!has_vision) return unimplemented(path + " has no vision encoder (clip.has_vision_encoder)");
-  if (has_audio) return unimplemented(path + " has an audio encoder: cachet reads images only, not audio, so far");
+  if (has_audio) {  // images only: the audio encoder beside (Gemma 4's small models) is left unread
+    for (const std::string& key : f->keys())
+      if (key.rfind("clip.audio.", 0) == 0) r.consume(key.substr(5));
+    for (const GgufTensorInfo& t : f->tensors())
+      if (t.name.rfind("a.", 0) == 0 || t.name.rfind("mm.a.", 0) == 0) r.tensor(t.name);
+  }
   std::string proj;
   if (r.has("vision.projector_type")) {
     CACHET_ASSIGN_OR_RETURN(proj, r.text("vision.projector_type"));
@@ -63,8 +68,11 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     c.projector = ProjectorType::kGemma3;
   } else if (proj == "qwen3vl_merger") {
     c.projector = ProjectorType::kQwen3Vl;
+  } else if (proj == "gemma4v") {
+    c.projector = ProjectorType::kGemma4V;
   } else {
-    return unimplemented("projector type '" + proj + "' is not one cachet runs yet (gemma3 and qwen3vl_merger are)");
+    return unimplemented("projector type '" + proj + "' is not one cachet runs yet (gemma3, gemma4v and "
+                         "qwen3vl_merger are)");
   }
   auto positive = [&](const char* key, std::optional<int64_t> fallback) -> Result<int64_t> {
     CACHET_ASSIGN_OR_RETURN(int64_t v, r.dim(key, fallback));
@@ -87,6 +95,8 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     if (!(s > 0.0f)) return invalid_argument("metadata 'clip.vision.image_std' must be positive");
   CACHET_ASSIGN_OR_RETURN(bool gelu, flag(r, "use_gelu", false));
   CACHET_ASSIGN_OR_RETURN(bool silu, flag(r, "use_silu", false));
+  // Gemma 4's converter writes no activation flag: its ViT's FFN is GELU (tanh form) by the model's config.
+  if (c.projector == ProjectorType::kGemma4V && !silu) gelu = true;
   if (!gelu || silu) return unimplemented("a vision FFN other than GELU (clip.use_gelu) is not one cachet runs yet");
   if (c.n_embd % c.n_head != 0) return invalid_argument("the vision width is not a whole number of heads");
   c.head_dim = c.n_embd / c.n_head;
@@ -97,6 +107,19 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     c.bidirectional = true;
     if (c.patches_per_side() % c.n_merge != 0)
       return invalid_argument("gemma3: the patches per side are not a multiple of the pooling (scale_factor)");
+  } else if (c.projector == ProjectorType::kGemma4V) {
+    CACHET_ASSIGN_OR_RETURN(c.n_merge, positive("vision.projector.scale_factor", 3));
+    if (c.n_merge > 8) return invalid_argument("metadata 'clip.vision.projector.scale_factor' is out of range");
+    c.resize = ResizeFilter::kBicubic;
+    c.bidirectional = true;
+    c.rope_theta = 100.0f;
+    c.max_rows = 280;  // the processor's max_soft_tokens
+    if (r.has("vision.image_max_pixels")) {
+      const double f2 = static_cast<double>(c.patch_size * c.n_merge * c.patch_size * c.n_merge);
+      CACHET_ASSIGN_OR_RETURN(int64_t px, positive("vision.image_max_pixels", std::nullopt));
+      c.max_rows = std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(px) / f2)));
+    }
+    if (c.head_dim % 4 != 0) return invalid_argument("gemma4v: the ViT's head width is not a multiple of 4 (2D RoPE)");
   } else {
     CACHET_ASSIGN_OR_RETURN(c.n_merge, positive("vision.spatial_merge_size", 2));
     if (c.n_merge > 8) return invalid_argument("metadata 'clip.vision.spatial_merge_size' is out of range");
@@ -162,7 +185,8 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
   }
   w.patch_bias = r.tensor("v.patch_embd.bias");
   w.pos_embd = r.tensor("v.position_embd.weight");
-  CACHET_RETURN_IF_ERROR(check_tensor(w.pos_embd, "v.position_embd.weight", d, c.n_patches(), -1));
+  if (c.projector != ProjectorType::kGemma4V)
+    CACHET_RETURN_IF_ERROR(check_tensor(w.pos_embd, "v.position_embd.weight", d, c.n_patches(), -1));
   w.post_ln_w = r.tensor("v.post_ln.weight");
   w.post_ln_b = r.tensor("v.post_ln.bias");
   auto vec = [&](TensorView* t, int64_t n, int64_t layer, const std::string& name, bool required) -> Status {
@@ -287,6 +311,7 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     owned.push_back(std::move(t));
   }
   c.n_embd_out = n_embd_out;
+  if (c.projector == ProjectorType::kGemma4V) CACHET_RETURN_IF_ERROR(load_gemma4v(r, c, w, &owned));
   CACHET_RETURN_IF_ERROR(r.finish());
   e->file_ = std::move(f);
   e->pool_ = std::move(pool);
