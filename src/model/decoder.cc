@@ -53,10 +53,6 @@ class DecoderModel final : public Model {
                               "row; the model takes " + std::to_string(cfg_.n_deepstack_layers));
     if (mrope && cfg_.rope_sections.empty())
       return invalid_argument("the projector places images by M-RoPE positions; the model has no M-RoPE sections");
-    // Gemma 4's E2B / E4B: their image rows' logits came 4e-3 of the largest from llama.cpp's on a synthetic
-    // file (the bar is 2e-3; text rows 2.5e-4), cause not found: not offered until it is (docs/vision.md).
-    if (cfg_.n_embd_per_layer > 0)
-      return unimplemented("image rows in a model with per-layer token embeddings (Gemma 4's E2B / E4B)");
     if (both_ways && cfg_.is_mla())
       return unimplemented("an image's two-way attention in an MLA model's latent attention");
     return Status::ok();

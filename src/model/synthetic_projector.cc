@@ -61,7 +61,10 @@ Status write_synthetic_gemma4_projector(const SyntheticSpec& s, const std::strin
   }
   CACHET_RETURN_IF_ERROR(add("v.std_bias", DType::kF32, d, 1, 0.1f, 0.0f));
   CACHET_RETURN_IF_ERROR(add("v.std_scale", DType::kF32, d, 1, 0.2f, 1.0f));
-  CACHET_RETURN_IF_ERROR(add("mm.input_projection.weight", DType::kF16, d, s.n_proj, fan_in_limit(d), 0.0f));
+  // Rows about as large as a synthetic Gemma 4's scaled token embeddings (sqrt(width) times rows of RMS ~0.6),
+  // as a trained projector's match its model's: unit rows among text 5x larger make a random deep model amplify
+  // every rounding in them.
+  CACHET_RETURN_IF_ERROR(add("mm.input_projection.weight", DType::kF16, d, s.n_proj, 5.0f * fan_in_limit(d), 0.0f));
   CACHET_RETURN_IF_ERROR(scalar("mm.input_projection.input_min", -2.0f));
   CACHET_RETURN_IF_ERROR(scalar("mm.input_projection.input_max", 2.0f));
   return w.write(path);
