@@ -112,7 +112,7 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
   if (s.arch == "nemotron_h" || s.arch == "nemotron_h_moe") return write_synthetic_nemotron_h(s, path);
   if (s.arch == "gemma4") return write_synthetic_gemma4(s, path);
   if (s.arch == "deepseek2") return write_synthetic_deepseek2(s, path);
-  if (s.arch == "mmproj-gemma3" || s.arch == "mmproj-qwen3vl" || s.arch == "mmproj-gemma4")
+  if (s.arch.rfind("mmproj-", 0) == 0)
     return write_synthetic_projector(s, path);
   if (s.arch == "bert" || s.arch == "nomic-bert" || s.arch == "nomic-bert-moe" || s.arch == "modern-bert")
     return write_synthetic_encoder(s, path);

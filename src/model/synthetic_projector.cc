@@ -70,6 +70,64 @@ Status write_synthetic_gemma4_projector(const SyntheticSpec& s, const std::strin
   return w.write(path);
 }
 
+// Qwen2-VL's (LayerNorm, GELU-quick FFN) or Qwen2.5-VL's (RMSNorm, gated SiLU FFN, window attention in all
+// but every 2nd layer, windows of 112 px as the model's, the key unwritten as the converter leaves it): two temporal patch kernels, no position
+// embeddings, Q, K and V split as the converter splits them.
+Status write_synthetic_qwen2vl_projector(const SyntheticSpec& s, const std::string& path) {
+  const bool v25 = s.arch == "mmproj-qwen25vl";
+  GgufWriter w;
+  w.set_string("general.architecture", "clip");
+  w.set_string("general.name", "cachet synthetic projector");
+  w.set_u32("general.alignment", 32);
+  w.set_bool("clip.has_vision_encoder", true);
+  w.set_string("clip.projector_type", v25 ? "qwen2.5vl_merger" : "qwen2vl_merger");
+  w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(s.n_proj));
+  w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
+  w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
+  w.set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.n_embd));
+  w.set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w.set_u32("clip.vision.block_count", static_cast<uint32_t>(s.n_layer));
+  w.set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.n_head));
+  w.set_f32_array("clip.vision.image_mean", {0.48145466f, 0.4578275f, 0.40821073f});
+  w.set_f32_array("clip.vision.image_std", {0.26862954f, 0.26130258f, 0.27577711f});
+  w.set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
+  w.set_u32("clip.vision.spatial_merge_size", static_cast<uint32_t>(s.n_merge));
+  if (v25) {
+    w.set_bool("clip.use_silu", true);
+    w.set_u32("clip.vision.n_wa_pattern", 2);
+  }
+  RandomTensors add(&w, s.seed);
+  const int64_t d = s.n_embd, P = s.patch_size, wide = d * s.n_merge * s.n_merge;
+  for (const char* k : {"v.patch_embd.weight", "v.patch_embd.weight.1"})
+    CACHET_RETURN_IF_ERROR(add.nd(k, DType::kF32, {P, P, 3, d}, fan_in_limit(3 * P * P), 0.0f));
+  auto norm = [&](const std::string& n, int64_t len) -> Status {
+    CACHET_RETURN_IF_ERROR(add(n + ".weight", DType::kF32, len, 1, 0.2f, 1.0f));
+    return v25 ? Status::ok() : add(n + ".bias", DType::kF32, len, 1, 0.1f, 0.0f);
+  };
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = "v.blk." + std::to_string(l) + ".";
+    CACHET_RETURN_IF_ERROR(norm(p + "ln1", d));
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
+      CACHET_RETURN_IF_ERROR(add(p + m + ".weight", s.type, d, d, fan_in_limit(d), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + m + ".bias", DType::kF32, d, 1, 0.1f, 0.0f));
+    }
+    CACHET_RETURN_IF_ERROR(norm(p + "ln2", d));
+    for (const char* m : {"ffn_gate", "ffn_up"}) {
+      if (!v25 && m[4] == 'g') continue;
+      CACHET_RETURN_IF_ERROR(add(p + m + ".weight", s.type, d, s.n_ff, fan_in_limit(d), 0.0f));
+      CACHET_RETURN_IF_ERROR(add(p + m + ".bias", DType::kF32, s.n_ff, 1, 0.1f, 0.0f));
+    }
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.weight", s.type, s.n_ff, d, fan_in_limit(s.n_ff), 0.0f));
+    CACHET_RETURN_IF_ERROR(add(p + "ffn_down.bias", DType::kF32, d, 1, 0.1f, 0.0f));
+  }
+  CACHET_RETURN_IF_ERROR(norm("v.post_ln", d));
+  CACHET_RETURN_IF_ERROR(add("mm.0.weight", s.type, wide, wide, fan_in_limit(wide), 0.0f));
+  CACHET_RETURN_IF_ERROR(add("mm.0.bias", DType::kF32, wide, 1, 0.1f, 0.0f));
+  CACHET_RETURN_IF_ERROR(add("mm.2.weight", s.type, wide, s.n_proj, fan_in_limit(wide), 0.0f));
+  CACHET_RETURN_IF_ERROR(add("mm.2.bias", DType::kF32, s.n_proj, 1, 0.1f, 0.0f));
+  return w.write(path);
+}
+
 }  // namespace
 
 Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path) {
@@ -81,6 +139,7 @@ Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path
   if (s.n_embd % s.n_head != 0) return invalid_argument("synthetic projector: heads must divide the width");
   const bool qwen = s.arch == "mmproj-qwen3vl";
   if (s.arch == "mmproj-gemma4") return write_synthetic_gemma4_projector(s, path);
+  if (s.arch == "mmproj-qwen2vl" || s.arch == "mmproj-qwen25vl") return write_synthetic_qwen2vl_projector(s, path);
   GgufWriter w;
   w.set_string("general.architecture", "clip");
   w.set_string("general.name", "cachet synthetic projector");

@@ -73,7 +73,6 @@ Status VisionEncoder::load_gemma4v(ArchReader& r, VisionConfig& c, VisionWeights
     L.k_norm = r.tensor(p + "attn_k_norm.weight");
     L.attn_post_norm = r.tensor(p + "attn_post_norm.weight");
     L.ffn_post_norm = r.tensor(p + "ffn_post_norm.weight");
-    L.w_gate = r.tensor(p + "ffn_gate.weight");
     L.out_scale = r.tensor(p + "out_scale.weight");
     if (L.ln1_b.data || L.ln2_b.data) return invalid_argument("gemma4v: layer " + std::to_string(l) + " has norm biases "
                                                               "(its norms are RMS norms)");
@@ -81,7 +80,6 @@ Status VisionEncoder::load_gemma4v(ArchReader& r, VisionConfig& c, VisionWeights
     CACHET_RETURN_IF_ERROR(vec(&L.k_norm, hd, l, p + "attn_k_norm.weight", true));
     CACHET_RETURN_IF_ERROR(vec(&L.attn_post_norm, d, l, p + "attn_post_norm.weight", true));
     CACHET_RETURN_IF_ERROR(vec(&L.ffn_post_norm, d, l, p + "ffn_post_norm.weight", true));
-    CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, p + "ffn_gate.weight", d, c.n_ff, l));
     if (L.out_scale.data) {
       const int64_t n = L.out_scale.ne[0];
       if (n != 1 && n != d) return invalid_argument(p + "out_scale.weight must hold 1 or " + std::to_string(d) + " values");
@@ -126,7 +124,6 @@ Status VisionEncoder::encode_gemma4v(const EncoderInput& in, float* out) {
     return invalid_argument("gemma4v: the image is " + std::to_string(px) + " x " + std::to_string(py) +
                             " patches; the position tables cover " + std::to_string(table));
   const int nt = static_cast<int>(T);
-  gate_.resize(T * ff);
 
   // Pixels in [-1, 1] (the model's patch embedder does 2 (x - 0.5)), patches row by row.
   std::vector<float> pixels(in.data.size());

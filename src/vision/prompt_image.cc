@@ -65,6 +65,8 @@ void mrope_position(const std::vector<PromptImage>& images, int pos, int32_t out
 ImageFraming image_framing(const VisionConfig& c) {
   switch (c.projector) {
     case ProjectorType::kGemma3: return {"\n\n<start_of_image>", "<end_of_image>\n\n"};
+    case ProjectorType::kQwen2Vl:
+    case ProjectorType::kQwen25Vl:
     case ProjectorType::kQwen3Vl: return {"<|vision_start|>", "<|vision_end|>"};
     case ProjectorType::kGemma4V: return {"<|image>", "<image|>"};
   }

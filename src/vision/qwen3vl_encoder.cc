@@ -11,23 +11,46 @@
 
 namespace cachet {
 
-Status VisionEncoder::encode_qwen3vl(const EncoderInput& in, float* out) {
-  const VisionConfig& c = cfg_;
-  ThreadPool& pool = *pool_;
-  const Kernels& kern = kernels();
-  const int64_t d = c.n_embd, P = c.patch_size, m = c.n_merge, hd = c.head_dim;
-  const int64_t px = in.width / P, py = in.height / P, T = px * py, per_row = m * m, n_rows = T / per_row;
-
-  // Patches in the merger's order: blocks of m x m patches row by row, the patches of a block row by row.
-  std::vector<int32_t> order(static_cast<size_t>(T)), ys(order.size()), xs(order.size());
+void VisionEncoder::merger_order(int64_t px, int64_t py, std::vector<int32_t>* order, std::vector<int32_t>* ys,
+                                 std::vector<int32_t>* xs) const {
+  const int64_t m = cfg_.n_merge, T = px * py;
+  order->resize(static_cast<size_t>(T));
+  ys->resize(order->size());
+  xs->resize(order->size());
   for (int64_t by = 0, t = 0; by < py / m; ++by)
     for (int64_t bx = 0; bx < px / m; ++bx)
       for (int64_t dy = 0; dy < m; ++dy)
         for (int64_t dx = 0; dx < m; ++dx, ++t) {
-          ys[t] = static_cast<int32_t>(by * m + dy);
-          xs[t] = static_cast<int32_t>(bx * m + dx);
-          order[t] = static_cast<int32_t>(ys[t] * px + xs[t]);
+          (*ys)[t] = static_cast<int32_t>(by * m + dy);
+          (*xs)[t] = static_cast<int32_t>(bx * m + dx);
+          (*order)[t] = static_cast<int32_t>((*ys)[t] * px + (*xs)[t]);
         }
+}
+
+std::vector<float> VisionEncoder::rope_2d_table(const std::vector<int32_t>& ys, const std::vector<int32_t>& xs) const {
+  const int64_t hd = cfg_.head_dim, q = hd / 4, T = static_cast<int64_t>(ys.size());
+  std::vector<float> cos_sin(static_cast<size_t>(T * hd));
+  std::vector<double> freq(static_cast<size_t>(q));
+  for (int64_t i = 0; i < q; ++i)
+    freq[static_cast<size_t>(i)] = std::pow(10000.0, -4.0 * static_cast<double>(i) / static_cast<double>(hd));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < 2 * q; ++i) {
+      const double a = (i < q ? ys[t] : xs[t]) * freq[static_cast<size_t>(i % q)];
+      cos_sin[t * hd + 2 * i] = static_cast<float>(std::cos(a));
+      cos_sin[t * hd + 2 * i + 1] = static_cast<float>(std::sin(a));
+    }
+  return cos_sin;
+}
+
+Status VisionEncoder::encode_qwen3vl(const EncoderInput& in, float* out) {
+  const VisionConfig& c = cfg_;
+  ThreadPool& pool = *pool_;
+  const Kernels& kern = kernels();
+  const int64_t d = c.n_embd, P = c.patch_size, m = c.n_merge;
+  const int64_t px = in.width / P, py = in.height / P, T = px * py, per_row = m * m, n_rows = T / per_row;
+
+  std::vector<int32_t> order, ys, xs;
+  merger_order(px, py, &order, &ys, &xs);
   embed_patches(in.data.data(), in.width, order);
 
   // Position embeddings learned on an n x n grid, bilinearly interpolated to py x px with the corners aligned.
@@ -49,19 +72,7 @@ Status VisionEncoder::encode_qwen3vl(const EncoderInput& in, float* out) {
     }
   }, 16);
 
-  // 2D RoPE, NeoX pairs (i, i + hd/2): pair i < hd/4 turns by the row times base^(-4i/hd), pair hd/4 + i by the
-  // column times the same frequency.
-  const int64_t q = hd / 4;
-  std::vector<float> cos_sin(static_cast<size_t>(T * hd));
-  std::vector<double> freq(static_cast<size_t>(q));
-  for (int64_t i = 0; i < q; ++i)
-    freq[static_cast<size_t>(i)] = std::pow(10000.0, -4.0 * static_cast<double>(i) / static_cast<double>(hd));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < 2 * q; ++i) {
-      const double a = (i < q ? ys[t] : xs[t]) * freq[static_cast<size_t>(i % q)];
-      cos_sin[t * hd + 2 * i] = static_cast<float>(std::cos(a));
-      cos_sin[t * hd + 2 * i + 1] = static_cast<float>(std::sin(a));
-    }
+  const std::vector<float> cos_sin = rope_2d_table(ys, xs);
 
   const int64_t stride = c.row_width();
   size_t next_ds = 0;

@@ -220,9 +220,12 @@ Status VisionEncoder::encode(const EncoderInput& in, float* out) {
   const int64_t T = static_cast<int64_t>(in.width / cfg_.patch_size) * (in.height / cfg_.patch_size);
   for (auto* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &proj_}) b->resize(T * cfg_.n_embd);
   up_.resize(T * cfg_.n_ff);
+  gate_.resize(T * cfg_.n_ff);
   switch (cfg_.projector) {
     case ProjectorType::kGemma3: return encode_gemma3(in, out);
     case ProjectorType::kGemma4V: return encode_gemma4v(in, out);
+    case ProjectorType::kQwen2Vl:
+    case ProjectorType::kQwen25Vl: return encode_qwen2vl(in, out);
     case ProjectorType::kQwen3Vl: break;
   }
   return encode_qwen3vl(in, out);

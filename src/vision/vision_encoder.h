@@ -30,7 +30,10 @@ namespace cachet {
 class ArchReader;
 class GgufFile;
 
-enum class ProjectorType { kGemma3, kQwen3Vl, kGemma4V };
+enum class ProjectorType { kGemma3, kQwen3Vl, kGemma4V, kQwen2Vl, kQwen25Vl };
+
+// The ViT's FFN: GELU (tanh form), GELU-quick (x sigmoid(1.702 x): Qwen2-VL) or SiLU; gated where a gate exists.
+enum class VitAct { kGelu, kGeluQuick, kSilu };
 
 struct VisionConfig {
   ProjectorType projector = ProjectorType::kGemma3;
@@ -51,6 +54,11 @@ struct VisionConfig {
   // gemma4v: to the largest whole pooled patches within max_rows rows (its processor's max_soft_tokens).
   int64_t min_rows = 64, max_rows = 4096;
   float rope_theta = 10000.0f;          // gemma4v: its 2D rotary base
+  VitAct act = VitAct::kGelu;
+  bool rms_norm = false;                // qwen2.5vl: RMS norms (no biases) in the ViT and the merger
+  // qwen2.5vl: every n_wa_pattern-th layer attends over the whole image, the others within windows of
+  // window_size px (whole merged patches, from the top left; the last ones in a row or column smaller).
+  int64_t n_wa_pattern = 0, window_size = 112;
   float eps = 1e-6f;
   std::array<float, 3> mean{0.5f, 0.5f, 0.5f}, std{0.5f, 0.5f, 0.5f};
   ResizeFilter resize = ResizeFilter::kBilinear;
@@ -89,10 +97,10 @@ struct LinearClamp {
 struct VitLayerWeights {
   TensorView ln1_w, ln1_b, ln2_w, ln2_b;  // norms before attention and before the FFN
   TensorView wq, bq, wk, bk, wv, bv, wo, bo;
-  TensorView w_up, b_up, w_down, b_down;
+  TensorView w_up, b_up, w_down, b_down, w_gate, b_gate;  // w_gate: a gated FFN (gemma4v, qwen2.5vl)
   // gemma4v: per-head q/k RMSNorm weights [head_dim], the norms after attention and after the FFN, the gated
   // FFN's gate, the layer's output scale ([1] or [n_embd]), and each linear's clamps.
-  TensorView q_norm, k_norm, attn_post_norm, ffn_post_norm, w_gate, out_scale;
+  TensorView q_norm, k_norm, attn_post_norm, ffn_post_norm, out_scale;
   LinearClamp cq, ck, cv, co, c_up, c_gate, c_down;
 };
 
@@ -109,7 +117,7 @@ struct VisionWeights {
                              // gemma4v: as stored, after an RMSNorm without weight
   LinearClamp c_proj;        // gemma4v: input_proj's clamps
   TensorView std_bias, std_scale;  // gemma4v (optional): pooled rows standardised, (x - bias) * scale
-  // qwen3vl: the merger (LayerNorm is post_ln; then fc 4d -> 4d, GELU, fc 4d -> n_embd_out) and, per deepstack
+  // qwen3vl, qwen2vl: the merger (LayerNorm, qwen2.5vl RMSNorm, is post_ln; then fc 4d -> 4d, GELU, fc 4d -> n_embd_out) and, per deepstack
   // layer, its own merger (LayerNorm over the 4 merged patches, fc, GELU, fc).
   TensorView mm0_w, mm0_b, mm2_w, mm2_b;
   struct Deepstack {
@@ -161,6 +169,14 @@ class VisionEncoder {
   Status encode_gemma3(const EncoderInput& in, float* out);
   Status encode_qwen3vl(const EncoderInput& in, float* out);
   Status encode_gemma4v(const EncoderInput& in, float* out);
+  Status encode_qwen2vl(const EncoderInput& in, float* out);
+  // The merger's order of patches (blocks of n_merge x n_merge row by row, a block's patches row by row), with
+  // each patch's row and column.
+  void merger_order(int64_t px, int64_t py, std::vector<int32_t>* order, std::vector<int32_t>* ys,
+                    std::vector<int32_t>* xs) const;
+  // Qwen's 2D rotary table: pair i < hd/4 turns by the row, pair hd/4 + i by the column, both by
+  // base^(-4i/hd) (NeoX pairs over the whole head).
+  std::vector<float> rope_2d_table(const std::vector<int32_t>& ys, const std::vector<int32_t>& xs) const;
   // gemma4v's own tensors (norms, gate, scales, clamps, standardisation, projection), after the common ones.
   static Status load_gemma4v(ArchReader& r, VisionConfig& c, VisionWeights& w,
                              std::vector<AlignedBuffer<float>>* owned);

@@ -70,9 +70,13 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     c.projector = ProjectorType::kQwen3Vl;
   } else if (proj == "gemma4v") {
     c.projector = ProjectorType::kGemma4V;
+  } else if (proj == "qwen2vl_merger") {
+    c.projector = ProjectorType::kQwen2Vl;
+  } else if (proj == "qwen2.5vl_merger") {
+    c.projector = ProjectorType::kQwen25Vl;
   } else {
-    return unimplemented("projector type '" + proj + "' is not one cachet runs yet (gemma3, gemma4v and "
-                         "qwen3vl_merger are)");
+    return unimplemented("projector type '" + proj + "' is not one cachet runs yet (gemma3, gemma4v, "
+                         "qwen2vl_merger, qwen2.5vl_merger and qwen3vl_merger are)");
   }
   auto positive = [&](const char* key, std::optional<int64_t> fallback) -> Result<int64_t> {
     CACHET_ASSIGN_OR_RETURN(int64_t v, r.dim(key, fallback));
@@ -95,9 +99,17 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     if (!(s > 0.0f)) return invalid_argument("metadata 'clip.vision.image_std' must be positive");
   CACHET_ASSIGN_OR_RETURN(bool gelu, flag(r, "use_gelu", false));
   CACHET_ASSIGN_OR_RETURN(bool silu, flag(r, "use_silu", false));
-  // Gemma 4's converter writes no activation flag: its ViT's FFN is GELU (tanh form) by the model's config.
-  if (c.projector == ProjectorType::kGemma4V && !silu) gelu = true;
-  if (!gelu || silu) return unimplemented("a vision FFN other than GELU (clip.use_gelu) is not one cachet runs yet");
+  const bool qwen2 = c.projector == ProjectorType::kQwen2Vl || c.projector == ProjectorType::kQwen25Vl;
+  if (gelu && silu) return invalid_argument("metadata 'clip.use_gelu' and 'clip.use_silu' are both set");
+  // Without a flag llama.cpp's converters mean GELU-quick (Qwen2-VL's quick_gelu); Gemma 4's writes none for
+  // its GELU (tanh form, by the model's config).
+  c.act = gelu ? VitAct::kGelu : silu ? VitAct::kSilu : VitAct::kGeluQuick;
+  if (c.projector == ProjectorType::kGemma4V && !silu) c.act = VitAct::kGelu;
+  const bool act_ok = c.projector == ProjectorType::kQwen2Vl ? c.act == VitAct::kGeluQuick
+                      : c.projector == ProjectorType::kQwen25Vl ? c.act == VitAct::kSilu
+                                                                : c.act == VitAct::kGelu;
+  if (!act_ok) return unimplemented("projector '" + proj + "' with this vision FFN activation (clip.use_gelu / "
+                                    "use_silu) is not one cachet runs");
   if (c.n_embd % c.n_head != 0) return invalid_argument("the vision width is not a whole number of heads");
   c.head_dim = c.n_embd / c.n_head;
   if (c.image_size % c.patch_size != 0) return invalid_argument("the image size is not a whole number of patches");
@@ -125,6 +137,14 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     if (c.n_merge > 8) return invalid_argument("metadata 'clip.vision.spatial_merge_size' is out of range");
     c.resize = ResizeFilter::kBicubic;
     c.mrope = true;
+    if (qwen2) {
+      c.min_rows = 4;  // Qwen2-VL's and Qwen2.5-VL's processors: 56 x 56 px at the least
+      c.rms_norm = c.projector == ProjectorType::kQwen25Vl;
+      if (c.projector == ProjectorType::kQwen25Vl) {
+        CACHET_ASSIGN_OR_RETURN(c.n_wa_pattern, positive("vision.n_wa_pattern", std::nullopt));
+        CACHET_ASSIGN_OR_RETURN(c.window_size, positive("vision.window_size", 112));
+      }
+    }
     if (c.head_dim % 4 != 0) return invalid_argument("qwen3vl: the ViT's head width is not a multiple of 4 (2D RoPE)");
     const double f2 = static_cast<double>(c.patch_size * c.n_merge * c.patch_size * c.n_merge);
     if (r.has("vision.image_min_pixels")) {
@@ -161,7 +181,7 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
   w.patch_embd = pe;
   CACHET_RETURN_IF_ERROR(check_tensor(w.patch_embd, "v.patch_embd.weight", K, d, -1));
   std::vector<AlignedBuffer<float>>& owned = e->owned_;
-  if (c.projector == ProjectorType::kQwen3Vl) {
+  if (c.projector == ProjectorType::kQwen3Vl || qwen2) {
     // Conv3D over two frames, split by the converter into two kernels: a still image is both frames, so the
     // convolution is their sum's.
     TensorView pe1 = r.tensor("v.patch_embd.weight.1");
@@ -185,7 +205,9 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
   }
   w.patch_bias = r.tensor("v.patch_embd.bias");
   w.pos_embd = r.tensor("v.position_embd.weight");
-  if (c.projector != ProjectorType::kGemma4V)
+  if (qwen2 && (w.pos_embd.data || w.patch_bias.data))
+    return invalid_argument(proj + ": the ViT has no learned position embeddings and no patch bias");
+  if (c.projector != ProjectorType::kGemma4V && !qwen2)
     CACHET_RETURN_IF_ERROR(check_tensor(w.pos_embd, "v.position_embd.weight", d, c.n_patches(), -1));
   w.post_ln_w = r.tensor("v.post_ln.weight");
   w.post_ln_b = r.tensor("v.post_ln.bias");
@@ -237,6 +259,14 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     L.b_up = get("ffn_up.bias");
     L.w_down = get("ffn_down.weight");
     L.b_down = get("ffn_down.bias");
+    L.w_gate = get("ffn_gate.weight");
+    L.b_gate = get("ffn_gate.bias");
+    const bool gated = c.projector == ProjectorType::kGemma4V || c.projector == ProjectorType::kQwen25Vl;
+    if (gated != static_cast<bool>(L.w_gate.data))
+      return invalid_argument(p + "ffn_gate.weight: " + (gated ? "missing (" : "not used by ") + proj + ")");
+    if (gated) CACHET_RETURN_IF_ERROR(check_tensor(L.w_gate, p + "ffn_gate.weight", d, c.n_ff, l));
+    if (c.rms_norm && (L.ln1_b.data || L.ln2_b.data))
+      return invalid_argument(p + "ln1 / ln2 biases beside RMS norms (" + proj + ")");
     // Early conversions stored SigLIP's fc1 / fc2 under each other's names: tell them apart by shape.
     if (L.w_up.data && L.w_down.data && L.w_down.ne[0] == d && L.w_down.ne[1] == c.n_ff && c.n_ff != d) {
       std::swap(L.w_up, L.w_down);
@@ -250,7 +280,8 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
                                    {&L.ln2_w, d, "ln2.weight", true}, {&L.ln2_b, d, "ln2.bias", false},
                                    {&L.bq, d, "attn_q.bias", false}, {&L.bk, d, "attn_k.bias", false},
                                    {&L.bv, d, "attn_v.bias", false}, {&L.bo, d, "attn_out.bias", false},
-                                   {&L.b_up, c.n_ff, "ffn_up.bias", false}, {&L.b_down, d, "ffn_down.bias", false}})
+                                   {&L.b_up, c.n_ff, "ffn_up.bias", false}, {&L.b_down, d, "ffn_down.bias", false},
+                                   {&L.b_gate, c.n_ff, "ffn_gate.bias", false}})
       CACHET_RETURN_IF_ERROR(vec(t, n, l, p + name, req));
     w.layers.push_back(std::move(L));
     const std::string dp = "v.deepstack." + std::to_string(l) + ".";
@@ -276,7 +307,7 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     w.deepstack.push_back(std::move(ds));
   }
   c.n_deepstack = static_cast<int64_t>(w.deepstack.size());
-  if (c.projector == ProjectorType::kQwen3Vl) {
+  if (c.projector == ProjectorType::kQwen3Vl || qwen2) {
     const int64_t wide = d * c.n_merge * c.n_merge;
     w.mm0_w = r.tensor("mm.0.weight");
     w.mm0_b = r.tensor("mm.0.bias");
@@ -286,7 +317,8 @@ Result<std::unique_ptr<VisionEncoder>> VisionEncoder::load(const std::string& pa
     CACHET_RETURN_IF_ERROR(check_tensor(w.mm2_w, "mm.2.weight", wide, n_embd_out, -1));
     CACHET_RETURN_IF_ERROR(vec(&w.mm0_b, wide, -1, "mm.0.bias", false));
     CACHET_RETURN_IF_ERROR(vec(&w.mm2_b, n_embd_out, -1, "mm.2.bias", false));
-    if (!w.post_ln_w.data) return invalid_argument("qwen3vl: missing tensor 'v.post_ln.weight' (the merger's norm)");
+    if (!w.post_ln_w.data) return invalid_argument(proj + ": missing tensor 'v.post_ln.weight' (the merger's norm)");
+    if (c.rms_norm && w.post_ln_b.data) return invalid_argument(proj + ": 'v.post_ln.bias' beside an RMS norm");
   }
   if (c.projector == ProjectorType::kGemma3) {
     w.soft_emb_norm = r.tensor("mm.soft_emb_norm.weight");

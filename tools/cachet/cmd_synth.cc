@@ -22,7 +22,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
   c->add_option("--arch", a->spec.arch, "architecture")
       ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding", "granite", "granitemoe", "granitehybrid", "nemotron_h", "nemotron_h_moe", "deepseek2",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert", "mmproj-gemma3", "mmproj-gemma4",
-                             "mmproj-qwen3vl"}));
+                             "mmproj-qwen2vl", "mmproj-qwen25vl", "mmproj-qwen3vl"}));
   c->add_option("--image-size", a->spec.image_size, "mmproj-*: the square side images are resized to");
   c->add_option("--patch-size", a->spec.patch_size, "mmproj-*: the ViT's patch side");
   c->add_option("--proj-dim", a->spec.n_proj, "mmproj-*: the language model's width (the output rows')");
