@@ -60,6 +60,7 @@ namespace cachet {
   X(std::string, layer_kinds, "", "per layer: A = attention, R = gated delta net, C = short conv (LFM2), M = Mamba-2, F = FFN only") \
   X(bool, attn_output_gate, false, "Q carries a per-head gate: attention output times sigmoid(gate)")     \
   X(std::string, rope_sections, "", "M-RoPE sections t,h,w,e (Qwen3.5, interleaved; text: t = h = w)")     \
+  X(bool, mrope_interleaved, true, "M-RoPE sections interleaved pair by pair (Qwen3-VL, 3.5), else consecutive (Qwen2-VL)") \
   X(int64_t, ssm_conv_kernel, 0, "gated delta net: causal conv width")                                     \
   X(int64_t, ssm_head_dim, 0, "gated delta net: width of a key / value head (state is d x d per head)")    \
   X(int64_t, ssm_k_heads, 0, "gated delta net: query / key heads")                                         \

@@ -35,7 +35,7 @@ class DecoderModel final : public Model {
     const float* factors = cfg_.rope_freq_factors ? reinterpret_cast<const float*>(w_.rope_freqs.data) : nullptr;
     rope_ = rope_freqs(cfg_, false, factors);
     rope_swa_ = rope_freqs(cfg_, true, nullptr);  // rope_freqs are the global layers' (Gemma 4's proportional RoPE)
-    if (!cfg_.rope_sections.empty()) mrope_pairs_ = mrope_pair_sections(cfg_.rope_sections, cfg_.rope_dim / 2);
+    if (!cfg_.rope_sections.empty()) mrope_pairs_ = mrope_pair_sections(cfg_.rope_sections, cfg_.rope_dim / 2, cfg_.mrope_interleaved);
   }
 
   const ModelConfig& config() const override { return cfg_; }

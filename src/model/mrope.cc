@@ -6,11 +6,16 @@
 
 namespace cachet {
 
-std::vector<int8_t> mrope_pair_sections(const std::string& sections, int half) {
+std::vector<int8_t> mrope_pair_sections(const std::string& sections, int half, bool interleaved) {
   int sec[4] = {0, 0, 0, 0};
   std::sscanf(sections.c_str(), "%d,%d,%d,%d", &sec[0], &sec[1], &sec[2], &sec[3]);
   std::vector<int8_t> out(static_cast<size_t>(half), 0);
-  for (int i = 0; i < half; ++i) {
+  const int sum = sec[0] + sec[1] + sec[2] + sec[3];
+  for (int i = 0; i < half && !interleaved && sum > 0; ++i) {
+    const int k = i % sum;
+    out[i] = static_cast<int8_t>(k < sec[0] ? 0 : k < sec[0] + sec[1] ? 1 : k < sec[0] + sec[1] + sec[2] ? 2 : 0);
+  }
+  for (int i = 0; i < half && interleaved; ++i) {
     const int s = i % 3;
     if (s > 0 && i < 3 * sec[s]) out[i] = static_cast<int8_t>(s);
   }

@@ -116,7 +116,7 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
     return write_synthetic_projector(s, path);
   if (s.arch == "bert" || s.arch == "nomic-bert" || s.arch == "nomic-bert-moe" || s.arch == "modern-bert")
     return write_synthetic_encoder(s, path);
-  static const char* kArchs[] = {"llama",   "qwen2",   "qwen3",    "qwen3moe",       "qwen3vl", "qwen3vlmoe",
+  static const char* kArchs[] = {"llama",   "qwen2",   "qwen2vl", "qwen3",    "qwen3moe",       "qwen3vl", "qwen3vlmoe",
                                  "gemma2",  "gemma3",  "phi3",     "smollm3",        "mistral3", "gemma-embedding"};
   if (std::find(std::begin(kArchs), std::end(kArchs), s.arch) == std::end(kArchs))
     return invalid_argument("synthetic model: unknown architecture '" + s.arch + "'");
@@ -132,6 +132,7 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
     return invalid_argument("synthetic model: experts used must be in 1..experts");
   const bool gemma = s.arch == "gemma2" || s.arch == "gemma3" || s.arch == "gemma-embedding";
   const bool qwen_vl = s.arch == "qwen3vl" || s.arch == "qwen3vlmoe";
+  const bool qwen2 = s.arch == "qwen2" || s.arch == "qwen2vl";
   const bool qk_norm = s.arch == "qwen3" || s.arch == "qwen3moe" || qwen_vl || s.arch == "gemma3" ||
                        s.arch == "gemma-embedding";
   if (s.n_cls_out > 0 && s.arch != "qwen3") return invalid_argument("synthetic model: a decoder reranker is qwen3");
@@ -160,6 +161,10 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
     const int32_t pairs = static_cast<int32_t>(hd / 2), t = pairs * 3 / 8, h = (pairs - t) / 2;
     w.set_i32_array(a + "rope.dimension_sections", {t, h, pairs - t - h, 0});
     w.set_u32(a + "n_deepstack_layers", static_cast<uint32_t>(std::min<int64_t>(3, s.n_layer)));
+  }
+  if (s.arch == "qwen2vl") {  // Qwen2-VL's consecutive sections (16/24/24 of 64 pairs)
+    const int32_t pairs = static_cast<int32_t>(hd / 2), t = pairs / 4, h = (pairs - t) / 2;
+    w.set_i32_array(a + "rope.dimension_sections", {t, h, pairs - t - h, 0});
   }
   if (gemma && s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
   if (s.arch == "gemma-embedding") {
@@ -216,7 +221,7 @@ Status write_synthetic_model(const SyntheticSpec& s, const std::string& path) {
       CACHET_RETURN_IF_ERROR(add(p + "attn_k.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "attn_v.weight", s.type, s.n_embd, kvd, lim(s.n_embd), 0.0f));
     }
-    if (s.arch == "qwen2") {
+    if (qwen2) {
       CACHET_RETURN_IF_ERROR(add(p + "attn_q.bias", DType::kF32, qd, 1, 0.5f, 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "attn_k.bias", DType::kF32, kvd, 1, 0.5f, 0.0f));
       CACHET_RETURN_IF_ERROR(add(p + "attn_v.bias", DType::kF32, kvd, 1, 0.5f, 0.0f));

@@ -29,6 +29,8 @@ ARCHS = {
     "qwen3moe": ["--arch", "qwen3moe", "--experts", "8", "--experts-used", "3", "--head-dim", "64"],
     # Qwen3-VL's language models as text: interleaved M-RoPE sections, deepstack layers that text leaves alone.
     "qwen3vl": ["--arch", "qwen3vl", "--head-dim", "64"],
+    # Qwen2-VL's and Qwen2.5-VL's: qwen2 under consecutive M-RoPE sections.
+    "qwen2vl": ["--arch", "qwen2vl"],
     "qwen3vlmoe": ["--arch", "qwen3vlmoe", "--experts", "8", "--experts-used", "3", "--head-dim", "64"],
     # Windows shorter than the 32-token prompt; gemma2's soft-caps low enough to bite.
     "gemma2": ["--arch", "gemma2", "--sliding-window", "12", "--attn-softcap", "5", "--final-softcap", "3"],

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from test_vision import llama_cpp_embeddings, ours, random_image
-from test_vision_qwen3vl import smart_resize
+from test_vision_qwen3vl import llama_cpp_logits_with_image, smart_resize
 
 # A ViT 64 wide in 4 px patches merged 2 x 2 (8 px per output row), 4 layers: Qwen2.5-VL's layers 0 and 2 in
 # windows of 112 px, 1 and 3 over the whole image.
@@ -21,8 +21,9 @@ VIT = ["--n-embd", "64", "--n-layer", "4", "--n-head", "4", "--n-ff", "96", "--i
 def synth_pair(cachet_bin, tmp_path, kind, wtype):
     lm = tmp_path / "lm.gguf"
     mm = tmp_path / f"mmproj-{kind}-{wtype}.gguf"
-    subprocess.run([cachet_bin, "synth", "--arch", "qwen2", "-o", str(lm), "--n-embd", "64", "--n-head", "4",
-                    "--n-head-kv", "2", "--n-ff", "128", "--n-layer", "2"], check=True)
+    # Qwen2-VL's language model: qwen2 under consecutive M-RoPE sections (2/3/3 of 8 pairs).
+    subprocess.run([cachet_bin, "synth", "--arch", "qwen2vl", "-o", str(lm), "--n-embd", "64", "--n-head", "4",
+                    "--n-head-kv", "2", "--n-ff", "128", "--n-layer", "3"], check=True)
     subprocess.run([cachet_bin, "synth", "--arch", f"mmproj-{kind}", "-o", str(mm), "--type", wtype, *VIT],
                    check=True)
     return lm, mm
@@ -47,6 +48,34 @@ def test_qwen2vl_embeddings_match_llama_cpp(cachet_bin, tmp_path, kind, wtype, h
         assert scale > 0.5, "a vacuous fixture"
         err = np.abs(emb - ref).max()
         assert err <= 1e-3 * scale, f"{kind} {wtype} {h}x{w} flash={flash}: {err:.3g} of {scale:.3g}"
+
+
+# A prompt with an image in the middle (8 x 12 rows: the text after it continues 12 positions on), the pairs
+# turning with the rows' time, height and width positions in consecutive sections; llama.cpp reads our rows (the
+# language model's side alone; the encoders agree above).
+@pytest.mark.parametrize("kind", ["qwen2vl", "qwen25vl"])
+def test_qwen2vl_prompt_with_an_image_matches_llama_cpp(cachet_bin, tmp_path, kind):
+    lm, mm = synth_pair(cachet_bin, tmp_path, kind, "F16")
+    rgb = random_image(64, 96, seed=9)
+    Image.fromarray(rgb).save(tmp_path / "img.png")
+    ids, at = [2, 17, 33, 5, 9, 101, 7, 44, 12, 3], 4
+    out = tmp_path / "logits.f32"
+
+    def run(img):
+        subprocess.run([cachet_bin, "logits", "-m", str(lm), "--prompt-ids", ",".join(map(str, ids)), "-o",
+                        str(out), "--mmproj", str(mm), "--image", str(img), "--image-at", str(at)], check=True)
+        return np.fromfile(out, dtype=np.float32)
+
+    rows, _, _ = ours(cachet_bin, mm, tmp_path / "img.png", tmp_path)
+    ref, n_img = llama_cpp_logits_with_image(lm, mm, rgb, ids, at, 64, rows)
+    assert n_img == 96
+    mine = run(tmp_path / "img.png").reshape(ref.shape)
+    scale = np.abs(ref).max()
+    err = np.abs(mine - ref).max(axis=1)
+    assert err.max() <= 2e-3 * scale, f"rows {np.argsort(-err)[:4]}: {err.max():.3g} of {scale:.3g}"
+    Image.fromarray(rgb[::-1].copy()).save(tmp_path / "flipped.png")
+    other = run(tmp_path / "flipped.png").reshape(ref.shape)
+    assert np.abs(other[at + n_img:] - mine[at + n_img:]).max() > 20 * 2e-3 * scale
 
 
 def test_qwen25vl_windows_matter(cachet_bin, tmp_path):

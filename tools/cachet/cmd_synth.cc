@@ -20,7 +20,7 @@ void add_synth_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"smollm2-135m", "llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b", "qwen3-moe-small",
                              "qwen3.5-2b", "qwen3.5-9b", "qwen3.6-moe-small", "tiny"}));
   c->add_option("--arch", a->spec.arch, "architecture")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding", "granite", "granitemoe", "granitehybrid", "nemotron_h", "nemotron_h_moe", "deepseek2",
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen2vl", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe", "gpt-oss", "smollm3", "mistral3", "gemma2", "gemma3", "gemma4", "phi3", "gemma-embedding", "granite", "granitemoe", "granitehybrid", "nemotron_h", "nemotron_h_moe", "deepseek2",
                              "bert", "nomic-bert", "nomic-bert-moe", "modern-bert", "mmproj-gemma3", "mmproj-gemma4",
                              "mmproj-qwen2vl", "mmproj-qwen25vl", "mmproj-qwen3vl"}));
   c->add_option("--image-size", a->spec.image_size, "mmproj-*: the square side images are resized to");
