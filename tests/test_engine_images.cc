@@ -79,6 +79,60 @@ TEST(ImageScheduling, AnImageRunsWholeAndIsNeverResumedFromItsMiddle) {
   EXPECT_EQ(s.check(), "");
 }
 
+// An image whose encoder has not finished holds its request just before it: the text before it runs, then
+// nothing of the request until its rows are ready, then the rows whole.
+TEST(ImageScheduling, ARequestWaitsAtAnImageUntilItIsEncoded) {
+  SchedulerConfig c;
+  c.block_size = 16;
+  c.n_blocks = 64;
+  c.prefill_chunk = 64;
+  c.max_batch_tokens = 64;
+  Scheduler s(c);
+  std::vector<int32_t> t(60);
+  for (int i = 0; i < 60; ++i) t[static_cast<size_t>(i)] = i < 10 || i >= 40 ? i : -1 - i;
+  SchedRequest a = req(1, t, {10, 40});
+  a.image_ready = {0};
+  SchedRequest b = req(2, std::vector<int32_t>{1, 2, 3}, {0, 0});
+  b.images.clear();
+  s.add(&a);
+  s.add(&b);
+  auto w = s.schedule();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].n, 10);  // up to the image
+  EXPECT_EQ(w[1].n, 3);
+  s.computed(w);
+  b.tokens.push_back(4);  // b decodes on while a waits
+  w = s.schedule();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].r, &b);
+  s.computed(w);
+  a.image_ready = {1};
+  b.tokens.push_back(5);
+  w = s.schedule();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].n, 50);  // the rows and the text after them
+  s.computed(w);
+  s.finish(&a);
+  s.finish(&b);
+  EXPECT_EQ(s.check(), "");
+
+  // A prompt that opens with an image not yet encoded: admitted with nothing to run.
+  std::vector<int32_t> u(60);
+  for (int i = 0; i < 60; ++i) u[static_cast<size_t>(i)] = i < 30 ? -100 - i : 500 + i;
+  SchedRequest d = req(3, u, {0, 30});
+  d.image_ready = {0};
+  s.add(&d);
+  EXPECT_TRUE(s.schedule().empty());
+  EXPECT_EQ(s.n_running(), 1);
+  d.image_ready = {1};
+  w = s.schedule();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].n, 60);
+  s.computed(w);
+  s.finish(&d);
+  EXPECT_EQ(s.check(), "");
+}
+
 struct Pair {
   std::unique_ptr<Model> lm;
   std::unique_ptr<VisionEncoder> enc;
@@ -315,6 +369,63 @@ TEST(EngineImages, QwenVlRowsTakeTheirGridPositionsAndReuseTheCache) {
   ASSERT_TRUE(p.lm->forward(fb, direct.data()).is_ok());
   EXPECT_NE(direct, r.first_off(0));
   EXPECT_EQ(r.on->check(), "");
+}
+
+// A long encoding spread over steps: a text request keeps decoding while the image's layers run one a step,
+// and every id and logit is the same as with the whole image encoded in one step.
+TEST(EngineImages, OtherRequestsDecodeWhileAnImageIsEncoded) {
+  Pair p = load_pair();
+  ASSERT_TRUE(p.lm && p.enc);
+  struct Run {
+    std::vector<int32_t> text_ids, image_ids;
+    int text_tokens_while_waiting = 0;
+    std::vector<float> image_logits;
+  };
+  auto go = [&](int per_step) {
+    Run out;
+    std::map<RequestId, std::vector<float>> logits;
+    EngineConfig c = engine_cfg(p.enc.get(), true, 256, &logits);
+    c.encoder_layers_per_step = per_step;
+    auto e = Engine::create(*p.lm, c);
+    EXPECT_TRUE(e.is_ok());
+    SamplingParams sp;
+    sp.max_tokens = 8;
+    auto text = (*e)->add_request({2, 9, 4, 17, 5}, sp, {}, false);
+    EXPECT_TRUE(text.is_ok());
+    EXPECT_TRUE((*e)->step().is_ok());  // the text request's prompt
+    std::vector<int32_t> prompt = {2, 7, 11};
+    prompt.resize(19, 0);
+    for (int32_t k = 0; k < 4; ++k) prompt.push_back(13 + 7 * k);
+    sp.max_tokens = 3;
+    auto img = (*e)->add_request(prompt, sp, {}, false, 1, 0, std::nullopt, {image_at(*p.enc, "rgb.png", 3)});
+    EXPECT_TRUE(img.is_ok());
+    while ((*e)->has_work()) {
+      auto ev = (*e)->step();
+      EXPECT_TRUE(ev.is_ok());
+      if (!ev.is_ok()) break;
+      for (const auto& x : *ev) {
+        if (!x.token) continue;
+        if (x.id == *text) {
+          out.text_ids.push_back(*x.token);
+          if (out.image_ids.empty()) ++out.text_tokens_while_waiting;
+        } else {
+          out.image_ids.push_back(*x.token);
+        }
+      }
+    }
+    out.image_logits = logits[*img];
+    EXPECT_EQ((*e)->counters().images_encoded, 1);
+    EXPECT_EQ((*e)->check(), "");
+    return out;
+  };
+  const Run split = go(1), whole = go(0);
+  EXPECT_EQ(split.text_ids, whole.text_ids);
+  EXPECT_EQ(split.image_ids, whole.image_ids);
+  EXPECT_EQ(split.image_logits, whole.image_logits);  // bitwise
+  ASSERT_EQ(p.enc->config().n_layer, 2);
+  // Whole: the image is encoded in the step after its admission; split: its first layer then, the second a
+  // step later, while the text request decodes one more token.
+  EXPECT_EQ(split.text_tokens_while_waiting, whole.text_tokens_while_waiting + 1);
 }
 
 TEST(EngineImages, RefusesImagesItCannotPlace) {

@@ -177,6 +177,49 @@ TEST(VisionEncoder, Gemma3ShapesAndThreadInvariance) {
   EXPECT_GT(mx, 0.1f);  // not a vacuous all-zero output
 }
 
+// Every family's encoder in parts (a layer at a time, as the engine spreads it over steps) gives the bits of
+// encode(), at 1 and 3 threads; a second image cannot begin while one is under way.
+TEST(VisionEncoder, EncodingInPartsIsBitwiseTheWhole) {
+  const Image img = *load_image(seed_image("rgb.jpg"));
+  for (const char* arch : {"mmproj-gemma3", "mmproj-gemma4", "mmproj-qwen2vl", "mmproj-qwen25vl", "mmproj-qwen3vl"}) {
+    SyntheticSpec s;
+    s.arch = arch;
+    s.n_embd = 32;
+    s.n_head = 2;
+    s.n_ff = 48;
+    s.n_layer = 4;
+    s.image_size = 48;
+    s.patch_size = 4;
+    s.n_merge = std::string(arch) == "mmproj-gemma4" ? 3 : 2;
+    s.n_proj = 32;
+    const std::string path = testing::temp_path(std::string("vision_parts_") + arch + ".gguf");
+    ASSERT_TRUE(write_synthetic_model(s, path).is_ok()) << arch;
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 3}) {
+      auto enc = VisionEncoder::load(path, std::make_shared<ThreadPool>(threads));
+      ASSERT_TRUE(enc.is_ok()) << arch << ": " << enc.status().message();
+      VisionEncoder& e = **enc;
+      auto in = e.preprocess(img);
+      ASSERT_TRUE(in.is_ok()) << arch;
+      const ImageGrid g = e.output_grid(in->width, in->height);
+      std::vector<float> whole(static_cast<size_t>(g.rows() * e.config().row_width()));
+      std::vector<float> parts(whole.size());
+      ASSERT_TRUE(e.encode(*in, whole.data()).is_ok()) << arch;
+      ASSERT_TRUE(e.begin(*in).is_ok()) << arch;
+      EXPECT_FALSE(e.begin(*in).is_ok()) << arch;  // busy
+      for (int64_t left = 4; left > 0; --left) {
+        EXPECT_EQ(e.layers_left(), left);
+        e.advance(1);
+      }
+      ASSERT_TRUE(e.finish(parts.data()).is_ok()) << arch;
+      EXPECT_FALSE(e.busy());
+      EXPECT_EQ(parts, whole) << arch;
+      outs.push_back(whole);
+    }
+    EXPECT_EQ(outs[0], outs[1]) << arch;
+  }
+}
+
 TEST(VisionEncoder, RefusesWhatItWouldNotApply) {
   const std::string path = synth_projector("vision_refuse.gguf");
   auto f = GgufFile::open(path);

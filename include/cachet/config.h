@@ -68,6 +68,9 @@ struct LLMConfig {
   std::string chat_template;
   // A projector file (mmproj-*.gguf, the model's vision encoder): requests may then carry images.
   std::string mmproj;
+  // An image's encoder runs this many of its layers a step while other requests decode (all at once when none
+  // do; 0: always at once): their tokens keep coming during a long encoding.
+  int encoder_layers_per_step = 1;
 };
 
 }  // namespace cachet

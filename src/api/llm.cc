@@ -44,6 +44,8 @@ Result<EngineConfig> engine_config(const LLMConfig& c, const Model& model) {
   e.prefill_chunk = c.prefill_chunk;
   e.prefix_cache = c.prefix_cache;
   e.state_checkpoint_every = c.state_checkpoint_every;
+  if (c.encoder_layers_per_step < 0) return invalid_argument("encoder_layers_per_step must be 0 or more");
+  e.encoder_layers_per_step = c.encoder_layers_per_step;
   CACHET_RETURN_IF_ERROR(kv_types_fit(model.config(), e.kv_type));
   return e;
 }

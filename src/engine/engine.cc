@@ -296,6 +296,10 @@ void Engine::plan_checkpoints(Request* r, int n, int first, ForwardBatch* b, std
 }
 
 void Engine::finish(Request* r) {
+  if (encoding_id_ == r->id) {  // its image's encoding is dropped
+    cfg_.vision->cancel();
+    encoding_id_ = 0;
+  }
   if (r->state_slot) state_->free(*r->state_slot);
   for (StateSlot s : r->spec_snapshots) state_->free(s);
   spec_->finished(*r);
@@ -320,6 +324,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
   aborted_.clear();
 
   const auto step_start = std::chrono::steady_clock::now();
+  CACHET_RETURN_IF_ERROR(advance_images());
   CACHET_RETURN_IF_ERROR(spec_->propose(*scheduler_));
   const std::vector<ScheduledWork> work = scheduler_->schedule();
 
@@ -573,6 +578,7 @@ Result<std::vector<RequestEvent>> Engine::step() {
       c->images = r->images;
       c->prompt_images = r->prompt_images;
       c->image_rows = r->image_rows;
+      c->image_ready = r->image_ready;
       if (state_) {  // the sample continues from the prompt's recurrent state
         c->state_slot = take_state_slot(c.get());
         state_->copy(*r->state_slot, *c->state_slot);

@@ -169,7 +169,13 @@ class Engine {
   // position from (embd_row, and attn_end for two-way attention within an image).
   Status set_images(Request* r, std::vector<PromptImage> images);
   Status add_image_rows(Request* r, int from, int n, int first, ForwardBatch* b);
+  // The encoder's share of a step: the image under way (or the next one an admitted request waits at) advances
+  // encoder_layers_per_step layers, all of them when no other request can run; a finished image's rows go to
+  // its request, whose tokens the scheduler then lets past it.
+  Status advance_images();
   int64_t images_encoded_ = 0;
+  RequestId encoding_id_ = 0;  // the request whose image the encoder holds (0: none)
+  size_t encoding_image_ = 0;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::vector<RequestId> aborted_;

@@ -49,8 +49,10 @@ struct EngineConfig {
   // another shape must.
   bool draft_own_kv = false;
   // The vision encoder of requests with images (not owned; its output rows as wide as the model's embeddings):
-  // an image's rows are encoded inside the step that first computes them (engine_images.cc).
+  // an image is encoded on the engine's steps, this many of its layers a step while other requests have tokens
+  // to run (all of them when none has; 0: always the whole image in one step), before the step's forward pass.
   VisionEncoder* vision = nullptr;
+  int encoder_layers_per_step = 1;
 };
 
 }  // namespace cachet

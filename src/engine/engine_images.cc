@@ -1,7 +1,9 @@
-// The Engine's image work: a request's images placed in its prompt, and their rows given to the step's batch.
-// An image is encoded inside the first step that computes its positions (on the model's threads, between the
-// scheduling and the forward pass), so a prefix-cache hit on it skips the encoder entirely; the rows are kept
-// with the request for a recompute after preemption.
+// The Engine's image work: a request's images placed in its prompt, encoded on the engine's steps, and their
+// rows given to the step's batch. An image is encoded once its request is admitted and its cached prefix taken
+// (a prefix-cache hit on it skips the encoder entirely), one image at a time, a few layers a step while other
+// requests run (on the model's threads, before the step's forward pass), so their decoding goes on meanwhile;
+// the scheduler holds the request at the image until its rows are done. The rows are kept with the request for
+// a recompute after preemption.
 #include <algorithm>
 
 #include "base/check.h"
@@ -43,6 +45,50 @@ Status Engine::set_images(Request* r, std::vector<PromptImage> images) {
   }
   r->prompt_images = std::move(images);
   r->image_rows.assign(r->prompt_images.size(), nullptr);
+  r->image_ready.assign(r->prompt_images.size(), 0);
+  return Status::ok();
+}
+
+Status Engine::advance_images() {
+  if (!cfg_.vision) return Status::ok();
+  VisionEncoder& enc = *cfg_.vision;
+  const std::vector<SchedRequest*>& running = scheduler_->running();
+  if (encoding_id_ == 0) {  // the first admitted request's first image it waits for
+    for (SchedRequest* sr : running) {
+      auto* r = static_cast<Request*>(sr);
+      for (size_t k = 0; k < r->images.size() && encoding_id_ == 0; ++k) {
+        if (r->image_ready[k] || r->images[k].second <= r->num_computed) continue;
+        if (r->image_rows[k]) {  // encoded before (a fork's, or before a preemption)
+          r->image_ready[k] = 1;
+          continue;
+        }
+        CACHET_RETURN_IF_ERROR(enc.begin(*r->prompt_images[k].pixels));
+        encoding_id_ = r->id;
+        encoding_image_ = k;
+      }
+      if (encoding_id_ != 0) break;
+    }
+    if (encoding_id_ == 0) return Status::ok();
+  }
+  // Whether anything else can run this step: a request with tokens to compute that no unencoded image holds up.
+  bool others = scheduler_->n_waiting() > 0;
+  for (size_t i = 0; i < running.size() && !others; ++i) {
+    const SchedRequest* r = running[i];
+    const int left = static_cast<int>(r->tokens.size()) - r->num_computed;
+    others = r->id != encoding_id_ && left > 0 && Scheduler::fit_images(r, left) > 0;
+  }
+  const int per_step = cfg_.encoder_layers_per_step;
+  enc.advance(others && per_step > 0 ? per_step : enc.layers_left());
+  if (enc.layers_left() > 0) return Status::ok();
+  auto* r = requests_.at(encoding_id_).get();
+  const VisionConfig& vc = enc.config();
+  const auto [begin, end] = r->images[encoding_image_];
+  auto rows = std::make_shared<std::vector<float>>(static_cast<size_t>((end - begin) * vc.row_width()));
+  CACHET_RETURN_IF_ERROR(enc.finish(rows->data()));
+  r->image_rows[encoding_image_] = std::move(rows);
+  r->image_ready[encoding_image_] = 1;
+  ++images_encoded_;
+  encoding_id_ = 0;
   return Status::ok();
 }
 
@@ -64,14 +110,9 @@ Status Engine::add_image_rows(Request* r, int from, int n, int first, ForwardBat
     const auto [begin, end] = r->images[k];
     const int lo = std::max(begin, from), hi = std::min(end, from + n);
     if (lo >= hi) continue;
-    // The scheduler runs an image whole (Scheduler::fit_images) and takes no cached prefix ending inside one.
-    CACHET_CHECK(lo == begin && hi == end);
-    if (!r->image_rows[k]) {
-      auto rows = std::make_shared<std::vector<float>>(static_cast<size_t>((end - begin) * D));
-      CACHET_RETURN_IF_ERROR(cfg_.vision->encode(*r->prompt_images[k].pixels, rows->data()));
-      r->image_rows[k] = std::move(rows);
-      ++images_encoded_;
-    }
+    // The scheduler runs an image whole, once encoded (Scheduler::fit_images), and takes no cached prefix ending
+    // inside one.
+    CACHET_CHECK(lo == begin && hi == end && r->image_rows[k]);
     const int row0 = static_cast<int>(b->input_embd.size() / static_cast<size_t>(D));
     b->input_embd.insert(b->input_embd.end(), r->image_rows[k]->begin(), r->image_rows[k]->end());
     b->embd_row.resize(static_cast<size_t>(b->n_tokens()), -1);

@@ -45,8 +45,12 @@ void Scheduler::take_cached_prefix(SchedRequest* r) {
 
 int Scheduler::fit_images(const SchedRequest* r, int n) {
   const int from = r->num_computed, to = from + n;
-  for (auto [b, e] : r->images)
-    if (b < to && to < e) return b > from ? b - from : e - from;
+  for (size_t k = 0; k < r->images.size(); ++k) {
+    const auto [b, e] = r->images[k];
+    if (e <= from || b >= to) continue;
+    if (k < r->image_ready.size() && !r->image_ready[k]) return b > from ? b - from : 0;
+    if (to < e) return b > from ? b - from : e - from;
+  }
   return n;
 }
 
@@ -105,6 +109,10 @@ std::vector<ScheduledWork> Scheduler::schedule() {
     SchedRequest* r = running_[i];
     const int n =
         fit_images(r, std::min({static_cast<int>(r->tokens.size()) - r->num_computed, cfg_.prefill_chunk, budget}));
+    if (n == 0) {  // waiting at an image its encoder has not finished
+      ++i;
+      continue;
+    }
     const int grow = r->num_computed + n - manager_.num_tokens(r->id);
     if (manager_.can_append(r->id, grow) || make_room(manager_.blocks_to_append(r->id, grow))) {
       manager_.append(r->id, grow);
@@ -143,7 +151,7 @@ std::vector<ScheduledWork> Scheduler::schedule() {
     manager_.append(r->id, n);
     waiting_.pop_front();
     running_.push_back(r);
-    work.push_back({r, n});
+    if (n > 0) work.push_back({r, n});  // none: its prompt opens with an image still being encoded
     budget -= n;
   }
   return work;

@@ -44,6 +44,9 @@ struct SchedRequest {
   // a step never ends inside an image (it runs whole, even past the step's budget), and a cached prefix is
   // taken only up to an image's first row or past its last.
   std::vector<std::pair<int, int>> images;
+  // Whether each image's rows are encoded: a step stops before an image that is not (its encoder may take
+  // several steps), and runs no tokens of the request while it waits at one.
+  std::vector<uint8_t> image_ready;
 };
 
 struct SchedulerConfig {
@@ -95,6 +98,9 @@ class Scheduler {
   const RadixCache* prefix_cache() const { return radix_.get(); }
   RadixCache* prefix_cache() { return radix_.get(); }
   const std::vector<SchedRequest*>& running() const { return running_; }
+  // n tokens of r from num_computed, moved off the inside of an image: back to its start, or (when it starts
+  // there) on to its end; and stopped before an image not yet encoded (0 when r waits at one).
+  static int fit_images(const SchedRequest* r, int n);
   // Blocks at least one request's table references.
   int blocks_held_by_requests() const;
   // Block tables, ref counts (requests' plus the tree's) and the tree; empty when all hold.
@@ -102,9 +108,6 @@ class Scheduler {
 
  private:
   void take_cached_prefix(SchedRequest* r);
-  // n tokens of r from num_computed, moved off the inside of an image: back to its start, or (when it starts
-  // there) on to its end.
-  static int fit_images(const SchedRequest* r, int n);
   void release(SchedRequest* r);
   bool make_room(int n_blocks);
   void preempt(SchedRequest* r);

@@ -47,6 +47,13 @@ Status clamps(ArchReader& r, const std::string& base, LinearClamp* c) {
   return Status::ok();
 }
 
+// RMS norm of rows n wide (weights: wt's, or none), in parallel over fixed blocks of rows.
+void rms_rows(ThreadPool& pool, float* x, const TensorView* wt, float* y, int64_t rows, int64_t n, float eps) {
+  pool.parallel_for(rows, [&](int, int64_t r0, int64_t r1) {
+    rms_norm(x + r0 * n, wt && wt->data ? f32(*wt) : nullptr, y + r0 * n, static_cast<int>(r1 - r0), n, eps);
+  }, 16);
+}
+
 void clamp_all(float* x, int64_t n, float lo, float hi) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::min(std::max(x[i], lo), hi);
 }
@@ -113,17 +120,15 @@ void VisionEncoder::clamped_gemm(const TensorView& w, const LinearClamp& c, cons
   if (c.clamps_output()) clamp_all(y, T * N, c.out_lo, c.out_hi);
 }
 
-Status VisionEncoder::encode_gemma4v(const EncoderInput& in, float* out) {
+Status VisionEncoder::begin_gemma4v(const EncoderInput& in) {
   const VisionConfig& c = cfg_;
   ThreadPool& pool = *pool_;
   const Kernels& kern = kernels();
-  const int64_t d = c.n_embd, P = c.patch_size, m = c.n_merge, hd = c.head_dim, H = c.n_head, ff = c.n_ff;
-  const int64_t px = in.width / P, py = in.height / P, T = px * py;
+  const int64_t d = c.n_embd, hd = c.head_dim, px = job_.px, py = job_.py, T = job_.T;
   const int64_t table = w_.pos_embd.ne[1];
   if (px > table || py > table)
     return invalid_argument("gemma4v: the image is " + std::to_string(px) + " x " + std::to_string(py) +
                             " patches; the position tables cover " + std::to_string(table));
-  const int nt = static_cast<int>(T);
 
   // Pixels in [-1, 1] (the model's patch embedder does 2 (x - 0.5)), patches row by row.
   std::vector<float> pixels(in.data.size());
@@ -143,63 +148,70 @@ Status VisionEncoder::encode_gemma4v(const EncoderInput& in, float* out) {
 
   // Rotary tables for each half of a head: NeoX pairs (i, i + hd/4), pair i turning by base^(-4i/hd).
   const int64_t half = hd / 2;
-  std::vector<float> cs_x(static_cast<size_t>(T * half)), cs_y(cs_x.size());
+  job_.cos_sin.assign(static_cast<size_t>(T * half), 0.0f);
+  job_.cs_y.assign(job_.cos_sin.size(), 0.0f);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < half / 2; ++i) {
       const double f = std::pow(static_cast<double>(c.rope_theta), -2.0 * static_cast<double>(i) / half);
       const double ax = static_cast<double>(t % px) * f, ay = static_cast<double>(t / px) * f;
-      cs_x[t * half + 2 * i] = static_cast<float>(std::cos(ax));
-      cs_x[t * half + 2 * i + 1] = static_cast<float>(std::sin(ax));
-      cs_y[t * half + 2 * i] = static_cast<float>(std::cos(ay));
-      cs_y[t * half + 2 * i + 1] = static_cast<float>(std::sin(ay));
+      job_.cos_sin[t * half + 2 * i] = static_cast<float>(std::cos(ax));
+      job_.cos_sin[t * half + 2 * i + 1] = static_cast<float>(std::sin(ax));
+      job_.cs_y[t * half + 2 * i] = static_cast<float>(std::cos(ay));
+      job_.cs_y[t * half + 2 * i + 1] = static_cast<float>(std::sin(ay));
     }
+  return Status::ok();
+}
 
-  auto rms_rows = [&](float* x, const TensorView* wt, float* y, int64_t rows, int64_t n) {
-    pool.parallel_for(rows, [&](int, int64_t r0, int64_t r1) {
-      rms_norm(x + r0 * n, wt && wt->data ? f32(*wt) : nullptr, y + r0 * n, static_cast<int>(r1 - r0), n, c.eps);
-    }, 16);
-  };
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const VitLayerWeights& L = w_.layers[static_cast<size_t>(l)];
-    rms_rows(x_.data(), &L.ln1_w, xn_.data(), T, d);
-    clamped_gemm(L.wq, L.cq, xn_.data(), T, q_.data());
-    clamped_gemm(L.wk, L.ck, xn_.data(), T, k_.data());
-    clamped_gemm(L.wv, L.cv, xn_.data(), T, v_.data());
-    if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
-    if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
-    if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
-    rms_rows(q_.data(), &L.q_norm, q_.data(), T * H, hd);
-    rms_rows(k_.data(), &L.k_norm, k_.data(), T * H, hd);
-    rms_rows(v_.data(), nullptr, v_.data(), T * H, hd);
-    for (float* x : {q_.data(), k_.data()}) {
-      rope(x, cs_x.data(), nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(half), true);
-      rope(x + half, cs_y.data(), nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(half), true);
-    }
-    vit_attn_.run(pool, q_.data(), k_.data(), v_.data(), nt, static_cast<int>(H), static_cast<int>(hd), 1.0f,
-                  attn_.data());
-    clamped_gemm(L.wo, L.co, attn_.data(), T, proj_.data());
-    if (L.bo.data) add_bias(proj_.data(), f32(L.bo), nt, d);
-    rms_rows(proj_.data(), &L.attn_post_norm, proj_.data(), T, d);
-    for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
-
-    rms_rows(x_.data(), &L.ln2_w, xn_.data(), T, d);
-    clamped_gemm(L.w_gate, L.c_gate, xn_.data(), T, gate_.data());
-    clamped_gemm(L.w_up, L.c_up, xn_.data(), T, up_.data());
-    if (L.b_up.data) add_bias(up_.data(), f32(L.b_up), nt, ff);
-    pool.parallel_for(T * ff, [&](int, int64_t b, int64_t e) { gelu_mul(gate_.data() + b, up_.data() + b, e - b); },
-                      4096);
-    clamped_gemm(L.w_down, L.c_down, gate_.data(), T, proj_.data());
-    if (L.b_down.data) add_bias(proj_.data(), f32(L.b_down), nt, d);
-    rms_rows(proj_.data(), &L.ffn_post_norm, proj_.data(), T, d);
-    for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
-    if (L.out_scale.data) {
-      const float* s = f32(L.out_scale);
-      const bool one = L.out_scale.ne[0] == 1;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < d; ++i) x_[t * d + i] *= s[one ? 0 : i];
-    }
+void VisionEncoder::gemma4v_layer(int64_t l) {
+  const VisionConfig& c = cfg_;
+  ThreadPool& pool = *pool_;
+  const int64_t d = c.n_embd, hd = c.head_dim, H = c.n_head, ff = c.n_ff, T = job_.T, half = hd / 2;
+  const int nt = static_cast<int>(T);
+  const VitLayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  rms_rows(pool, x_.data(), &L.ln1_w, xn_.data(), T, d, c.eps);
+  clamped_gemm(L.wq, L.cq, xn_.data(), T, q_.data());
+  clamped_gemm(L.wk, L.ck, xn_.data(), T, k_.data());
+  clamped_gemm(L.wv, L.cv, xn_.data(), T, v_.data());
+  if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
+  if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
+  if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
+  rms_rows(pool, q_.data(), &L.q_norm, q_.data(), T * H, hd, c.eps);
+  rms_rows(pool, k_.data(), &L.k_norm, k_.data(), T * H, hd, c.eps);
+  rms_rows(pool, v_.data(), nullptr, v_.data(), T * H, hd, c.eps);
+  for (float* x : {q_.data(), k_.data()}) {
+    rope(x, job_.cos_sin.data(), nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(half), true);
+    rope(x + half, job_.cs_y.data(), nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(half), true);
   }
-  if (w_.post_ln_w.data) rms_rows(x_.data(), &w_.post_ln_w, x_.data(), T, d);
+  vit_attn_.run(pool, q_.data(), k_.data(), v_.data(), nt, static_cast<int>(H), static_cast<int>(hd), 1.0f,
+                attn_.data());
+  clamped_gemm(L.wo, L.co, attn_.data(), T, proj_.data());
+  if (L.bo.data) add_bias(proj_.data(), f32(L.bo), nt, d);
+  rms_rows(pool, proj_.data(), &L.attn_post_norm, proj_.data(), T, d, c.eps);
+  for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+
+  rms_rows(pool, x_.data(), &L.ln2_w, xn_.data(), T, d, c.eps);
+  clamped_gemm(L.w_gate, L.c_gate, xn_.data(), T, gate_.data());
+  clamped_gemm(L.w_up, L.c_up, xn_.data(), T, up_.data());
+  if (L.b_up.data) add_bias(up_.data(), f32(L.b_up), nt, ff);
+  pool.parallel_for(T * ff, [&](int, int64_t b, int64_t e) { gelu_mul(gate_.data() + b, up_.data() + b, e - b); },
+                    4096);
+  clamped_gemm(L.w_down, L.c_down, gate_.data(), T, proj_.data());
+  if (L.b_down.data) add_bias(proj_.data(), f32(L.b_down), nt, d);
+  rms_rows(pool, proj_.data(), &L.ffn_post_norm, proj_.data(), T, d, c.eps);
+  for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+  if (L.out_scale.data) {
+    const float* s = f32(L.out_scale);
+    const bool one = L.out_scale.ne[0] == 1;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < d; ++i) x_[t * d + i] *= s[one ? 0 : i];
+  }
+}
+
+void VisionEncoder::end_gemma4v(float* out) {
+  const VisionConfig& c = cfg_;
+  ThreadPool& pool = *pool_;
+  const int64_t d = c.n_embd, m = c.n_merge, px = job_.px, py = job_.py, T = job_.T;
+  if (w_.post_ln_w.data) rms_rows(pool, x_.data(), &w_.post_ln_w, x_.data(), T, d, c.eps);
 
   // Average m x m patches (summed row by row, then divided), times sqrt(width), standardised, RMS-normed.
   const int64_t ox_n = px / m, oy_n = py / m, n_out = ox_n * oy_n;
@@ -219,9 +231,8 @@ Status VisionEncoder::encode_gemma4v(const EncoderInput& in, float* out) {
         if (w_.std_bias.data) dst[i] = (dst[i] - f32(w_.std_bias)[i]) * f32(w_.std_scale)[i];
       }
     }
-  rms_rows(pooled, nullptr, pooled, n_out, d);
+  rms_rows(pool, pooled, nullptr, pooled, n_out, d, c.eps);
   clamped_gemm(w_.input_proj, w_.c_proj, pooled, n_out, out);
-  return Status::ok();
 }
 
 }  // namespace cachet

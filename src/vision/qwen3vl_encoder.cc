@@ -3,6 +3,7 @@
 // interpolated to the image's grid, 2D rotary positions in every head (a quarter of the pairs turn with the
 // patch's row, a quarter with its column, each pair with its own frequency), then the merger (the 4 patches of a
 // block as one row) and, for Qwen3-VL, deepstack rows from inner layers beside it.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/kernels.h"
@@ -42,12 +43,11 @@ std::vector<float> VisionEncoder::rope_2d_table(const std::vector<int32_t>& ys, 
   return cos_sin;
 }
 
-Status VisionEncoder::encode_qwen3vl(const EncoderInput& in, float* out) {
+void VisionEncoder::begin_qwen3vl(const EncoderInput& in) {
   const VisionConfig& c = cfg_;
   ThreadPool& pool = *pool_;
   const Kernels& kern = kernels();
-  const int64_t d = c.n_embd, P = c.patch_size, m = c.n_merge;
-  const int64_t px = in.width / P, py = in.height / P, T = px * py, per_row = m * m, n_rows = T / per_row;
+  const int64_t d = c.n_embd, px = job_.px, py = job_.py, T = job_.T;
 
   std::vector<int32_t> order, ys, xs;
   merger_order(px, py, &order, &ys, &xs);
@@ -71,21 +71,26 @@ Status VisionEncoder::encode_qwen3vl(const EncoderInput& in, float* out) {
         xt[i] += wt[0] * e[i] + wt[1] * e[d + i] + wt[2] * e[2 * d + i] + wt[3] * e[3 * d + i];
     }
   }, 16);
+  job_.cos_sin = rope_2d_table(ys, xs);
+  job_.rows.assign(static_cast<size_t>(T / (c.n_merge * c.n_merge) * c.row_width()), 0.0f);
+}
 
-  const std::vector<float> cos_sin = rope_2d_table(ys, xs);
+void VisionEncoder::qwen3vl_layer(int64_t l) {
+  vit_layer(l, job_.cos_sin.data());
+  if (job_.next_ds >= w_.deepstack.size() || w_.deepstack[job_.next_ds].layer != l) return;
+  const VisionWeights::Deepstack& ds = w_.deepstack[job_.next_ds];
+  ++job_.next_ds;
+  const int64_t n_rows = job_.T / (cfg_.n_merge * cfg_.n_merge);
+  merger(x_.data(), n_rows, &ds.norm_w, &ds.norm_b, ds.fc1_w, ds.fc1_b, ds.fc2_w, ds.fc2_b,
+         job_.rows.data() + static_cast<int64_t>(job_.next_ds) * cfg_.n_embd_out, cfg_.row_width());
+}
 
-  const int64_t stride = c.row_width();
-  size_t next_ds = 0;
-  run_layers(T, cos_sin.data(), [&](int64_t l) {
-    if (next_ds >= w_.deepstack.size() || w_.deepstack[next_ds].layer != l) return;
-    const VisionWeights::Deepstack& ds = w_.deepstack[next_ds];
-    ++next_ds;
-    merger(x_.data(), n_rows, &ds.norm_w, &ds.norm_b, ds.fc1_w, ds.fc1_b, ds.fc2_w, ds.fc2_b,
-           out + static_cast<int64_t>(next_ds) * c.n_embd_out, stride);
-  });
-  layer_norm_rows(x_.data(), w_.post_ln_w, w_.post_ln_b, x_.data(), T);
-  merger(x_.data(), n_rows, nullptr, nullptr, w_.mm0_w, w_.mm0_b, w_.mm2_w, w_.mm2_b, out, stride);
-  return Status::ok();
+void VisionEncoder::end_qwen3vl(float* out) {
+  const int64_t n_rows = job_.T / (cfg_.n_merge * cfg_.n_merge);
+  layer_norm_rows(x_.data(), w_.post_ln_w, w_.post_ln_b, x_.data(), job_.T);
+  merger(x_.data(), n_rows, nullptr, nullptr, w_.mm0_w, w_.mm0_b, w_.mm2_w, w_.mm2_b, job_.rows.data(),
+         cfg_.row_width());
+  std::copy(job_.rows.begin(), job_.rows.end(), out);
 }
 
 }  // namespace cachet

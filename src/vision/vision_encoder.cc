@@ -144,45 +144,41 @@ void VisionEncoder::embed_patches(const float* pixels, int width, const std::vec
   if (w_.patch_bias.data) add_bias(x_.data(), f32(w_.patch_bias), static_cast<int>(T), cfg_.n_embd);
 }
 
-void VisionEncoder::run_layers(int64_t T, const float* cos_sin, const std::function<void(int64_t)>& after_layer) {
+void VisionEncoder::vit_layer(int64_t l, const float* cos_sin) {
   const VisionConfig& c = cfg_;
   ThreadPool& pool = *pool_;
-  const int64_t d = c.n_embd, ff = c.n_ff, H = c.n_head, hd = c.head_dim;
+  const int64_t d = c.n_embd, ff = c.n_ff, H = c.n_head, hd = c.head_dim, T = job_.T;
   if (ones_.size() < static_cast<size_t>(T * ff)) {
     ones_.resize(T * ff);
     std::fill(ones_.data(), ones_.data() + T * ff, 1.0f);
   }
   const int nt = static_cast<int>(T);
-
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const VitLayerWeights& L = w_.layers[l];
-    layer_norm_rows(x_.data(), L.ln1_w, L.ln1_b, xn_.data(), T);
-    gemm(L.wq, xn_.data(), T, q_.data());
-    gemm(L.wk, xn_.data(), T, k_.data());
-    gemm(L.wv, xn_.data(), T, v_.data());
-    if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
-    if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
-    if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
-    if (cos_sin) {
-      rope(q_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
-      rope(k_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
-    }
-    vit_attn_.run(pool, q_.data(), k_.data(), v_.data(), nt, static_cast<int>(H), static_cast<int>(hd),
-                  1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
-    gemm(L.wo, attn_.data(), T, proj_.data());
-    if (L.bo.data) add_bias(proj_.data(), f32(L.bo), nt, d);
-    for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
-
-    layer_norm_rows(x_.data(), L.ln2_w, L.ln2_b, xn_.data(), T);
-    gemm(L.w_up, xn_.data(), T, up_.data());
-    if (L.b_up.data) add_bias(up_.data(), f32(L.b_up), nt, ff);
-    pool.parallel_for(T * ff, [&](int, int64_t b, int64_t e) { gelu_mul(up_.data() + b, ones_.data() + b, e - b); },
-                      4096);
-    gemm(L.w_down, up_.data(), T, proj_.data());
-    if (L.b_down.data) add_bias(proj_.data(), f32(L.b_down), nt, d);
-    for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
-    after_layer(l);
+  const VitLayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  layer_norm_rows(x_.data(), L.ln1_w, L.ln1_b, xn_.data(), T);
+  gemm(L.wq, xn_.data(), T, q_.data());
+  gemm(L.wk, xn_.data(), T, k_.data());
+  gemm(L.wv, xn_.data(), T, v_.data());
+  if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
+  if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
+  if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
+  if (cos_sin) {
+    rope(q_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
+    rope(k_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
   }
+  vit_attn_.run(pool, q_.data(), k_.data(), v_.data(), nt, static_cast<int>(H), static_cast<int>(hd),
+                1.0f / std::sqrt(static_cast<float>(hd)), attn_.data());
+  gemm(L.wo, attn_.data(), T, proj_.data());
+  if (L.bo.data) add_bias(proj_.data(), f32(L.bo), nt, d);
+  for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
+
+  layer_norm_rows(x_.data(), L.ln2_w, L.ln2_b, xn_.data(), T);
+  gemm(L.w_up, xn_.data(), T, up_.data());
+  if (L.b_up.data) add_bias(up_.data(), f32(L.b_up), nt, ff);
+  pool.parallel_for(T * ff, [&](int, int64_t b, int64_t e) { gelu_mul(up_.data() + b, ones_.data() + b, e - b); },
+                    4096);
+  gemm(L.w_down, up_.data(), T, proj_.data());
+  if (L.b_down.data) add_bias(proj_.data(), f32(L.b_down), nt, d);
+  for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
 }
 
 void VisionEncoder::merger(const float* x, int64_t n, const TensorView* nw, const TensorView* nb,
@@ -213,29 +209,67 @@ void VisionEncoder::merger(const float* x, int64_t n, const TensorView* nw, cons
   for (int64_t r = 0; r < n; ++r) std::copy_n(m_out_.data() + r * n_out, n_out, out + r * out_stride);
 }
 
-Status VisionEncoder::encode(const EncoderInput& in, float* out) {
+Status VisionEncoder::begin(const EncoderInput& in) {
+  if (job_.active) return unavailable("the vision encoder is already encoding an image");
   if (!is_input_size(in.width, in.height) || in.data.size() != static_cast<size_t>(3) * in.width * in.height)
     return invalid_argument("the encoder's input is not an image preprocessed for it (" +
                             std::to_string(in.width) + " x " + std::to_string(in.height) + ")");
-  const int64_t T = static_cast<int64_t>(in.width / cfg_.patch_size) * (in.height / cfg_.patch_size);
+  job_ = Job{};
+  job_.px = in.width / cfg_.patch_size;
+  job_.py = in.height / cfg_.patch_size;
+  job_.T = job_.px * job_.py;
+  const int64_t T = job_.T;
   for (auto* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &proj_}) b->resize(T * cfg_.n_embd);
   up_.resize(T * cfg_.n_ff);
   gate_.resize(T * cfg_.n_ff);
   switch (cfg_.projector) {
-    case ProjectorType::kGemma3: return encode_gemma3(in, out);
-    case ProjectorType::kGemma4V: return encode_gemma4v(in, out);
+    case ProjectorType::kGemma3: begin_gemma3(in); break;
+    case ProjectorType::kGemma4V: CACHET_RETURN_IF_ERROR(begin_gemma4v(in)); break;
     case ProjectorType::kQwen2Vl:
-    case ProjectorType::kQwen25Vl: return encode_qwen2vl(in, out);
-    case ProjectorType::kQwen3Vl: break;
+    case ProjectorType::kQwen25Vl: begin_qwen2vl(in); break;
+    case ProjectorType::kQwen3Vl: begin_qwen3vl(in); break;
   }
-  return encode_qwen3vl(in, out);
+  job_.active = true;
+  return Status::ok();
 }
 
-Status VisionEncoder::encode_gemma3(const EncoderInput& in, float* out) {
+void VisionEncoder::advance(int64_t n_layers) {
+  for (; job_.active && n_layers > 0 && job_.next < cfg_.n_layer; --n_layers, ++job_.next) {
+    const int64_t l = job_.next;
+    switch (cfg_.projector) {
+      case ProjectorType::kGemma3: vit_layer(l, nullptr); break;
+      case ProjectorType::kGemma4V: gemma4v_layer(l); break;
+      case ProjectorType::kQwen2Vl:
+      case ProjectorType::kQwen25Vl: qwen2vl_layer(l); break;
+      case ProjectorType::kQwen3Vl: qwen3vl_layer(l); break;
+    }
+  }
+}
+
+Status VisionEncoder::finish(float* out) {
+  if (!job_.active) return invalid_argument("the vision encoder has no image under way");
+  advance(cfg_.n_layer);
+  switch (cfg_.projector) {
+    case ProjectorType::kGemma3: end_gemma3(out); break;
+    case ProjectorType::kGemma4V: end_gemma4v(out); break;
+    case ProjectorType::kQwen2Vl:
+    case ProjectorType::kQwen25Vl: end_qwen2vl(out); break;
+    case ProjectorType::kQwen3Vl: end_qwen3vl(out); break;
+  }
+  job_ = Job{};
+  return Status::ok();
+}
+
+Status VisionEncoder::encode(const EncoderInput& in, float* out) {
+  CACHET_RETURN_IF_ERROR(begin(in));
+  return finish(out);
+}
+
+void VisionEncoder::begin_gemma3(const EncoderInput& in) {
   const VisionConfig& c = cfg_;
   ThreadPool& pool = *pool_;
   const Kernels& kern = kernels();
-  const int64_t d = c.n_embd, side = c.patches_per_side(), T = c.n_patches();
+  const int64_t d = c.n_embd, T = c.n_patches();
   std::vector<int32_t> order(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) order[t] = static_cast<int32_t>(t);
   embed_patches(in.data.data(), in.width, order);
@@ -247,7 +281,11 @@ Status VisionEncoder::encode_gemma3(const EncoderInput& in, float* out) {
       for (int64_t i = 0; i < d; ++i) xt[i] += pos[i];
     }
   }, 16);
-  run_layers(T, nullptr, [](int64_t) {});
+}
+
+void VisionEncoder::end_gemma3(float* out) {
+  const VisionConfig& c = cfg_;
+  const int64_t d = c.n_embd, side = c.patches_per_side(), T = c.n_patches();
   if (w_.post_ln_w.data) layer_norm_rows(x_.data(), w_.post_ln_w, w_.post_ln_b, x_.data(), T);
 
   // Average n_merge x n_merge patches (row by row, then the division), RMS-norm, project.
@@ -267,7 +305,6 @@ Status VisionEncoder::encode_gemma3(const EncoderInput& in, float* out) {
     }
   rms_norm(pooled, f32(w_.soft_emb_norm), pooled, static_cast<int>(n_out), d, c.eps);
   gemm(w_.input_proj, pooled, n_out, out);
-  return Status::ok();
 }
 
 }  // namespace cachet

@@ -151,6 +151,15 @@ class VisionEncoder {
   // Embeddings of a preprocessed image: out is [output_grid().rows(), row_width()]. Bitwise the same whatever
   // the pool's thread count.
   Status encode(const EncoderInput& in, float* out);
+  // The same in parts, one image at a time: begin() it (an error while another is under way), advance() it some
+  // layers (its embedding and last layers' work go with the first and last), finish() it into its rows. The same
+  // bits however its layers are split, so an engine can spread an image's encoder over several steps.
+  Status begin(const EncoderInput& in);
+  bool busy() const { return job_.active; }
+  int64_t layers_left() const { return job_.active ? cfg_.n_layer - job_.next : 0; }
+  void advance(int64_t n_layers);
+  Status finish(float* out);
+  void cancel() { job_.active = false; }
 
   // Bytes of the encoder's working buffers at their largest so far (its weights are the mapped file).
   size_t scratch_bytes() const;
@@ -163,13 +172,30 @@ class VisionEncoder {
   void gemm(const TensorView& w, const float* x, int64_t T, float* y);
   // The patch rows (in `order`: patch y * side_x + x for each row) through the patch convolution into x_.
   void embed_patches(const float* pixels, int width, const std::vector<int32_t>& order);
-  // The transformer layers over x_ ([T, n_embd]); cos_sin: per-token rotary table for the heads, or null.
-  // after_layer(l) runs after each layer.
-  void run_layers(int64_t T, const float* cos_sin, const std::function<void(int64_t)>& after_layer);
-  Status encode_gemma3(const EncoderInput& in, float* out);
-  Status encode_qwen3vl(const EncoderInput& in, float* out);
-  Status encode_gemma4v(const EncoderInput& in, float* out);
-  Status encode_qwen2vl(const EncoderInput& in, float* out);
+  // The image under way: its patches, the next layer, each family's tables.
+  struct Job {
+    bool active = false;
+    int64_t T = 0, px = 0, py = 0, next = 0;
+    std::vector<float> cos_sin, cs_y;                   // rotary tables (gemma4v: columns, rows)
+    std::vector<int64_t> block_at;                      // qwen2vl: the blocks in window order
+    std::vector<std::pair<int64_t, int64_t>> windows;   // qwen2vl: each window's rows
+    size_t next_ds = 0;                                 // qwen3vl: the next deepstack merger
+    std::vector<float> rows;                            // qwen3vl: the output rows, deepstack parts as they come
+  };
+  // Layer l of a pre-norm ViT (gemma3, qwen3vl) over x_ ([T, n_embd]); cos_sin: a rotary table, or null.
+  void vit_layer(int64_t l, const float* cos_sin);
+  void begin_gemma3(const EncoderInput& in);
+  void end_gemma3(float* out);
+  void begin_qwen3vl(const EncoderInput& in);
+  void qwen3vl_layer(int64_t l);
+  void end_qwen3vl(float* out);
+  Status begin_gemma4v(const EncoderInput& in);
+  void gemma4v_layer(int64_t l);
+  void end_gemma4v(float* out);
+  void begin_qwen2vl(const EncoderInput& in);
+  void qwen2vl_layer(int64_t l);
+  void qwen2vl_norm(const TensorView& w, const TensorView& b, float* x, float* y, int64_t rows);
+  void end_qwen2vl(float* out);
   // The merger's order of patches (blocks of n_merge x n_merge row by row, a block's patches row by row), with
   // each patch's row and column.
   void merger_order(int64_t px, int64_t py, std::vector<int32_t>* order, std::vector<int32_t>* ys,
@@ -193,6 +219,7 @@ class VisionEncoder {
   std::vector<AlignedBuffer<float>> owned_;  // f32 copies of vectors and the transposed projection
   AlignedBuffer<float> patches_, x_, xn_, q_, k_, v_, attn_, proj_, up_, ones_, m_in_, m_mid_, m_out_, gate_, clamp_;
   VitAttention vit_attn_;
+  Job job_;
   AlignedBuffer<float> wf_;  // a weight dequantized to f32 for gemm()
 };
 

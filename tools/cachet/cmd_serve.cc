@@ -31,6 +31,9 @@ void add_serve_command(CLI::App& app, int* exit_code) {
       c->add_option("--max-body", o->max_body_bytes, "largest request body in bytes (413 above; 1 MiB, 48 MiB with --mmproj)");
   c->add_option("--mmproj", o->llm.mmproj, "the model's projector file (mmproj-*.gguf): chat messages may carry images")
       ->check(CLI::ExistingFile);
+  c->add_option("--encoder-layers-per-step", o->llm.encoder_layers_per_step,
+                "an image's encoder layers run per step while other requests decode (0: the whole image in one step)")
+      ->check(CLI::NonNegativeNumber);
   auto template_file = std::make_shared<std::string>();
   c->add_option("--chat-template-file", *template_file,
                  "a Jinja chat template replacing the model's (rendered within the template limits)")
