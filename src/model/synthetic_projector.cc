@@ -12,25 +12,31 @@ namespace cachet {
 
 namespace {
 
+// The metadata every projector carries: its type (under the key given), the ViT's shape, the pixel statistics.
+void clip_header(GgufWriter* w, const SyntheticSpec& s, const char* type_key, const std::string& type,
+                 std::initializer_list<float> mean, std::initializer_list<float> std) {
+  w->set_string("general.architecture", "clip");
+  w->set_string("general.name", "cachet synthetic projector");
+  w->set_u32("general.alignment", 32);
+  w->set_bool("clip.has_vision_encoder", true);
+  w->set_string(type_key, type);
+  w->set_u32("clip.vision.projection_dim", static_cast<uint32_t>(s.n_proj));
+  w->set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
+  w->set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
+  w->set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.n_embd));
+  w->set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.n_ff));
+  w->set_u32("clip.vision.block_count", static_cast<uint32_t>(s.n_layer));
+  w->set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.n_head));
+  w->set_f32_array("clip.vision.image_mean", std::vector<float>(mean));
+  w->set_f32_array("clip.vision.image_std", std::vector<float>(std));
+  w->set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
+}
+
 // Gemma 4's: no activation flag (GELU by the model's config; llama.cpp reads the flag, so it is written here too),
 // mean 0 and std 1 (the model maps pixels to [-1, 1] itself), clamps on some linears tight enough to bind.
 Status write_synthetic_gemma4_projector(const SyntheticSpec& s, const std::string& path) {
   GgufWriter w;
-  w.set_string("general.architecture", "clip");
-  w.set_string("general.name", "cachet synthetic projector");
-  w.set_u32("general.alignment", 32);
-  w.set_bool("clip.has_vision_encoder", true);
-  w.set_string("clip.vision.projector_type", "gemma4v");
-  w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(s.n_proj));
-  w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
-  w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
-  w.set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.set_u32("clip.vision.block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.set_f32_array("clip.vision.image_mean", {0.0f, 0.0f, 0.0f});
-  w.set_f32_array("clip.vision.image_std", {1.0f, 1.0f, 1.0f});
-  w.set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
+  clip_header(&w, s, "clip.vision.projector_type", "gemma4v", {0.0f, 0.0f, 0.0f}, {1.0f, 1.0f, 1.0f});
   w.set_bool("clip.use_gelu", true);
   if (s.n_merge != 3) w.set_u32("clip.vision.projector.scale_factor", static_cast<uint32_t>(s.n_merge));
   RandomTensors add(&w, s.seed);
@@ -71,26 +77,12 @@ Status write_synthetic_gemma4_projector(const SyntheticSpec& s, const std::strin
 }
 
 // Qwen2-VL's (LayerNorm, GELU-quick FFN) or Qwen2.5-VL's (RMSNorm, gated SiLU FFN, window attention in all
-// but every 2nd layer, windows of 112 px as the model's, the key unwritten as the converter leaves it): two temporal patch kernels, no position
-// embeddings, Q, K and V split as the converter splits them.
+// but every 2nd layer, windows of 112 px as the model's, the key unwritten as the converter leaves it): two
+// temporal patch kernels, no position embeddings, Q, K and V split as the converter splits them.
 Status write_synthetic_qwen2vl_projector(const SyntheticSpec& s, const std::string& path) {
   const bool v25 = s.arch == "mmproj-qwen25vl";
   GgufWriter w;
-  w.set_string("general.architecture", "clip");
-  w.set_string("general.name", "cachet synthetic projector");
-  w.set_u32("general.alignment", 32);
-  w.set_bool("clip.has_vision_encoder", true);
-  w.set_string("clip.projector_type", v25 ? "qwen2.5vl_merger" : "qwen2vl_merger");
-  w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(s.n_proj));
-  w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
-  w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
-  w.set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.set_u32("clip.vision.block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.set_f32_array("clip.vision.image_mean", {0.48145466f, 0.4578275f, 0.40821073f});
-  w.set_f32_array("clip.vision.image_std", {0.26862954f, 0.26130258f, 0.27577711f});
-  w.set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
+  clip_header(&w, s, "clip.projector_type", v25 ? "qwen2.5vl_merger" : "qwen2vl_merger", {0.48145466f, 0.4578275f, 0.40821073f}, {0.26862954f, 0.26130258f, 0.27577711f});
   w.set_u32("clip.vision.spatial_merge_size", static_cast<uint32_t>(s.n_merge));
   if (v25) {
     w.set_bool("clip.use_silu", true);
@@ -141,21 +133,7 @@ Status write_synthetic_projector(const SyntheticSpec& s, const std::string& path
   if (s.arch == "mmproj-gemma4") return write_synthetic_gemma4_projector(s, path);
   if (s.arch == "mmproj-qwen2vl" || s.arch == "mmproj-qwen25vl") return write_synthetic_qwen2vl_projector(s, path);
   GgufWriter w;
-  w.set_string("general.architecture", "clip");
-  w.set_string("general.name", "cachet synthetic projector");
-  w.set_u32("general.alignment", 32);
-  w.set_bool("clip.has_vision_encoder", true);
-  w.set_string("clip.projector_type", qwen ? "qwen3vl_merger" : "gemma3");
-  w.set_u32("clip.vision.projection_dim", static_cast<uint32_t>(s.n_proj));
-  w.set_u32("clip.vision.image_size", static_cast<uint32_t>(s.image_size));
-  w.set_u32("clip.vision.patch_size", static_cast<uint32_t>(s.patch_size));
-  w.set_u32("clip.vision.embedding_length", static_cast<uint32_t>(s.n_embd));
-  w.set_u32("clip.vision.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  w.set_u32("clip.vision.block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32("clip.vision.attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.set_f32_array("clip.vision.image_mean", {0.5f, 0.5f, 0.5f});
-  w.set_f32_array("clip.vision.image_std", {0.5f, 0.5f, 0.5f});
-  w.set_f32("clip.vision.attention.layer_norm_epsilon", 1e-6f);
+  clip_header(&w, s, "clip.projector_type", qwen ? "qwen3vl_merger" : "gemma3", {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f});
   w.set_bool("clip.use_gelu", true);
   std::vector<bool> deepstack(static_cast<size_t>(s.n_layer), false);
   if (qwen) {

@@ -64,12 +64,7 @@ void VisionEncoder::qwen2vl_layer(int64_t l) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const VitLayerWeights& L = w_.layers[static_cast<size_t>(l)];
   qwen2vl_norm(L.ln1_w, L.ln1_b, x_.data(), xn_.data(), T);
-  gemm(L.wq, xn_.data(), T, q_.data());
-  gemm(L.wk, xn_.data(), T, k_.data());
-  gemm(L.wv, xn_.data(), T, v_.data());
-  if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
-  if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
-  if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
+  qkv(L, T);
   rope(q_.data(), job_.cos_sin.data(), nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
   rope(k_.data(), job_.cos_sin.data(), nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
   const bool full = c.n_wa_pattern <= 0 || (l + 1) % c.n_wa_pattern == 0;

@@ -144,6 +144,17 @@ void VisionEncoder::embed_patches(const float* pixels, int width, const std::vec
   if (w_.patch_bias.data) add_bias(x_.data(), f32(w_.patch_bias), static_cast<int>(T), cfg_.n_embd);
 }
 
+void VisionEncoder::qkv(const VitLayerWeights& L, int64_t T) {
+  const int64_t d = cfg_.n_embd;
+  const int nt = static_cast<int>(T);
+  gemm(L.wq, xn_.data(), T, q_.data());
+  gemm(L.wk, xn_.data(), T, k_.data());
+  gemm(L.wv, xn_.data(), T, v_.data());
+  if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
+  if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
+  if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
+}
+
 void VisionEncoder::vit_layer(int64_t l, const float* cos_sin) {
   const VisionConfig& c = cfg_;
   ThreadPool& pool = *pool_;
@@ -155,12 +166,7 @@ void VisionEncoder::vit_layer(int64_t l, const float* cos_sin) {
   const int nt = static_cast<int>(T);
   const VitLayerWeights& L = w_.layers[static_cast<size_t>(l)];
   layer_norm_rows(x_.data(), L.ln1_w, L.ln1_b, xn_.data(), T);
-  gemm(L.wq, xn_.data(), T, q_.data());
-  gemm(L.wk, xn_.data(), T, k_.data());
-  gemm(L.wv, xn_.data(), T, v_.data());
-  if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
-  if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
-  if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
+  qkv(L, T);
   if (cos_sin) {
     rope(q_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);
     rope(k_.data(), cos_sin, nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(hd), true);

@@ -182,6 +182,8 @@ class VisionEncoder {
     size_t next_ds = 0;                                 // qwen3vl: the next deepstack merger
     std::vector<float> rows;                            // qwen3vl: the output rows, deepstack parts as they come
   };
+  // Q, K and V of the normed rows xn_ (with their biases) into q_, k_, v_.
+  void qkv(const VitLayerWeights& L, int64_t T);
   // Layer l of a pre-norm ViT (gemma3, qwen3vl) over x_ ([T, n_embd]); cos_sin: a rotary table, or null.
   void vit_layer(int64_t l, const float* cos_sin);
   void begin_gemma3(const EncoderInput& in);

@@ -85,6 +85,38 @@ def llama_cpp_embeddings(lm, mm, rgb, flash_attn, model=None, dim=64):
     return ref
 
 
+def assert_embeddings_match(emb, lm, mm, rgb, label, dim=64):
+    """Our rows against libmtmd's, flash attention off and on: within 1e-3 of its largest value."""
+    for flash in (False, True):
+        ref = llama_cpp_embeddings(lm, mm, rgb, flash, dim=dim)
+        assert emb.shape == ref.shape
+        scale = np.abs(ref).max()
+        assert scale > 0.5, "a vacuous fixture"
+        err = np.abs(emb - ref).max()
+        assert err <= 1e-3 * scale, f"{label} flash={flash}: {err:.3g} of {scale:.3g}"
+
+
+def check_prompt_with_image(cachet_bin, lm, mm, tmp_path, rgb, ids, at, ref, n_img):
+    """`cachet logits` of ids[:at] + the image + ids[at:] against ref (llama.cpp's rows of logits): within 2e-3
+    of the largest logit at every position; and not vacuous: the image upside down moves the logits of the text
+    after it by far more than that."""
+    out = tmp_path / "logits.f32"
+
+    def run(img):
+        subprocess.run([cachet_bin, "logits", "-m", str(lm), "--prompt-ids", ",".join(map(str, ids)), "-o",
+                        str(out), "--mmproj", str(mm), "--image", str(img), "--image-at", str(at)], check=True)
+        return np.fromfile(out, dtype=np.float32).reshape(ref.shape)
+
+    Image.fromarray(rgb).save(tmp_path / "prompt-img.png")
+    mine = run(tmp_path / "prompt-img.png")
+    scale = np.abs(ref).max()
+    err = np.abs(mine - ref).max(axis=1)
+    assert err.max() <= 2e-3 * scale, f"rows {np.argsort(-err)[:4]}: {err.max():.3g} of {scale:.3g}"
+    Image.fromarray(rgb[::-1].copy()).save(tmp_path / "flipped.png")
+    other = run(tmp_path / "flipped.png")
+    assert np.abs(other[at + n_img:] - mine[at + n_img:]).max() > 20 * 2e-3 * scale
+
+
 # Square images: resized without changing shape by both (llama.cpp pads a non-square image to keep its aspect,
 # Gemma 3's own processor stretches it; docs/vision.md), smaller, equal to and larger than the encoder's 112.
 @pytest.mark.parametrize("wtype", ["F32", "F16"])
@@ -95,13 +127,7 @@ def test_gemma3_embeddings_match_llama_cpp(cachet_bin, tmp_path, wtype, side):
     Image.fromarray(rgb).save(tmp_path / "img.png")
     emb, _, info = ours(cachet_bin, mm, tmp_path / "img.png", tmp_path)
     assert info["tokens"] == 16 and info["dim"] == 64
-    for flash in (False, True):
-        ref = llama_cpp_embeddings(lm, mm, rgb, flash)
-        assert emb.shape == ref.shape
-        scale = np.abs(ref).max()
-        assert scale > 0.5, "a vacuous fixture"
-        err = np.abs(emb - ref).max()
-        assert err <= 1e-3 * scale, f"{wtype} {side}px flash={flash}: {err:.3g} of {scale:.3g}"
+    assert_embeddings_match(emb, lm, mm, rgb, f"{wtype} {side}px")
 
 
 def llama_cpp_context(model, n_ctx):
@@ -141,19 +167,20 @@ def llama_cpp_decode(ctx, n_vocab, rows, n, pos, tokens=None, embd=None):
     llama_cpp.llama_batch_free(b)
 
 
-def llama_cpp_logits_with_image(lm, mm, rgb, ids, at):
+def llama_cpp_logits_with_image(lm, mm, rgb, ids, at, both_ways=True, emb=None, n_ctx=64):
     """llama.cpp's logits at every position of ids[:at] + the image + ids[at:], fed as mtmd's helper feeds a
-    Gemma 3 image: its embeddings as one batch with causal attention off (mtmd_decode_use_non_causal), an f32 KV
-    cache."""
+    Gemma image: its rows (libmtmd's, or emb) as one batch with causal attention off where the model sees an
+    image both ways (mtmd_decode_use_non_causal; Gemma 4's sliding-window layers only), an f32 KV cache."""
     llama_cpp.llama_backend_init()
     model = llama_cpp.llama_model_load_from_file(str(lm).encode(), llama_cpp.llama_model_default_params())
-    emb = llama_cpp_embeddings(lm, mm, rgb, False, model=model)
+    if emb is None:
+        emb = llama_cpp_embeddings(lm, mm, rgb, False, model=model)
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-    ctx = llama_cpp_context(model, 64)
+    ctx = llama_cpp_context(model, n_ctx)
     rows = []
     n = emb.shape[0]
     llama_cpp_decode(ctx, n_vocab, rows, at, range(at), tokens=ids[:at])
-    llama_cpp.llama_set_causal_attn(ctx, False)
+    llama_cpp.llama_set_causal_attn(ctx, not both_ways)
     llama_cpp_decode(ctx, n_vocab, rows, n, range(at, at + n), embd=np.ascontiguousarray(emb, dtype=np.float32))
     llama_cpp.llama_set_causal_attn(ctx, True)
     rest = ids[at:]
@@ -171,21 +198,9 @@ def test_gemma3_prompt_with_an_image_matches_llama_cpp(cachet_bin, tmp_path, win
     rgb = random_image(140, 140, seed=3)
     Image.fromarray(rgb).save(tmp_path / "img.png")
     ids, at = [2, 17, 33, 5, 9, 101, 7, 44, 12, 3], 4
-    out = tmp_path / "logits.f32"
-    subprocess.run([cachet_bin, "logits", "-m", str(lm), "--prompt-ids", ",".join(map(str, ids)), "-o", str(out),
-                    "--mmproj", str(mm), "--image", str(tmp_path / "img.png"), "--image-at", str(at)], check=True)
     ref, n_img = llama_cpp_logits_with_image(lm, mm, rgb, ids, at)
-    ours = np.fromfile(out, dtype=np.float32).reshape(ref.shape)
-    scale = np.abs(ref).max()
-    err = np.abs(ours - ref).max(axis=1)
-    assert err.max() <= 2e-3 * scale, f"rows {np.argsort(-err)[:4]}: {err.max():.3g} of {scale:.3g}"
     assert n_img == 16
-    # Not vacuous: another picture moves the logits of the text after it far more than the tolerance.
-    Image.fromarray(rgb[::-1].copy()).save(tmp_path / "flipped.png")
-    subprocess.run([cachet_bin, "logits", "-m", str(lm), "--prompt-ids", ",".join(map(str, ids)), "-o", str(out),
-                    "--mmproj", str(mm), "--image", str(tmp_path / "flipped.png"), "--image-at", str(at)], check=True)
-    other = np.fromfile(out, dtype=np.float32).reshape(ref.shape)
-    assert np.abs(other[at + n_img:] - ours[at + n_img:]).max() > 20 * 2e-3 * scale
+    check_prompt_with_image(cachet_bin, lm, mm, tmp_path, rgb, ids, at, ref, n_img)
 
 
 def test_embeddings_do_not_depend_on_threads(cachet_bin, tmp_path):

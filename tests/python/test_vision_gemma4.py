@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import llama_cpp
-from test_vision import llama_cpp_context, llama_cpp_decode, llama_cpp_embeddings, ours, random_image
+from test_vision import (assert_embeddings_match, check_prompt_with_image, llama_cpp_logits_with_image, ours,
+                         random_image)
 
 # A ViT 64 wide in 4 px patches pooled 3 x 3 (12 px per output row), 3 layers.
 VIT = ["--n-embd", "64", "--n-layer", "3", "--n-head", "4", "--n-ff", "96", "--image-size", "48",
@@ -49,13 +49,7 @@ def test_gemma4_embeddings_match_llama_cpp(cachet_bin, tmp_path, wtype, h, w):
     Image.fromarray(rgb).save(tmp_path / "img.png")
     emb, _, info = ours(cachet_bin, mm, tmp_path / "img.png", tmp_path)
     assert info["tokens"] == 280 and info["dim"] == 64 and info["grid"] == [w // 12, h // 12]
-    for flash in (False, True):
-        ref = llama_cpp_embeddings(lm, mm, rgb, flash)
-        assert emb.shape == ref.shape
-        scale = np.abs(ref).max()
-        assert scale > 0.5, "a vacuous fixture"
-        err = np.abs(emb - ref).max()
-        assert err <= 1e-3 * scale, f"{wtype} {h}x{w} flash={flash}: {err:.3g} of {scale:.3g}"
+    assert_embeddings_match(emb, lm, mm, rgb, f"{wtype} {h}x{w}")
 
 
 def test_gemma4_clamps_bind(cachet_bin, tmp_path):
@@ -81,30 +75,6 @@ def test_gemma4_clamps_bind(cachet_bin, tmp_path):
     assert np.abs(other - emb).max() > 0.05 * np.abs(emb).max()
 
 
-def llama_cpp_logits_with_image(lm, mm, rgb, ids, at, both_ways, emb=None):
-    """llama.cpp's logits at every position of ids[:at] + the image + ids[at:], fed as mtmd's helper feeds a
-    Gemma 4 image: libmtmd's rows as one batch, causal attention off for it where the model attends both ways
-    among an image's rows (llama.cpp then does so in the sliding-window layers only), an f32 KV cache."""
-    llama_cpp.llama_backend_init()
-    model = llama_cpp.llama_model_load_from_file(str(lm).encode(), llama_cpp.llama_model_default_params())
-    if emb is None:
-        emb = llama_cpp_embeddings(lm, mm, rgb, False, model=model)
-    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-    ctx = llama_cpp_context(model, 320)
-    rows = []
-    n = emb.shape[0]
-    llama_cpp_decode(ctx, n_vocab, rows, at, range(at), tokens=ids[:at])
-    if both_ways:
-        llama_cpp.llama_set_causal_attn(ctx, False)
-    llama_cpp_decode(ctx, n_vocab, rows, n, range(at, at + n), embd=np.ascontiguousarray(emb, dtype=np.float32))
-    llama_cpp.llama_set_causal_attn(ctx, True)
-    rest = ids[at:]
-    llama_cpp_decode(ctx, n_vocab, rows, len(rest), range(at + n, at + n + len(rest)), tokens=rest)
-    llama_cpp.llama_free(ctx)
-    llama_cpp.llama_model_free(model)
-    return np.array(rows), n
-
-
 # A 14 x 20 grid of rows (168 x 240 px, kept by both) between text, our rows given to llama.cpp too (the language
 # model's side alone: its random layers carry the encoders' 4e-4 to about 2e-3 of the largest logit). 26B-like:
 # the rows see each other both ways in the local layers (the window of 8 still bounds what lies behind), causally
@@ -116,22 +86,9 @@ def test_gemma4_prompt_with_an_image_matches_llama_cpp(cachet_bin, tmp_path, lm)
     rgb = random_image(168, 240, seed=11)
     Image.fromarray(rgb).save(tmp_path / "img.png")
     ids, at = [2, 17, 33, 5, 9, 101, 7, 44, 12, 3], 4
-    out = tmp_path / "logits.f32"
-
-    def run(img):
-        subprocess.run([cachet_bin, "logits", "-m", str(lm_path), "--prompt-ids", ",".join(map(str, ids)), "-o",
-                        str(out), "--mmproj", str(mm), "--image", str(img), "--image-at", str(at)], check=True)
-        return np.fromfile(out, dtype=np.float32)
-
     rows, _, _ = ours(cachet_bin, mm, tmp_path / "img.png", tmp_path)
-    ref, n_img = llama_cpp_logits_with_image(lm_path, mm, rgb, ids, at, both_ways=(lm == "swa"), emb=rows)
-    mine = run(tmp_path / "img.png").reshape(ref.shape)
-    scale = np.abs(ref).max()
-    err = np.abs(mine - ref).max(axis=1)
-    assert err.max() <= 2e-3 * scale, f"rows {np.argsort(-err)[:4]}: {err.max():.3g} of {scale:.3g}"
-    Image.fromarray(rgb[::-1].copy()).save(tmp_path / "flipped.png")
-    other = run(tmp_path / "flipped.png").reshape(ref.shape)
-    assert np.abs(other[at + n_img:] - mine[at + n_img:]).max() > 20 * 2e-3 * scale
+    ref, n_img = llama_cpp_logits_with_image(lm_path, mm, rgb, ids, at, both_ways=(lm == "swa"), emb=rows, n_ctx=320)
+    check_prompt_with_image(cachet_bin, lm_path, mm, tmp_path, rgb, ids, at, ref, n_img)
 
 
 def gemma4_size(h, w, patch=4, merge=3, tokens=280):
