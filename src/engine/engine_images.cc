@@ -54,6 +54,7 @@ Status Engine::advance_images() {
   VisionEncoder& enc = *cfg_.vision;
   const std::vector<SchedRequest*>& running = scheduler_->running();
   if (encoding_id_ == 0) {  // the first admitted request's first image it waits for
+    if (enc.busy()) enc.cancel();  // left under way by an engine that ended before finishing it
     for (SchedRequest* sr : running) {
       auto* r = static_cast<Request*>(sr);
       for (size_t k = 0; k < r->images.size() && encoding_id_ == 0; ++k) {
