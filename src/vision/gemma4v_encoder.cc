@@ -47,13 +47,6 @@ Status clamps(ArchReader& r, const std::string& base, LinearClamp* c) {
   return Status::ok();
 }
 
-// RMS norm of rows n wide (weights: wt's, or none), in parallel over fixed blocks of rows.
-void rms_rows(ThreadPool& pool, float* x, const TensorView* wt, float* y, int64_t rows, int64_t n, float eps) {
-  pool.parallel_for(rows, [&](int, int64_t r0, int64_t r1) {
-    rms_norm(x + r0 * n, wt && wt->data ? f32(*wt) : nullptr, y + r0 * n, static_cast<int>(r1 - r0), n, eps);
-  }, 16);
-}
-
 void clamp_all(float* x, int64_t n, float lo, float hi) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::min(std::max(x[i], lo), hi);
 }
@@ -168,16 +161,16 @@ void VisionEncoder::gemma4v_layer(int64_t l) {
   const int64_t d = c.n_embd, hd = c.head_dim, H = c.n_head, ff = c.n_ff, T = job_.T, half = hd / 2;
   const int nt = static_cast<int>(T);
   const VitLayerWeights& L = w_.layers[static_cast<size_t>(l)];
-  rms_rows(pool, x_.data(), &L.ln1_w, xn_.data(), T, d, c.eps);
+  rms_norm_rows(x_.data(), &L.ln1_w, xn_.data(), T, d);
   clamped_gemm(L.wq, L.cq, xn_.data(), T, q_.data());
   clamped_gemm(L.wk, L.ck, xn_.data(), T, k_.data());
   clamped_gemm(L.wv, L.cv, xn_.data(), T, v_.data());
   if (L.bq.data) add_bias(q_.data(), f32(L.bq), nt, d);
   if (L.bk.data) add_bias(k_.data(), f32(L.bk), nt, d);
   if (L.bv.data) add_bias(v_.data(), f32(L.bv), nt, d);
-  rms_rows(pool, q_.data(), &L.q_norm, q_.data(), T * H, hd, c.eps);
-  rms_rows(pool, k_.data(), &L.k_norm, k_.data(), T * H, hd, c.eps);
-  rms_rows(pool, v_.data(), nullptr, v_.data(), T * H, hd, c.eps);
+  rms_norm_rows(q_.data(), &L.q_norm, q_.data(), T * H, hd);
+  rms_norm_rows(k_.data(), &L.k_norm, k_.data(), T * H, hd);
+  rms_norm_rows(v_.data(), nullptr, v_.data(), T * H, hd);
   for (float* x : {q_.data(), k_.data()}) {
     rope(x, job_.cos_sin.data(), nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(half), true);
     rope(x + half, job_.cs_y.data(), nt, static_cast<int>(H), static_cast<int>(hd), static_cast<int>(half), true);
@@ -186,10 +179,10 @@ void VisionEncoder::gemma4v_layer(int64_t l) {
                 attn_.data());
   clamped_gemm(L.wo, L.co, attn_.data(), T, proj_.data());
   if (L.bo.data) add_bias(proj_.data(), f32(L.bo), nt, d);
-  rms_rows(pool, proj_.data(), &L.attn_post_norm, proj_.data(), T, d, c.eps);
+  rms_norm_rows(proj_.data(), &L.attn_post_norm, proj_.data(), T, d);
   for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
 
-  rms_rows(pool, x_.data(), &L.ln2_w, xn_.data(), T, d, c.eps);
+  rms_norm_rows(x_.data(), &L.ln2_w, xn_.data(), T, d);
   clamped_gemm(L.w_gate, L.c_gate, xn_.data(), T, gate_.data());
   clamped_gemm(L.w_up, L.c_up, xn_.data(), T, up_.data());
   if (L.b_up.data) add_bias(up_.data(), f32(L.b_up), nt, ff);
@@ -197,7 +190,7 @@ void VisionEncoder::gemma4v_layer(int64_t l) {
                     4096);
   clamped_gemm(L.w_down, L.c_down, gate_.data(), T, proj_.data());
   if (L.b_down.data) add_bias(proj_.data(), f32(L.b_down), nt, d);
-  rms_rows(pool, proj_.data(), &L.ffn_post_norm, proj_.data(), T, d, c.eps);
+  rms_norm_rows(proj_.data(), &L.ffn_post_norm, proj_.data(), T, d);
   for (int64_t i = 0; i < T * d; ++i) x_[i] += proj_[i];
   if (L.out_scale.data) {
     const float* s = f32(L.out_scale);
@@ -209,29 +202,22 @@ void VisionEncoder::gemma4v_layer(int64_t l) {
 
 void VisionEncoder::end_gemma4v(float* out) {
   const VisionConfig& c = cfg_;
-  ThreadPool& pool = *pool_;
   const int64_t d = c.n_embd, m = c.n_merge, px = job_.px, py = job_.py, T = job_.T;
-  if (w_.post_ln_w.data) rms_rows(pool, x_.data(), &w_.post_ln_w, x_.data(), T, d, c.eps);
+  if (w_.post_ln_w.data) rms_norm_rows(x_.data(), &w_.post_ln_w, x_.data(), T, d);
 
-  // Average m x m patches (summed row by row, then divided), times sqrt(width), standardised, RMS-normed.
-  const int64_t ox_n = px / m, oy_n = py / m, n_out = ox_n * oy_n;
+  // Average m x m patches, times sqrt(width), standardised, RMS-normed, projected.
+  const int64_t n_out = (px / m) * (py / m);
   float* pooled = xn_.data();
-  const float inv = 1.0f / static_cast<float>(m * m), scale = std::sqrt(static_cast<float>(d));
-  for (int64_t oy = 0; oy < oy_n; ++oy)
-    for (int64_t ox = 0; ox < ox_n; ++ox) {
-      float* dst = pooled + (oy * ox_n + ox) * d;
-      std::fill(dst, dst + d, 0.0f);
-      for (int64_t ky = 0; ky < m; ++ky)
-        for (int64_t kx = 0; kx < m; ++kx) {
-          const float* src = x_.data() + ((oy * m + ky) * px + ox * m + kx) * d;
-          for (int64_t i = 0; i < d; ++i) dst[i] += src[i];
-        }
-      for (int64_t i = 0; i < d; ++i) {
-        dst[i] = dst[i] * inv * scale;
-        if (w_.std_bias.data) dst[i] = (dst[i] - f32(w_.std_bias)[i]) * f32(w_.std_scale)[i];
-      }
+  avg_pool(px, py, pooled);
+  const float scale = std::sqrt(static_cast<float>(d));
+  for (int64_t r = 0; r < n_out; ++r) {
+    float* dst = pooled + r * d;
+    for (int64_t i = 0; i < d; ++i) {
+      dst[i] = dst[i] * scale;
+      if (w_.std_bias.data) dst[i] = (dst[i] - f32(w_.std_bias)[i]) * f32(w_.std_scale)[i];
     }
-  rms_rows(pool, pooled, nullptr, pooled, n_out, d, c.eps);
+  }
+  rms_norm_rows(pooled, nullptr, pooled, n_out, d);
   clamped_gemm(w_.input_proj, w_.c_proj, pooled, n_out, out);
 }
 

@@ -49,11 +49,8 @@ void VisionEncoder::begin_qwen2vl(const EncoderInput& in) {
 }
 
 void VisionEncoder::qwen2vl_norm(const TensorView& wt, const TensorView& b, float* x, float* y, int64_t rows) {
-  if (!cfg_.rms_norm) return layer_norm_rows(x, wt, b, y, rows);
-  const int64_t d = cfg_.n_embd;
-  pool_->parallel_for(rows, [&](int, int64_t r0, int64_t r1) {
-    rms_norm(x + r0 * d, f32(wt), y + r0 * d, static_cast<int>(r1 - r0), d, cfg_.eps);
-  }, 16);
+  if (cfg_.rms_norm) return rms_norm_rows(x, &wt, y, rows);
+  layer_norm_rows(x, wt, b, y, rows);
 }
 
 void VisionEncoder::qwen2vl_layer(int64_t l) {

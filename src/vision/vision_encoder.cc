@@ -99,6 +99,30 @@ void VisionEncoder::layer_norm_rows(const float* x, const TensorView& w, const T
   }, 16);
 }
 
+void VisionEncoder::rms_norm_rows(const float* x, const TensorView* w, float* y, int64_t n_rows, int64_t n) {
+  const int64_t d = n > 0 ? n : cfg_.n_embd;
+  const float* wf = w && w->data ? f32(*w) : nullptr;
+  pool_->parallel_for(n_rows, [&](int, int64_t r0, int64_t r1) {
+    rms_norm(x + r0 * d, wf, y + r0 * d, static_cast<int>(r1 - r0), d, cfg_.eps);
+  }, 16);
+}
+
+void VisionEncoder::avg_pool(int64_t px, int64_t py, float* pooled) {
+  const int64_t d = cfg_.n_embd, m = cfg_.n_merge, ox_n = px / m, oy_n = py / m;
+  const float inv = 1.0f / static_cast<float>(m * m);
+  for (int64_t oy = 0; oy < oy_n; ++oy)
+    for (int64_t ox = 0; ox < ox_n; ++ox) {
+      float* dst = pooled + (oy * ox_n + ox) * d;
+      std::fill(dst, dst + d, 0.0f);
+      for (int64_t ky = 0; ky < m; ++ky)
+        for (int64_t kx = 0; kx < m; ++kx) {
+          const float* src = x_.data() + ((oy * m + ky) * px + ox * m + kx) * d;
+          for (int64_t i = 0; i < d; ++i) dst[i] += src[i];
+        }
+      for (int64_t i = 0; i < d; ++i) dst[i] *= inv;
+    }
+}
+
 size_t VisionEncoder::scratch_bytes() const {
   size_t n = 0;
   for (const auto* b : {&patches_, &x_, &xn_, &q_, &k_, &v_, &attn_, &proj_, &up_, &ones_, &m_in_, &m_mid_, &m_out_, &gate_,
@@ -294,21 +318,10 @@ void VisionEncoder::end_gemma3(float* out) {
   const int64_t d = c.n_embd, side = c.patches_per_side(), T = c.n_patches();
   if (w_.post_ln_w.data) layer_norm_rows(x_.data(), w_.post_ln_w, w_.post_ln_b, x_.data(), T);
 
-  // Average n_merge x n_merge patches (row by row, then the division), RMS-norm, project.
-  const int64_t m = c.n_merge, os = side / m, n_out = os * os;
+  // Average n_merge x n_merge patches, RMS-norm, project.
+  const int64_t os = side / c.n_merge, n_out = os * os;
   float* pooled = xn_.data();
-  const float inv = 1.0f / static_cast<float>(m * m);
-  for (int64_t oy = 0; oy < os; ++oy)
-    for (int64_t ox = 0; ox < os; ++ox) {
-      float* dst = pooled + (oy * os + ox) * d;
-      std::fill(dst, dst + d, 0.0f);
-      for (int64_t ky = 0; ky < m; ++ky)
-        for (int64_t kx = 0; kx < m; ++kx) {
-          const float* src = x_.data() + ((oy * m + ky) * side + ox * m + kx) * d;
-          for (int64_t i = 0; i < d; ++i) dst[i] += src[i];
-        }
-      for (int64_t i = 0; i < d; ++i) dst[i] *= inv;
-    }
+  avg_pool(side, side, pooled);
   rms_norm(pooled, f32(w_.soft_emb_norm), pooled, static_cast<int>(n_out), d, c.eps);
   gemm(w_.input_proj, pooled, n_out, out);
 }

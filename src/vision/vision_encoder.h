@@ -168,6 +168,10 @@ class VisionEncoder {
   VisionEncoder() = default;
   void layer_norm_rows(const float* x, const TensorView& w, const TensorView& b, float* y, int64_t n_rows,
                        int64_t n = 0);
+  // RMSNorm of rows n wide (0: the ViT's width), weights w's (none when w is null or empty).
+  void rms_norm_rows(const float* x, const TensorView* w, float* y, int64_t n_rows, int64_t n = 0);
+  // The px x py patch rows of x_ averaged m x m (summed row by row, then scaled) into pooled, row-major.
+  void avg_pool(int64_t px, int64_t py, float* pooled);
   // y [T, w's outputs] = x [T, w's inputs] w^T, as f32 GEMMs (vision/sgemm.h) over fixed blocks of rows.
   void gemm(const TensorView& w, const float* x, int64_t T, float* y);
   // The patch rows (in `order`: patch y * side_x + x for each row) through the patch convolution into x_.
