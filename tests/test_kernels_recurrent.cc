@@ -1,4 +1,4 @@
-// The recurrent mixers' kernels (the gated delta rule, Mamba-2's scan) on every table against the scalar one,
+// The recurrent mixers' kernels (the gated delta rule, Mamba-2's scan, the short causal conv) on every table against the scalar one,
 // and each table's prefill form (many tokens in one call) against one token at a time, bit for bit.
 #include <algorithm>
 #include <cmath>
@@ -116,6 +116,70 @@ TEST(Kernels, SsmScanManyTokensEqualsOneAtATimeBitwise) {
           ASSERT_EQ(0, std::memcmp(Sa.data(), Sb.data(), Sa.size() * sizeof(float))) << isa_name(k->isa) << " n=" << n;
           ASSERT_EQ(0, std::memcmp(ya.data(), yb.data(), ya.size() * sizeof(float))) << isa_name(k->isa) << " n=" << n;
         }
+      }
+    }
+  }
+}
+
+// The short causal conv: every table against the scalar one (channel counts across every vector width and tail,
+// conv lengths 1-9 past the tables' register blocks, with and without bias and SiLU), nothing outside the
+// channels touched; on each table, n tokens in one call equal n calls of one, and channels split in two ranges
+// equal the whole, bit for bit.
+TEST(Kernels, CausalConvMatchesScalar) {
+  for (const Kernels* k : simd_tables()) {
+    for (int64_t ch : {1, 3, 15, 16, 17, 33, 100}) {
+      for (int K : {1, 2, 3, 4, 5, 9}) {
+        for (int mode = 0; mode < 4; ++mode) {
+          const bool silu = mode & 1, with_bias = mode & 2;
+          const int n = 5;
+          const int64_t stride = ch + 3;
+          auto taps = random_floats(static_cast<size_t>(ch * K), 200 + K, -1.0f, 1.0f);
+          auto bias = random_floats(static_cast<size_t>(ch), 201, -0.5f, 0.5f);
+          auto w0 = random_floats(static_cast<size_t>(ch * (K - 1) + 1), 202 + ch, -2.0f, 2.0f);
+          auto x0 = random_floats(static_cast<size_t>(n * stride), 203 + ch, -2.0f, 2.0f);
+          std::vector<float> rw(w0), kw(w0), rx(x0), kx(x0);
+          ref::kKernels.causal_conv(rw.data(), taps.data(), with_bias ? bias.data() : nullptr, rx.data(), stride, n,
+                                    ch, K, silu);
+          k->causal_conv(kw.data(), taps.data(), with_bias ? bias.data() : nullptr, kx.data(), stride, n, ch, K, silu);
+          ASSERT_EQ(kw.back(), w0.back()) << "nothing after the windows is touched";
+          for (size_t i = 0; i < rw.size(); ++i) ASSERT_EQ(kw[i], rw[i]) << "the windows hold the inputs";
+          for (int t = 0; t < n; ++t)
+            for (int64_t c = 0; c < stride; ++c) {
+              const size_t i = static_cast<size_t>(t * stride + c);
+              if (c >= ch) {
+                ASSERT_EQ(kx[i], x0[i]) << "nothing past the channels is touched";
+                continue;
+              }
+              ASSERT_NEAR(kx[i], rx[i], 2e-6f * K * std::max(1.0f, std::fabs(rx[i])))
+                  << isa_name(k->isa) << " ch=" << ch << " K=" << K << " mode " << mode << " t=" << t;
+            }
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, CausalConvManyTokensAndChannelSplitsAreBitwise) {
+  for (const Kernels* k : supported_kernels()) {
+    for (int64_t ch : {17, 48, 100}) {
+      for (int K : {3, 4, 9}) {
+        const int n = 21;
+        const int64_t stride = ch + 5;
+        auto taps = random_floats(static_cast<size_t>(ch * K), 210 + K, -1.0f, 1.0f);
+        auto bias = random_floats(static_cast<size_t>(ch), 211, -0.5f, 0.5f);
+        auto w0 = random_floats(static_cast<size_t>(ch * (K - 1)), 212 + ch, -2.0f, 2.0f);
+        auto x0 = random_floats(static_cast<size_t>(n * stride), 213 + ch, -2.0f, 2.0f);
+        std::vector<float> wa(w0), wb(w0), wc(w0), xa(x0), xb(x0), xc(x0);
+        k->causal_conv(wa.data(), taps.data(), bias.data(), xa.data(), stride, n, ch, K, true);
+        for (int t = 0; t < n; ++t) k->causal_conv(wb.data(), taps.data(), bias.data(), xb.data() + t * stride, 0, 1, ch, K, true);
+        const int64_t split = 7;  // a range not on a vector edge
+        k->causal_conv(wc.data(), taps.data(), bias.data(), xc.data(), stride, n, split, K, true);
+        k->causal_conv(wc.data() + split * (K - 1), taps.data() + split * K, bias.data() + split, xc.data() + split, stride,
+                       n, ch - split, K, true);
+        for (const auto* other : {&wb, &wc})
+          ASSERT_EQ(0, std::memcmp(wa.data(), other->data(), wa.size() * sizeof(float))) << isa_name(k->isa);
+        for (const auto* other : {&xb, &xc})
+          ASSERT_EQ(0, std::memcmp(xa.data(), other->data(), xa.size() * sizeof(float))) << isa_name(k->isa) << " K=" << K;
       }
     }
   }

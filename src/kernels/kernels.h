@@ -168,6 +168,15 @@ struct Kernels {
   // bit; each dot product in the table's lane order.
   void (*ssm_scan)(float* S, const float* x, const float* b, const float* c, int64_t in_stride, const float* dt,
                    const float* da, float* y, int64_t out_stride, int n, int hd, int ds);
+
+  // The short causal conv of the hybrid models (model/causal_conv.h) for one sequence's n consecutive tokens over
+  // `channels` channels: channel c's window win + c (k - 1) (its last k - 1 inputs, oldest first), its taps
+  // taps + c k, token t's inputs x + t * stride, each replaced by
+  //   y = win_0 tap_0 + ... + win_{k-2} tap_{k-2} + x tap_{k-1}   (in that order; + bias[c] when bias; SiLU of it
+  // when silu), the window shifted by x. Channels are independent: any split of them, and n tokens in one call
+  // against n calls of one, give the same bits on a table.
+  void (*causal_conv)(float* win, const float* taps, const float* bias, float* x, int64_t stride, int n,
+                      int64_t channels, int k, bool silu);
 };
 
 // 2 sqrt(2/pi) and 2 sqrt(2/pi) 0.044715: the GELU constants of gelu_mul.

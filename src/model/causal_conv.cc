@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kernels.h"
+
 namespace cachet {
 
 std::vector<std::vector<int>> rows_by_sequence(const RecurrentBatch& b) {
@@ -20,27 +22,21 @@ std::vector<std::vector<int>> rows_by_sequence(const RecurrentBatch& b) {
 void causal_conv(ThreadPool& pool, const CausalConvArgs& a) {
   const int64_t K = a.kernel;
   StateStore& st = *a.store;
+  const Kernels& kern = kernels();
+  // Channel ranges in whole vectors of the widest table (a channel's bits do not depend on its range).
   pool.parallel_for(a.channels, [&](int, int64_t c0, int64_t c1) {
     for (size_t s = 0; s < a.toks->size(); ++s) {
       const std::vector<int>& ts = (*a.toks)[s];
       if (ts.empty()) continue;
       float* win = st.conv(a.slots[s], a.layer);
-      for (int t : ts) {
-        float* x = a.x + static_cast<int64_t>(t) * a.stride;
-        for (int64_t c = c0; c < c1; ++c) {
-          float* w = win + c * (K - 1);
-          const float* tap = a.taps + c * K;
-          float y = 0.0f;
-          for (int64_t j = 0; j < K - 1; ++j) y += w[j] * tap[j];
-          y += x[c] * tap[K - 1];
-          for (int64_t j = 0; j + 1 < K - 1; ++j) w[j] = w[j + 1];
-          if (K > 1) w[K - 2] = x[c];
-          if (a.bias) y += a.bias[c];
-          x[c] = a.silu ? silu(y) : y;
-        }
-        if (a.snapshot && a.snapshot[t] >= 0)  // this range of channels' window after token t
-          std::copy(win + c0 * (K - 1), win + c1 * (K - 1), st.conv(a.snapshot[t], a.layer) + c0 * (K - 1));
-      }
+      for_each_state_run(ts, a.snapshot, [&](int t0, int n) {
+        kern.causal_conv(win + c0 * (K - 1), a.taps + c0 * K, a.bias ? a.bias + c0 : nullptr,
+                         a.x + static_cast<int64_t>(t0) * a.stride + c0, a.stride, n, c1 - c0, static_cast<int>(K),
+                         a.silu);
+        const int last = t0 + n - 1;
+        if (a.snapshot && a.snapshot[last] >= 0)  // this range of channels' window after the run's last token
+          std::copy(win + c0 * (K - 1), win + c1 * (K - 1), st.conv(a.snapshot[last], a.layer) + c0 * (K - 1));
+      });
     }
   }, 16);
 }

@@ -45,8 +45,8 @@ struct CausalConvArgs {
 
 void causal_conv(ThreadPool& pool, const CausalConvArgs& a);
 
-// The scalar activations the recurrent mixers apply per element (f32, libm's exp: the same bits on every table).
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// The gates' softplus (f32, libm's exp and log1p: the same bits on every table). SiLU is the tables' (Kernels::
+// causal_conv and silu_mul).
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // A sequence's batch rows `ts` (position order) in runs a recurrence kernel takes at once: consecutive rows, a run

@@ -54,7 +54,7 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
   const int64_t units = static_cast<int64_t>(a.n_seqs) * VH;
   const Kernels& kern = kernels();
   pool.parallel_for(units, [&](int, int64_t b, int64_t e) {
-    std::vector<float> decay, beta;
+    std::vector<float> decay, beta, gate(static_cast<size_t>(d));
     for (int64_t u = b; u < e; ++u) {
       const int s = static_cast<int>(u / VH);
       const int64_t h = u % VH, kh = a.grouped_heads ? h / (VH / KH) : h % KH;
@@ -80,7 +80,10 @@ void gated_delta_net(ThreadPool& pool, const GatedDeltaNetArgs& a) {
           for (int64_t j = 0; j < d; ++j) ss += o[j] * o[j];
           const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + a.eps);
           const float* z = a.z + static_cast<int64_t>(t) * vd + h * d;
-          for (int64_t j = 0; j < d; ++j) o[j] = o[j] * inv * a.norm[j] * silu(z[j]);
+          for (int64_t j = 0; j < d; ++j) o[j] = o[j] * inv * a.norm[j];
+          std::copy_n(z, d, gate.data());  // o = silu(z) * o, with the table's SiLU
+          kern.silu_mul(gate.data(), o, d);
+          std::copy_n(gate.data(), d, o);
         }
       });
     }

@@ -71,10 +71,13 @@ void mamba2(ThreadPool& pool, const Mamba2Args& a) {
   // The gate and the grouped RMSNorm, per token.
   const int64_t gw = inner / G;
   pool.parallel_for(T, [&](int, int64_t b, int64_t e) {
+    std::vector<float> gate(static_cast<size_t>(inner));
     for (int64_t t = b; t < e; ++t) {
       const float* z = a.zxbcdt + t * in_dim;
       float* y = a.out + t * inner;
-      for (int64_t i = 0; i < inner; ++i) y[i] *= silu(z[i]);
+      std::copy_n(z, inner, gate.data());  // y = silu(z) * y, with the table's SiLU
+      kern.silu_mul(gate.data(), y, inner);
+      std::copy_n(gate.data(), inner, y);
       for (int64_t g = 0; g < G; ++g) {
         float* yg = y + g * gw;
         float ss = 0.0f;

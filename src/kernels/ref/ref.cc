@@ -379,6 +379,24 @@ void ssm_scan(float* S, const float* x0, const float* b0, const float* c0, int64
   }
 }
 
+void causal_conv(float* win, const float* taps, const float* bias, float* x, int64_t stride, int n, int64_t channels,
+                 int k, bool silu) {
+  for (int64_t c = 0; c < channels; ++c) {
+    float* w = win + c * (k - 1);
+    const float* tap = taps + c * k;
+    for (int t = 0; t < n; ++t) {
+      float* xt = x + t * stride + c;
+      float y = k > 1 ? w[0] * tap[0] : *xt * tap[0];
+      for (int j = 1; j + 1 < k; ++j) y = std::fma(w[j], tap[j], y);
+      if (k > 1) y = std::fma(*xt, tap[k - 1], y);
+      for (int j = 0; j + 2 < k; ++j) w[j] = w[j + 1];
+      if (k > 1) w[k - 2] = *xt;
+      if (bias) y += bias[c];
+      *xt = silu ? y / (1.0f + std::exp(-y)) : y;
+    }
+  }
+}
+
 void kv_store(DType t, const float* src, void* dst, int n) {
   if (t == DType::kF32) {
     if (n > 0) std::memcpy(dst, src, n * sizeof(float));
@@ -570,6 +588,6 @@ constinit const Kernels kKernels = {Isa::kScalar,       1,          dequantize_r
                                     FloatPack::kHalfRows, round_bf16, packed_dot_bf16, packed_dot_half, attn_tile,
                                     attn_chunk,
                                     silu_mul,           gelu_mul,        exp_sum,         delta_rule,
-                                    ssm_scan};
+                                    ssm_scan,           causal_conv};
 
 }  // namespace cachet::ref
