@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import random
+import shlex
 import subprocess
 import sys
 import threading
@@ -79,6 +80,7 @@ def start(engine, a):
                "--parallel", str(a.users), "--kv-memory", a.kv_memory, "-c", str(a.ctx)]
         if engine == "off":
             cmd.append("--no-prefix-cache")
+        cmd += shlex.split(a.cachet_args)
     else:
         cmd = [a.llama_server, "-m", a.model, "--port", str(port), "-t", str(a.threads), "--parallel", str(a.users),
                "-c", str(a.ctx * a.users), "--log-disable"]
@@ -101,6 +103,7 @@ def main():
     ap.add_argument("--ctx", type=int, default=8192)
     ap.add_argument("--kv-memory", default="2GiB")
     ap.add_argument("--cachet", default=str(ROOT / "build" / "cachet"))
+    ap.add_argument("--cachet-args", default="", help="more `cachet serve` flags, e.g. '--batch-tokens 128'")
     ap.add_argument("--llama-server", default=str(pathlib.Path.home() / ".cache/cachet/llama.cpp/native/bin/llama-server"))
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()

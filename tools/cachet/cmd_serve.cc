@@ -25,6 +25,11 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("-c,--ctx-size", o->ctx, "context per request in tokens")->check(CLI::PositiveNumber);
   c->add_option("--kv-memory", *kv_memory, "KV cache memory: 512MiB, 2GiB, or a fraction of RAM (0.25)");
   c->add_option("--parallel", o->llm.max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
+  c->add_option("--batch-tokens", o->llm.max_batch_tokens,
+                "token budget of one engine step (smaller: shorter steps, sooner first tokens under load)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--prefill-chunk", o->llm.prefill_chunk, "most prompt tokens of one request per step")
+      ->check(CLI::PositiveNumber);
   c->add_option("--max-queue", o->llm.max_waiting, "queued requests before answering 429")
       ->check(CLI::PositiveNumber);
   CLI::Option* max_body =
