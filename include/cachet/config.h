@@ -54,10 +54,12 @@ struct LLMConfig {
   int block_size = 16;
   std::string kv_type_k = "f16", kv_type_v = "f16";
   // Continuous batching: most requests decoded together, most tokens of one step, most prompt tokens of one
-  // request per step (chunked prefill).
+  // request per step (chunked prefill). 0: chosen for the model, about 0.4 TFLOP of prompt work a step (a
+  // multiple of 16 tokens in 64-512: 512 for a 135M model, 128 for a 2B, 64 for an 8B), and a request's share
+  // min(256, the step's).
   int max_running = 64;
-  int max_batch_tokens = 512;
-  int prefill_chunk = 256;
+  int max_batch_tokens = 0;
+  int prefill_chunk = 0;
   int max_waiting = 1 << 30;  // queued requests past this are refused (kResourceExhausted)
   bool prefix_cache = true;   // reuse the KV blocks of prompts that begin alike (outputs unchanged)
   // Hybrid models (recurrent layers): with the prefix cache, a state checkpoint every this many prompt tokens

@@ -5,6 +5,7 @@
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 #include "engine/spec_options.h"
+#include "engine/step_budget.h"
 #include "engine/text_stream.h"
 #include "io/gguf.h"
 
@@ -28,8 +29,8 @@ Result<EngineConfig> engine_config(const LLMConfig& c, const Model& model) {
   e.kv_type = KvTypes(*k, *v);
   if (c.kv_memory_bytes <= 0) return invalid_argument("the KV cache memory must be positive");
   if (c.max_running < 1) return invalid_argument("max_running must be at least 1");
-  if (c.max_batch_tokens < 1 || c.prefill_chunk < 1)
-    return invalid_argument("max_batch_tokens and prefill_chunk must be at least 1");
+  if (c.max_batch_tokens < 0 || c.prefill_chunk < 0)
+    return invalid_argument("max_batch_tokens and prefill_chunk must be 0 (chosen for the model) or more");
   if (c.max_waiting < 1) return invalid_argument("max_waiting must be at least 1");
   e.kv_memory_bytes = c.kv_memory_bytes;
   e.block_size = c.block_size;
@@ -40,8 +41,8 @@ Result<EngineConfig> engine_config(const LLMConfig& c, const Model& model) {
     e.n_blocks = static_cast<int>(blocks);
   }
   e.max_running = c.max_running;
-  e.max_batch_tokens = c.max_batch_tokens;
-  e.prefill_chunk = c.prefill_chunk;
+  e.max_batch_tokens = c.max_batch_tokens > 0 ? c.max_batch_tokens : step_token_budget(model);
+  e.prefill_chunk = c.prefill_chunk > 0 ? c.prefill_chunk : std::min(256, e.max_batch_tokens);
   e.prefix_cache = c.prefix_cache;
   e.state_checkpoint_every = c.state_checkpoint_every;
   if (c.encoder_layers_per_step < 0) return invalid_argument("encoder_layers_per_step must be 0 or more");

@@ -462,8 +462,10 @@ int serve(const ServerOptions& opts) {
   app.n_ctx = static_cast<int>(std::min<int64_t>(opts.ctx, impl.model->config().n_ctx_train));
   app.state = State::kReady;
   const ServiceSnapshot s = app.service->snapshot();
-  std::fprintf(stderr, "cachet serve: ready, model '%s', context %d, %d KV blocks of %d tokens\n",
-               app.model_id.c_str(), app.n_ctx, s.counters.blocks_total, opts.llm.block_size);
+  const Result<EngineConfig> ec = engine_config(opts.llm, *impl.model);
+  std::fprintf(stderr, "cachet serve: ready, model '%s', context %d, %d KV blocks of %d tokens, steps of up to %d tokens\n",
+               app.model_id.c_str(), app.n_ctx, s.counters.blocks_total, opts.llm.block_size,
+               ec.is_ok() ? ec->max_batch_tokens : 0);
 
   // While waiting for a signal, every 10 s: hand memory freed since back to the system. glibc keeps what a
   // request's thread freed in that thread's arena (one per HTTP thread, up to 8 per core), so a burst of large,

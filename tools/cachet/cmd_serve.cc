@@ -26,9 +26,10 @@ void add_serve_command(CLI::App& app, int* exit_code) {
   c->add_option("--kv-memory", *kv_memory, "KV cache memory: 512MiB, 2GiB, or a fraction of RAM (0.25)");
   c->add_option("--parallel", o->llm.max_running, "most sequences decoded together")->check(CLI::PositiveNumber);
   c->add_option("--batch-tokens", o->llm.max_batch_tokens,
-                "token budget of one engine step (smaller: shorter steps, sooner first tokens under load)")
+                "token budget of one engine step (default: about 0.4 TFLOP of prompt work, 64-512 tokens; smaller: shorter "
+                "steps, sooner first tokens under load)")
       ->check(CLI::PositiveNumber);
-  c->add_option("--prefill-chunk", o->llm.prefill_chunk, "most prompt tokens of one request per step")
+  c->add_option("--prefill-chunk", o->llm.prefill_chunk, "most prompt tokens of one request per step (default: min(256, the step's))")
       ->check(CLI::PositiveNumber);
   c->add_option("--max-queue", o->llm.max_waiting, "queued requests before answering 429")
       ->check(CLI::PositiveNumber);
