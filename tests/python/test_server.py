@@ -1,4 +1,5 @@
 """`cachet serve` end to end: the real binary, the default model, the official openai client and raw HTTP."""
+import ctypes
 import http.client
 import json
 import os
@@ -261,6 +262,49 @@ def test_listen_backlog_takes_a_burst(server):
     backlog = int(out.stdout.split()[2])  # State Recv-Q Send-Q ...: a listener's Send-Q is its backlog
     with open("/proc/sys/net/core/somaxconn") as f:
         assert backlog == min(int(f.read()), 65535) and backlog >= 128, out.stdout
+
+
+def server_socket_nodelay(pid, client_sock):
+    """TCP_NODELAY of the server's end of client_sock's connection, read through a copy of the server's descriptor
+    (pidfd_getfd: the server is this process's child); None where the kernel does not allow it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = libc.syscall(434, pid, 0)  # pidfd_open
+    if pidfd < 0:
+        return None
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:"):
+                    continue
+            except OSError:
+                continue
+            fd = libc.syscall(438, pidfd, int(name), 0)  # pidfd_getfd
+            if fd < 0:
+                return None
+            with socket.socket(fileno=fd) as s:
+                try:
+                    if s.getpeername() != client_sock.getsockname():
+                        continue
+                except OSError:
+                    continue
+                return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        os.close(pidfd)
+    raise AssertionError("the server holds no socket connected to the client")
+
+
+def test_small_writes_are_not_held_back(server):
+    # With Nagle's algorithm a response's second small write (a stream's first event after the head, a body
+    # after its head) waited for the client's delayed ACK: 40 ms on every keep-alive request. The accepted
+    # sockets carry TCP_NODELAY.
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    c.request("GET", "/health")
+    c.getresponse().read()
+    nodelay = server_socket_nodelay(server.proc.pid, c.sock)
+    c.close()
+    if nodelay is None:
+        pytest.skip("pidfd_getfd is not allowed here")
+    assert nodelay != 0
 
 
 def test_abort_mid_stream_frees_everything(server):
