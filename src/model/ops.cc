@@ -18,8 +18,15 @@ void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, f
   for (int r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    // The sum of squares in double, in eight interleaved partial sums: one chain of dependent adds took four
+    // cycles an element (2.7% of a 64-sequence decode of the default model). Baseline code, so the same order
+    // and bits on every CPU.
+    double part[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int j = 0; j < 8; ++j) part[j] += static_cast<double>(xr[i + j]) * xr[i + j];
+    double ss = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    for (; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
     if (w) {
       for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * w[i];
