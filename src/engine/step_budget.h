@@ -12,8 +12,8 @@ namespace cachet {
 double prompt_token_macs(const Model& model);
 
 // kStepMacs of prompt work a step: that many tokens, a multiple of 16 within [64, 512] (below 64 tokens the
-// matmuls lose their efficiency; 512 was the fixed budget before). Qwen3.5-2B: 128; Llama-3.2-1B: 128 (of about
-// 1.2 G MACs a token); SmolLM2-135M: 512; an 8B: 64.
+// matmuls lose their efficiency; 512 was the fixed budget before). Qwen3.5-2B: 144; Llama-3.2-1B: 192 (0.97 G
+// MACs a token); SmolLM2-135M: 512; an 8B: 64.
 constexpr double kStepMacs = 2e11;
 int step_token_budget(double token_macs);
 inline int step_token_budget(const Model& model) { return step_token_budget(prompt_token_macs(model)); }
