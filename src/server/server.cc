@@ -411,8 +411,8 @@ int serve(const ServerOptions& opts) {
   svr.set_keep_alive_timeout(30);
   // Small writes go out at once. With Nagle's algorithm a stream's second small write (the first token's event
   // after the response head, each event after the one before) waits for the client's ACK of the first, which
-  // a client delays by up to 40 ms: 44 ms to the first token of a 7-token prompt on an idle server (3.7 ms a
-  // token after it), 3 steps' worth under 64 streaming clients.
+  // a client delays by up to 40 ms: 44 ms to the first token of a 7-token prompt on an idle server (6 ms with
+  // this), and as much on every non-streamed response (its body after its head).
   svr.set_tcp_nodelay(true);
   // Debian's compiled httplib listens with a backlog of 5: a burst of clients connecting at once (100 streaming
   // clients in test_server.py) overflows the accept queue (TcpExtListenOverflows) and, rarely, a client meets a

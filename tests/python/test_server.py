@@ -1,5 +1,6 @@
 """`cachet serve` end to end: the real binary, the default model, the official openai client and raw HTTP."""
 import ctypes
+import errno
 import http.client
 import json
 import os
@@ -280,6 +281,8 @@ def server_socket_nodelay(pid, client_sock):
                 continue
             fd = libc.syscall(438, pidfd, int(name), 0)  # pidfd_getfd
             if fd < 0:
+                if ctypes.get_errno() == errno.EBADF:  # closed since it was listed
+                    continue
                 return None
             with socket.socket(fileno=fd) as s:
                 try:
