@@ -103,6 +103,7 @@ ServiceSnapshot EngineService::snapshot() const {
 
 void EngineService::loop() {
   int64_t steps = 0;
+  double step_seconds = 0.0;
   for (;;) {
     std::deque<Submission*> subs;
     std::vector<RequestId> cancels;
@@ -128,12 +129,15 @@ void EngineService::loop() {
     for (RequestId id : cancels)
       if (routes_.count(id)) engine_->abort(id);
     if (engine_->has_work()) {
+      const auto t0 = std::chrono::steady_clock::now();
       auto events = engine_->step();
       ++steps;
+      step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       {  // before the events go out: whoever sees a request's last event sees the counters of its last step
         std::lock_guard<std::mutex> lk(snap_mu_);
         snapshot_.counters = engine_->counters();
         snapshot_.steps = steps;
+        snapshot_.step_seconds = step_seconds;
       }
       if (!events.is_ok()) {
         // A failed forward pass (NaN logits, ...) ends every running request with an error event; the
@@ -173,6 +177,7 @@ void EngineService::loop() {
     }
     snapshot_.counters = engine_->counters();
     snapshot_.steps = steps;
+    snapshot_.step_seconds = step_seconds;
     snapshot_.active_streams = static_cast<int>(live.size());
   }
   // Shutting down: whoever still waits gets an aborted finish.

@@ -47,6 +47,7 @@ class RequestStream {
 struct ServiceSnapshot {
   EngineCounters counters;
   int64_t steps = 0;
+  double step_seconds = 0.0;  // time inside the steps: its rate is the engine's busy fraction
   int active_streams = 0;  // submitted and not yet finished (all choices)
   int blocks_held_by_requests = 0;           // blocks some request's table references
   std::vector<RadixCache::NodeInfo> nodes;   // the prefix cache's largest nodes (refreshed every 250 ms)

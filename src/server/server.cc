@@ -206,6 +206,8 @@ std::string metrics_text(App& app) {
                 static_cast<double>(s.counters.preemptions));
   render_scalar(&out, "cachet_engine_steps_total", "counter", "engine steps (one forward pass each)",
                 static_cast<double>(s.steps));
+  render_scalar(&out, "cachet_engine_step_seconds_total", "counter",
+                "seconds the engine spent in steps (its rate is the engine's busy fraction)", s.step_seconds);
   if (s.counters.state_slots_total > 0) {  // hybrid models' recurrent states
     render_scalar(&out, "cachet_state_slots_used", "gauge", "recurrent state slots held by sequences",
                   s.counters.state_slots_used);
