@@ -133,14 +133,38 @@ def wait_ready(port, proc, path, timeout=120):
     raise RuntimeError("server did not become ready")
 
 
+def engine_counters(port):
+    """cachet's engine steps, the seconds spent in them and the tokens generated (/metrics); None elsewhere."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+    except OSError:
+        return None
+    got = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("cachet_engine_steps_total", "cachet_engine_step_seconds_total", "cachet_generation_tokens_total"):
+            got[name] = float(value)
+    return got if len(got) == 3 else None
+
+
 def run_server(cmd, port, ready_path, model_id, args, extra):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_ready(port, proc, ready_path)
         # Warm-up: one request, so both servers have touched their weights before the clock starts.
         start_load(port, model_id, 1, 0.01, args.max_tokens, extra).join()
+        before = engine_counters(port)
         load = start_load(port, model_id, args.clients, args.seconds, args.max_tokens, extra)
         load.join()
+        after = engine_counters(port)
+        if before and after:  # where a step's time goes: busy fraction, time and tokens a step
+            steps = after["cachet_engine_steps_total"] - before["cachet_engine_steps_total"]
+            busy = after["cachet_engine_step_seconds_total"] - before["cachet_engine_step_seconds_total"]
+            tokens = after["cachet_generation_tokens_total"] - before["cachet_generation_tokens_total"]
+            load.engine = {"busy": busy / load.wall, "ms_per_step": 1e3 * busy / max(steps, 1),
+                           "tokens_per_step": tokens / max(steps, 1)}
         return load
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -207,6 +231,10 @@ def main():
         s = load.summary()
         print(f"{name:<10} {s['requests']:>8} {s['errors']:>6} {s['tok_per_s']:>8.1f} {s['ttft_p50_ms']:>9.0f} "
               f"{s['ttft_p99_ms']:>9.0f} {s['tbt_p50_ms']:>8.1f} {s['tbt_p99_ms']:>8.1f}")
+        if getattr(load, "engine", None):
+            e = load.engine
+            print(f"{'':<10} engine busy {e['busy']:.0%} of the wall time, {e['ms_per_step']:.1f} ms and "
+                  f"{e['tokens_per_step']:.1f} generated tokens a step")
     for peer in ("llama.cpp", "llama-server"):
         if "cachet" not in results or peer not in results:
             continue
