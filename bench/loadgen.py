@@ -133,8 +133,8 @@ def wait_ready(port, proc, path, timeout=120):
     raise RuntimeError("server did not become ready")
 
 
-def engine_counters(port):
-    """cachet's engine steps, the seconds spent in them and the tokens generated (/metrics); None elsewhere."""
+def metric_values(port, names):
+    """The values of the named unlabelled series on the server's /metrics, None if it has not all of them."""
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         c.request("GET", "/metrics")
@@ -144,9 +144,15 @@ def engine_counters(port):
     got = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
-        if name in ("cachet_engine_steps_total", "cachet_engine_step_seconds_total", "cachet_generation_tokens_total"):
+        if name in names:
             got[name] = float(value)
-    return got if len(got) == 3 else None
+    return got if len(got) == len(names) else None
+
+
+def engine_counters(port):
+    """cachet's engine steps, the seconds spent in them and the tokens generated; None elsewhere."""
+    return metric_values(port, ("cachet_engine_steps_total", "cachet_engine_step_seconds_total",
+                                "cachet_generation_tokens_total"))
 
 
 def run_server(cmd, port, ready_path, model_id, args, extra):

@@ -16,7 +16,6 @@ reported: median completion tokens/s of the rounds, and acceptance where the ser
     .venv/bin/python bench/spec_decode.py --target QWEN35_WITH_MTP.gguf --engines cachet-off,cachet-mtp,llama-off,llama-mtp
 """
 import argparse
-import http.client
 import json
 import os
 import pathlib
@@ -30,6 +29,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import threading  # noqa: E402
 import time  # noqa: E402
 
+from loadgen import metric_values  # noqa: E402
 from prefix_workloads import chat_stream, free_port, wait_ready  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -140,18 +140,7 @@ def start(engine, a, clients):
 
 def spec_counts(port):
     """cachet's vllm:spec_decode_* counters (None for llama-server)."""
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.request("GET", "/metrics")
-        body = c.getresponse().read().decode()
-    except OSError:
-        return None
-    vals = {}
-    for line in body.splitlines():
-        for k in ("vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"):
-            if line.startswith(k + " "):
-                vals[k] = float(line.split()[1])
-    return vals or None
+    return metric_values(port, ("vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"))
 
 
 def main():
