@@ -1,7 +1,7 @@
 // Kernel micro-benchmarks: matvec (decode) per weight type and GEMM (prefill) on one thread, for every
 // kernel table this CPU supports. Bytes/s for matvec (it is bandwidth-bound), FLOP/s for GEMM; the packed
 // matmuls' multiply-adds per second also as a share of the table's peak (`peak%`: bench/peak.h, measured here
-// first and printed as peak/<table>/<kind>).
+// first and printed as peak/<table>/<kind>); activation quantization in floats/s.
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -138,6 +138,22 @@ void BM_DeltaRule(benchmark::State& st, const Kernels* k) {
       benchmark::Counter(4.0 * d * d * n * st.iterations(), benchmark::Counter::kIsRate);
 }
 
+// Activation quantization (ActQ8) of 64 rows of K floats, as a 64-sequence decode does before each matmul;
+// blocks_per_scale 1 (Q4_0/Q8_0's) or 8 (the K types' super-block grouping). Floats/s.
+void BM_QuantizeAct(benchmark::State& st, const Kernels* k) {
+  const int64_t K = st.range(0), rows = 64, nb = K / 32;
+  const int bps = static_cast<int>(st.range(1));
+  std::vector<float> x(K * rows);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  AlignedBuffer<ActQ8> act(nb * rows);
+  for (auto _ : st) {
+    for (int64_t r = 0; r < rows; ++r) k->quantize_act(x.data() + r * K, K, bps, act.data() + r * nb);
+    benchmark::DoNotOptimize(act.data());
+  }
+  st.counters["floats/s"] =
+      benchmark::Counter(static_cast<double>(K) * rows * st.iterations(), benchmark::Counter::kIsRate);
+}
+
 void BM_PoolSync(benchmark::State& st) {
   ThreadPool pool(static_cast<int>(st.range(0)));
   int64_t sink = 0;
@@ -172,6 +188,8 @@ int register_all() {
     }
     const std::string dr = std::string("delta_rule/") + isa_name(k->isa);
     benchmark::RegisterBenchmark(dr.c_str(), BM_DeltaRule, k)->Arg(0)->Arg(1);
+    const std::string qa = std::string("quantize_act/") + isa_name(k->isa);
+    benchmark::RegisterBenchmark(qa.c_str(), BM_QuantizeAct, k)->Args({576, 1})->Args({1536, 8})->Args({2048, 1});
     std::string name = std::string("gemm_nt/") + isa_name(k->isa);
     benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, k)->Args({64, 64, 576})->Args({128, 64, 2048});
   }

@@ -216,12 +216,23 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
   // x += a block's output (Granite: times residual_scale).
   const float rs = static_cast<float>(c.residual_scale);
   const std::string residual_note = rs != 1.0f ? " * " + std::to_string(c.residual_scale) : "";
-  auto add_residual = [&](const float* y, int64_t n) {
-    if (rs == 1.0f) {
-      for (int64_t i = 0; i < n; ++i) x_[i] += y[i];
+  // Over the threads by rows when the batch is large enough to pay for a parallel region (the same operation
+  // per element either way).
+  auto over_rows = [&](int64_t n_rows, int64_t row_floats, const auto& fn) {
+    if (n_rows * row_floats < (1 << 14)) {
+      fn(0, n_rows);
     } else {
-      for (int64_t i = 0; i < n; ++i) x_[i] += y[i] * rs;
+      pool.parallel_for(n_rows, [&](int, int64_t b, int64_t e) { fn(b, e); });
     }
+  };
+  auto add_residual = [&](const float* y, int64_t n) {
+    over_rows(n / d, d, [&](int64_t b, int64_t e) {
+      if (rs == 1.0f) {
+        for (int64_t i = b * d; i < e * d; ++i) x_[i] += y[i];
+      } else {
+        for (int64_t i = b * d; i < e * d; ++i) x_[i] += y[i] * rs;
+      }
+    });
   };
   auto norm_rows = [&](const float* x, const TensorView& w, float* y, int64_t n_rows, int64_t n) {
     pool.parallel_for(n_rows, [&](int, int64_t b, int64_t e) {
@@ -333,8 +344,12 @@ Status DecoderModel::forward(const ForwardBatch& batch, float* logits, float* hi
     const float* cs = swa ? cos_sin_swa_.data() : cos_sin_.data();
     const int rd = static_cast<int>(c.rope_dim_at(l));
     if (c.uses_rope(l)) {
-      rope(q_.data(), cs, T, static_cast<int>(H), static_cast<int>(hd), rd, c.rope_neox);
-      if (own_kv) rope(k_.data(), cs, T, static_cast<int>(KH), static_cast<int>(hd), rd, c.rope_neox);
+      over_rows(T, (H + KH) * hd, [&](int64_t b, int64_t e) {
+        const int n = static_cast<int>(e - b);
+        rope(q_.data() + b * H * hd, cs + b * rd, n, static_cast<int>(H), static_cast<int>(hd), rd, c.rope_neox);
+        if (own_kv)
+          rope(k_.data() + b * KH * hd, cs + b * rd, n, static_cast<int>(KH), static_cast<int>(hd), rd, c.rope_neox);
+      });
     }
     if (c.attn_temp_scale != 0.0) {  // Llama 4 / Mistral 3: queries scaled up past the original context
       for (int t = 0; t < T; ++t) {

@@ -173,14 +173,14 @@ thread_local AlignedBuffer<uint16_t> t_act_bf16;
 // The activations a packed matmul over weights of type `t` reads, for n_tokens rows of K floats: int8 blocks
 // (ActQ8) for the block types; for F16/BF16, bf16 pairs (rows of K rounded up to even, the pad zero) where the
 // table packs bf16 pairs, else the f32 rows themselves. Converted on the calling thread when there is too
-// little work to share.
-const void* packed_activations(ThreadPool& pool, DType t, const float* x, int n_tokens, int64_t K) {
+// little work to share, or when `pool` is null (into the calling thread's own buffers).
+const void* packed_activations(ThreadPool* pool, DType t, const float* x, int n_tokens, int64_t K) {
   const Kernels& k = kernels();
   const auto over_tokens = [&](const auto& row) {
-    if (n_tokens * K <= (1 << 14)) {
+    if (pool == nullptr || n_tokens * K <= (1 << 14)) {
       for (int64_t i = 0; i < n_tokens; ++i) row(i);
     } else {
-      pool.parallel_for(n_tokens, [&](int, int64_t b, int64_t e) {
+      pool->parallel_for(n_tokens, [&](int, int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) row(i);
       });
     }
@@ -204,9 +204,16 @@ const void* packed_activations(ThreadPool& pool, DType t, const float* x, int n_
   return act;
 }
 
-// The packed paths: each thread takes whole 16-row groups of the weights, in chunks of tokens.
-// `act` is the ActQ8 activations for the block types, or bf16 pairs for the packed float types.
-void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const void* act, int64_t K,
+// Batches up to this many tokens convert their activations on every thread (packed_groups), when the weights
+// have at least this many rows a thread: each thread's conversion of K floats a token costs about what 40 of
+// its rows' multiply-adds do (bench_kernels quantize_act and packed_dot, Zen 4), so with fewer rows a thread
+// the copies would cost more than the shared conversion's wait.
+constexpr int kLocalActTokens = 64;
+constexpr int64_t kLocalActRowsPerThread = 64;
+
+// The packed paths: each thread takes whole 16-row groups of the weights, in chunks of tokens, over the
+// activations x (n_tokens rows of K floats) converted as the weights' type reads them (packed_activations).
+void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const float* x, int64_t K,
                    int n_tokens) {
   const Kernels& k = kernels();
   const int64_t nb = K / 32, n_pairs = (K + 1) / 2;
@@ -217,9 +224,21 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const vo
     total += (outs[i].w->n_rows() + kPackRows - 1) / kPackRows;
   }
   constexpr int kTokenChunk = 64;
+  // A decode-sized batch's activations are converted by every thread for itself, into its own buffer, on its
+  // first chunk: no parallel region of their own, and no thread writes lines the other threads read in the
+  // matmul before (in a 64-sequence decode the shared conversion, split across threads, spent most of its time
+  // waiting for those lines). Larger batches convert once, split across the threads.
+  const bool local = n_tokens <= kLocalActTokens && pool.n_threads() > 1 &&
+                     total * kPackRows >= kLocalActRowsPerThread * pool.n_threads();
+  const void* shared = local ? nullptr : packed_activations(&pool, outs[0].w->type, x, n_tokens, K);
+  thread_local std::vector<const void*> t_acts;
+  t_acts.assign(pool.n_threads(), shared);
+  const void** acts = t_acts.data();
   // Groups are independent: a thread that finishes early takes the rest of a slower one's (about 8 chunks each).
   const int64_t grain = std::max<int64_t>(1, total / (8 * pool.n_threads()));
-  pool.parallel_chunks(total, [&](int, int64_t g0, int64_t g1) {
+  pool.parallel_chunks(total, [&](int ti, int64_t g0, int64_t g1) {
+    if (acts[ti] == nullptr) acts[ti] = packed_activations(nullptr, outs[0].w->type, x, n_tokens, K);
+    const void* act = acts[ti];
     float tmp[kTokenChunk * kPackRows];
     for (int t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
       const int nt = std::min(kTokenChunk, n_tokens - t0);
@@ -252,7 +271,7 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const vo
 
 void matmul_packed(ThreadPool& pool, const TensorView& w, const float* x, int n_tokens, float* y) {
   const MatmulOut out{&w, y};
-  packed_groups(pool, &out, 1, packed_activations(pool, w.type, x, n_tokens, w.ne[0]), w.ne[0], n_tokens);
+  packed_groups(pool, &out, 1, x, w.ne[0], n_tokens);
 }
 
 }  // namespace
@@ -784,8 +803,7 @@ void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulOut> outs, const
     for (const MatmulOut& o : outs) matmul(pool, *o.w, x, n_tokens, o.y);
     return;
   }
-  packed_groups(pool, outs.begin(), static_cast<int>(outs.size()),
-                packed_activations(pool, outs.begin()->w->type, x, n_tokens, K), K, n_tokens);
+  packed_groups(pool, outs.begin(), static_cast<int>(outs.size()), x, K, n_tokens);
 }
 
 }  // namespace cachet

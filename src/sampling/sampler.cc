@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/kernels.h"
+
 namespace cachet {
 
 namespace {
@@ -118,7 +120,7 @@ float top_probability(const float* logits, int64_t n) {
 int64_t TokenDist::reset(const float* logits, int64_t n) {
   live_.clear();
   logit_.resize(n);
-  w_.assign(n, 0.0f);
+  w_.resize(n);  // written whole by compute_weights or one_hot before anything reads it
   int64_t n_nan = 0;
   for (int64_t i = 0; i < n; ++i) {
     const bool nan = logits[i] != logits[i];
@@ -196,6 +198,7 @@ void TokenDist::top_k(int32_t k) {
 
 bool TokenDist::compute_weights() {
   if (!live_.empty()) {
+    std::fill(w_.begin(), w_.end(), 0.0f);
     float mx = kNegInf;
     for (int32_t i : live_) mx = std::max(mx, logit_[i]);
     for (int32_t i : live_) w_[i] = exp_nonpositive(logit_[i] - mx);
@@ -203,10 +206,10 @@ bool TokenDist::compute_weights() {
   }
   const float mx = max_of(logit_.data(), size());
   if (!(mx > kNegInf)) return false;
-  const int64_t n = size();
-  const float* l = logit_.data();
-  float* w = w_.data();
-  for (int64_t i = 0; i < n; ++i) w[i] = exp_nonpositive(l[i] - mx);  // -inf - mx -> 0
+  // The whole vocabulary: the kernel table's exponential (its widest vectors; -inf - mx -> 0), a table with
+  // itself bit for bit, tables within rounding (docs/numerics.md).
+  std::copy(logit_.begin(), logit_.end(), w_.begin());
+  kernels().exp_sum(w_.data(), size(), mx);
   return true;
 }
 
