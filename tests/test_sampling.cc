@@ -206,6 +206,38 @@ TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
   EXPECT_EQ(got, want);
 }
 
+// The chain's order on every token, exactly: ((raw penalized) + bias) x 1/T, whether a token is penalized,
+// biased, both, or neither (reset scales the whole row, adjust redoes only the tokens it touches).
+TEST(Sampling, AdjustAppliesPenaltiesThenBiasThenTemperatureToEveryToken) {
+  std::vector<float> raw(1000);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<float>((i * 7919) % 613) / 37.0f - 8.0f;
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.repetition_penalty = 1.3f;
+  p.frequency_penalty = 0.25f;
+  p.presence_penalty = 0.125f;
+  p.penalty_last_n = 6;
+  p.logit_bias = {{3, 2.5f}, {17, -kInf}, {42, -1.0f}, {999, 0.5f}, {5000, 1.0f}};
+  const std::vector<int32_t> history = {1, 3, 3, 900, 42, 3, 7, 7, -4, 1200};  // the last 6 count
+  const float inv = 1.0f / p.temperature;
+  std::vector<float> want(raw);
+  std::map<int32_t, int> count;
+  for (size_t i = history.size() - 6; i < history.size(); ++i) count[history[i]]++;
+  for (auto [id, c] : count) {
+    if (id < 0 || id >= 1000) continue;
+    float& l = want[id];
+    l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+    l -= static_cast<float>(c) * p.frequency_penalty + p.presence_penalty;
+  }
+  for (auto [id, b] : p.logit_bias)
+    if (id < 1000) want[id] += b;
+  for (float& l : want) l *= inv;
+  TokenDist d;
+  ASSERT_EQ(d.reset(raw.data(), 1000, inv), 0);
+  d.adjust(p, raw.data(), history.data(), history.size(), inv);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(d.logits()[i], want[i]) << "token " << i;
+}
+
 TEST(Sampling, GreedyEdgeCases) {
   SamplingParams p;  // temperature 0
   Sampler s(p);

@@ -117,7 +117,7 @@ float top_probability(const float* logits, int64_t n) {
   return total > 0.0 ? static_cast<float>(1.0 / total) : 0.0f;
 }
 
-int64_t TokenDist::reset(const float* logits, int64_t n) {
+int64_t TokenDist::reset(const float* logits, int64_t n, float scale) {
   live_.clear();
   logit_.resize(n);
   w_.resize(n);  // written whole by compute_weights or one_hot before anything reads it
@@ -125,18 +125,32 @@ int64_t TokenDist::reset(const float* logits, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const bool nan = logits[i] != logits[i];
     n_nan += nan;
-    logit_[i] = nan ? kNegInf : logits[i];
+    logit_[i] = nan ? kNegInf : logits[i] * scale;
   }
   return n_nan;
 }
 
-void TokenDist::apply_penalties(const SamplingParams& p, const int32_t* history, size_t n_history) {
-  if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) return;
-  if (n_history == 0 || p.penalty_last_n == 0) return;
-  const size_t start = p.penalty_last_n < 0 ? 0 : n_history - std::min<size_t>(n_history, p.penalty_last_n);
+void TokenDist::adjust(const SamplingParams& p, const float* raw, const int32_t* history, size_t n_history,
+                       float scale) {
+  const bool penalties = (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) &&
+                         n_history > 0 && p.penalty_last_n != 0;
+  if (!penalties && p.logit_bias.empty()) return;
   // Count in place with a sort of the (short) window, so no hash map on the hot path.
-  idx_.assign(history + start, history + n_history);
-  std::sort(idx_.begin(), idx_.end());
+  idx_.clear();
+  if (penalties) {
+    const size_t start = p.penalty_last_n < 0 ? 0 : n_history - std::min<size_t>(n_history, p.penalty_last_n);
+    idx_.assign(history + start, history + n_history);
+    std::sort(idx_.begin(), idx_.end());
+  }
+  // The tokens touched here, each once: back to their raw logits, adjusted, then scaled as reset scaled the rest.
+  touched_.clear();
+  for (size_t i = 0; i < idx_.size(); ++i)
+    if (i == 0 || idx_[i] != idx_[i - 1]) touched_.push_back(idx_[i]);
+  for (const auto& [id, b] : p.logit_bias) touched_.push_back(id);
+  std::sort(touched_.begin(), touched_.end());
+  touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
+  std::erase_if(touched_, [&](int32_t id) { return id < 0 || id >= size(); });
+  for (int32_t id : touched_) logit_[id] = raw[id] != raw[id] ? kNegInf : raw[id];
   for (size_t i = 0; i < idx_.size();) {
     size_t j = i;
     while (j < idx_.size() && idx_[j] == idx_[i]) ++j;
@@ -148,16 +162,9 @@ void TokenDist::apply_penalties(const SamplingParams& p, const int32_t* history,
     }
     i = j;
   }
-}
-
-void TokenDist::apply_logit_bias(const SamplingParams& p) {
   for (const auto& [id, b] : p.logit_bias)
     if (id >= 0 && id < size()) logit_[id] += b;
-}
-
-void TokenDist::apply_temperature(float temperature) {
-  const float inv = 1.0f / temperature;
-  for (float& l : logit_) l *= inv;
+  for (int32_t id : touched_) logit_[id] *= scale;
 }
 
 void TokenDist::top_k(int32_t k) {
@@ -204,12 +211,28 @@ bool TokenDist::compute_weights() {
     for (int32_t i : live_) w_[i] = exp_nonpositive(logit_[i] - mx);
     return mx > kNegInf;
   }
-  const float mx = max_of(logit_.data(), size());
+  // The whole vocabulary: the logits copied with their largest found on the way, then the kernel table's
+  // exponential in place (its widest vectors; -inf - mx -> 0), a table with itself bit for bit, tables within
+  // rounding (docs/numerics.md).
+  const int64_t n = size();
+  const float* l = logit_.data();
+  float* w = w_.data();
+  float m[8];
+  for (float& v : m) v = kNegInf;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) {
+      w[i + j] = l[i + j];
+      m[j] = m[j] > l[i + j] ? m[j] : l[i + j];
+    }
+  float mx = kNegInf;
+  for (float v : m) mx = std::max(mx, v);
+  for (; i < n; ++i) {
+    w[i] = l[i];
+    mx = std::max(mx, l[i]);
+  }
   if (!(mx > kNegInf)) return false;
-  // The whole vocabulary: the kernel table's exponential (its widest vectors; -inf - mx -> 0), a table with
-  // itself bit for bit, tables within rounding (docs/numerics.md).
-  std::copy(logit_.begin(), logit_.end(), w_.begin());
-  kernels().exp_sum(w_.data(), size(), mx);
+  kernels().exp_sum(w, n, mx);
   return true;
 }
 
@@ -310,10 +333,10 @@ int32_t TokenDist::draw(double u) const {
 }
 
 int32_t TokenDist::best() const {
-  int32_t b = -1;
-  for (int32_t i = 0; i < size(); ++i)
-    if (logit_[i] > kNegInf && (b < 0 || logit_[i] > logit_[b])) b = i;
-  return b;
+  // The largest logit (a vectorized pass), then the first token holding it: the lowest id wins ties.
+  const float mx = max_of(logit_.data(), size());
+  if (!(mx > kNegInf)) return -1;
+  return static_cast<int32_t>(std::find(logit_.begin(), logit_.end(), mx) - logit_.begin());
 }
 
 double TokenDist::total_weight() const {
@@ -345,26 +368,27 @@ std::vector<int32_t> TokenDist::kept() const {
 
 Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
 
-Status Sampler::prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt) {
-  if (int64_t n_nan = dist_.reset(logits, n_vocab); n_nan > 0)
+Status Sampler::prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt,
+                       float scale) {
+  if (int64_t n_nan = dist_.reset(logits, n_vocab, scale); n_nan > 0)
     return invalid_argument("the logits contain " + std::to_string(n_nan) + " NaN value(s) (first at token " +
                             std::to_string(std::find_if(logits, logits + n_vocab, [](float x) { return x != x; }) -
                                            logits) +
                             "): the model produced invalid numbers");
   const size_t skip = p_.penalize_prompt ? 0 : std::min<size_t>(history.size(), std::max(0, n_prompt));
-  dist_.apply_penalties(p_, history.data() + skip, history.size() - skip);
-  dist_.apply_logit_bias(p_);
+  dist_.adjust(p_, logits, history.data() + skip, history.size() - skip, scale);
   return Status::ok();
 }
 
 Result<int32_t> Sampler::chain(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
                                int32_t n_prompt) {
-  CACHET_RETURN_IF_ERROR(prepare(logits, n_vocab, history, n_prompt));
+  // Temperature is applied with the copy (1/T times each logit; greedy: times 1, the logits themselves).
+  const bool greedy = p_.temperature <= 0.0f;
+  CACHET_RETURN_IF_ERROR(prepare(logits, n_vocab, history, n_prompt, greedy ? 1.0f : 1.0f / p_.temperature));
   int32_t only = -1;
-  if (p_.temperature <= 0.0f) {
+  if (greedy) {
     only = dist_.best();
   } else {
-    dist_.apply_temperature(p_.temperature);
     dist_.top_k(p_.top_k);
     if (dist_.compute_weights()) {
       dist_.top_p(p_.top_p);

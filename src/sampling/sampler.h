@@ -36,14 +36,16 @@ struct SampleResult {
 // so "the k best" and "the smallest set reaching p" are unique.
 class TokenDist {
  public:
-  // Copies a logits row; returns the number of NaNs found (they become -inf and are never drawn).
-  int64_t reset(const float* logits, int64_t n);
+  // Copies a logits row times `scale` (the temperature's 1/T, or 1); returns the number of NaNs found (they
+  // become -inf and are never drawn).
+  int64_t reset(const float* logits, int64_t n, float scale = 1.0f);
   int64_t size() const { return static_cast<int64_t>(logit_.size()); }
   float* logits() { return logit_.data(); }
 
-  void apply_penalties(const SamplingParams& p, const int32_t* history, size_t n_history);
-  void apply_logit_bias(const SamplingParams& p);
-  void apply_temperature(float temperature);
+  // Penalties over the history, then the logit bias, on the raw logits (`raw`, the row reset copied) of the
+  // tokens they touch, which are then scaled as reset scaled the rest: each logit is ((raw penalized) + bias) x
+  // scale, the chain's order, with one pass over the vocabulary in all.
+  void adjust(const SamplingParams& p, const float* raw, const int32_t* history, size_t n_history, float scale);
   // Keeps the k best logits (k <= 0: all). Call before compute_weights.
   void top_k(int32_t k);
   // w = exp(logit - max) for every token (0 for -inf); returns false when no token is left.
@@ -77,6 +79,7 @@ class TokenDist {
   };
   std::vector<Entry> sel_;     // scratch for selections (contiguous, so comparisons stay in cache)
   std::vector<int32_t> idx_;   // scratch for penalty counts
+  std::vector<int32_t> touched_;  // scratch: the tokens penalties and bias touch, each once
   std::vector<double> mass_;   // top-p histogram
   std::vector<int32_t> live_;  // after top-k: the only tokens left, ascending; empty = all tokens
 };
@@ -110,7 +113,8 @@ class Sampler {
   std::vector<float> lp_w_;  // scratch for the logprobs normalizer
 
   // Penalties and bias (every mode); NaN logits are an error.
-  Status prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt);
+  Status prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt,
+                 float scale);
   // The whole chain into dist_: the one token it leaves (greedy; nothing left -> raw argmax), or -1 when dist_
   // holds weights to draw from.
   Result<int32_t> chain(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt);
