@@ -296,6 +296,39 @@ TEST(Sampling, LogprobsAreTheRawLogSoftmax) {
   EXPECT_NEAR(r.top[0].logprob, kLogits[5] - std::log(total), 1e-5);
 }
 
+// Top-k's kept set and logprobs' top N on a large row with many ties, NaNs and -inf, against a full sort (higher
+// logit first, then lower id): both skip 64-token blocks that cannot beat their current worst.
+TEST(Sampling, TopKAndTopLogprobsEqualAFullSortWithTies) {
+  const int64_t V = 5003;
+  std::vector<float> l(V);
+  for (int64_t i = 0; i < V; ++i) l[i] = static_cast<float>((i * 7919) % 97) / 8.0f;  // ~52 tokens per value
+  l[70] = kInf * 0.0f;  // NaN
+  l[4000] = -kInf;
+  l[4999] = 20.0f;      // the best, late in the row
+  std::vector<int32_t> order;
+  for (int32_t i = 0; i < V; ++i)
+    if (l[i] == l[i] && l[i] > -kInf) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  for (int k : {1, 40, 100, 300}) {
+    std::vector<float> clean(l);
+    clean[70] = -kInf;  // the sampler refuses NaN rows; top-k sees the row after reset
+    TokenDist d;
+    d.reset(clean.data(), V);
+    d.top_k(k);
+    std::vector<int32_t> want(order.begin(), order.begin() + k);
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(d.live(), want) << "k=" << k;
+  }
+  SamplingParams p;
+  p.logprobs = 20;
+  Sampler s(p);
+  SampleResult r;
+  r.id = 0;
+  s.fill_logprobs(l.data(), V, &r);
+  ASSERT_EQ(r.top.size(), 20u);
+  for (int j = 0; j < 20; ++j) EXPECT_EQ(r.top[j].id, order[j]) << "rank " << j;
+}
+
 TEST(Sampling, InvalidParamsAreErrors) {
   auto bad = [](std::function<void(SamplingParams&)> f, const char* phrase) {
     SamplingParams p;

@@ -63,6 +63,20 @@ float max_of(const float* x, int64_t n) {
   return r;
 }
 
+// The largest of x[0..n) that is not NaN (-inf when there is none), vectorized: a NaN never replaces a lane's
+// maximum.
+float max_not_nan(const float* x, int64_t n) {
+  float m[8];
+  for (float& v : m) v = kNegInf;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+  float r = kNegInf;
+  for (float v : m) r = v > r ? v : r;
+  for (; i < n; ++i) r = x[i] > r ? x[i] : r;
+  return r;
+}
+
 // Token a ranks before token b: higher logit, then lower id.
 inline bool ranks_before(float la, int32_t a, float lb, int32_t b) { return la > lb || (la == lb && a < b); }
 
@@ -97,12 +111,11 @@ Status SamplingParams::validate(int64_t n_vocab) const {
 }
 
 int32_t argmax(const float* logits, int64_t n) {
-  int64_t best = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isnan(logits[i])) continue;
-    if (best < 0 || logits[i] > logits[best]) best = i;
-  }
-  return static_cast<int32_t>(best < 0 ? 0 : best);
+  // The largest value (a vectorized pass), then the first index holding it; all NaN -> 0.
+  const float mx = max_not_nan(logits, n);
+  for (int64_t i = 0; i < n; ++i)
+    if (logits[i] == mx) return static_cast<int32_t>(i);
+  return 0;
 }
 
 float top_probability(const float* logits, int64_t n) {
@@ -173,17 +186,23 @@ void TokenDist::top_k(int32_t k) {
   sel_.clear();
   if (k <= 1024) {
     // One pass with a heap of the k best so far (its top is the worst of them): almost every token is
-    // rejected by a single comparison against that threshold.
-    for (int32_t i = 0; i < size(); ++i) {
-      const float l = logit_[i];
-      if (!(l > kNegInf)) continue;
-      if (static_cast<int32_t>(sel_.size()) < k) {
-        sel_.push_back({l, i, 0.0f});
-        std::push_heap(sel_.begin(), sel_.end(), before);
-      } else if (ranks_before(l, i, sel_.front().logit, sel_.front().id)) {
-        std::pop_heap(sel_.begin(), sel_.end(), before);
-        sel_.back() = {l, i, 0.0f};
-        std::push_heap(sel_.begin(), sel_.end(), before);
+    // rejected by a single comparison against that threshold, and once the heap is full a block of 64 whose
+    // largest logit does not beat it outright is skipped whole (ids come in ascending order, so a tie loses).
+    const int64_t n = size();
+    for (int64_t b = 0; b < n; b += 64) {
+      const int64_t e = std::min<int64_t>(n, b + 64);
+      if (static_cast<int32_t>(sel_.size()) == k && !(max_of(logit_.data() + b, e - b) > sel_.front().logit)) continue;
+      for (int32_t i = static_cast<int32_t>(b); i < e; ++i) {
+        const float l = logit_[i];
+        if (!(l > kNegInf)) continue;
+        if (static_cast<int32_t>(sel_.size()) < k) {
+          sel_.push_back({l, i, 0.0f});
+          std::push_heap(sel_.begin(), sel_.end(), before);
+        } else if (ranks_before(l, i, sel_.front().logit, sel_.front().id)) {
+          std::pop_heap(sel_.begin(), sel_.end(), before);
+          sel_.back() = {l, i, 0.0f};
+          std::push_heap(sel_.begin(), sel_.end(), before);
+        }
       }
     }
     if (static_cast<int32_t>(sel_.size()) < k) return;
@@ -422,22 +441,28 @@ void Sampler::fill_logprobs(const float* logits, int64_t n_vocab, SampleResult* 
     // Log-softmax of the raw logits (before penalties, bias and temperature), as OpenAI reports them.
     const float mx = logits[argmax(logits, n_vocab)];
     lp_w_.resize(n_vocab);
-    for (int64_t i = 0; i < n_vocab; ++i) lp_w_[i] = logits[i] == logits[i] ? exp_nonpositive(logits[i] - mx) : 0.0f;
+    for (int64_t i = 0; i < n_vocab; ++i) lp_w_[i] = logits[i] == logits[i] ? logits[i] : kNegInf;
+    kernels().exp_sum(lp_w_.data(), n_vocab, mx);  // NaN and -inf -> 0
     const double total = sum_weights(lp_w_.data(), n_vocab);
     const double log_total = std::log(total);
     auto lp = [&](int32_t id) { return static_cast<float>(logits[id] - mx - log_total); };
     r.logprob = lp(r.id);
-    // The top N in one pass with a small sorted buffer.
+    // The top N in one pass with a small sorted buffer. Ids come in ascending order, so once the buffer is full a
+    // token must beat its worst logit outright; a block of 64 whose largest does not is skipped whole.
     std::vector<int32_t> top;
-    for (int32_t i = 0; i < n_vocab && p_.logprobs > 0; ++i) {
-      if (logits[i] != logits[i]) continue;
-      if (static_cast<int32_t>(top.size()) == p_.logprobs && !ranks_before(logits[i], i, logits[top.back()], top.back()))
-        continue;
-      auto pos = std::upper_bound(top.begin(), top.end(), i, [&](int32_t a, int32_t b) {
-        return ranks_before(logits[a], a, logits[b], b);
-      });
-      top.insert(pos, i);
-      if (static_cast<int32_t>(top.size()) > p_.logprobs) top.pop_back();
+    const auto full = [&] { return static_cast<int32_t>(top.size()) == p_.logprobs; };
+    for (int64_t b = 0; b < n_vocab && p_.logprobs > 0; b += 64) {
+      const int64_t e = std::min<int64_t>(n_vocab, b + 64);
+      if (full() && !(max_not_nan(logits + b, e - b) > logits[top.back()])) continue;
+      for (int32_t i = static_cast<int32_t>(b); i < e; ++i) {
+        if (logits[i] != logits[i]) continue;
+        if (full() && !ranks_before(logits[i], i, logits[top.back()], top.back())) continue;
+        auto pos = std::upper_bound(top.begin(), top.end(), i, [&](int32_t a, int32_t b) {
+          return ranks_before(logits[a], a, logits[b], b);
+        });
+        top.insert(pos, i);
+        if (static_cast<int32_t>(top.size()) > p_.logprobs) top.pop_back();
+      }
     }
     for (int32_t id : top) r.top.push_back({id, lp(id)});
   }
