@@ -204,12 +204,16 @@ const void* packed_activations(ThreadPool* pool, DType t, const float* x, int n_
   return act;
 }
 
-// Batches up to this many tokens convert their activations on every thread (packed_groups), when the weights
-// have at least this many rows a thread: each thread's conversion of K floats a token costs about what 40 of
-// its rows' multiply-adds do (bench_kernels quantize_act and packed_dot, Zen 4), so with fewer rows a thread
-// the copies would cost more than the shared conversion's wait.
+// Batches up to kLocalActTokens tokens convert their activations on every thread (packed_groups), on pools of
+// at most kLocalActThreads threads whose weights have at least kLocalActRowsPerThread rows a thread. Converting a
+// token's K floats costs a thread about what 40 rows of K multiply-adds do (bench_kernels quantize_act against
+// packed_dot, Zen 4), so 128 rows a thread bound the copy to ~30% of its matmul, ~10% on the default model's
+// matrices with 2 threads, where the shared conversion measured ~3x slower per float than alone (its lines
+// written after the other thread read them) plus a parallel region. With n threads each copy is n times the
+// shared one's share: past 4 threads the shared conversion is the cheaper.
 constexpr int kLocalActTokens = 64;
-constexpr int64_t kLocalActRowsPerThread = 64;
+constexpr int kLocalActThreads = 4;
+constexpr int64_t kLocalActRowsPerThread = 128;
 
 // The packed paths: each thread takes whole 16-row groups of the weights, in chunks of tokens, over the
 // activations x (n_tokens rows of K floats) converted as the weights' type reads them (packed_activations).
@@ -228,11 +232,12 @@ void packed_groups(ThreadPool& pool, const MatmulOut* outs, int n_outs, const fl
   // first chunk: no parallel region of their own, and no thread writes lines the other threads read in the
   // matmul before (in a 64-sequence decode the shared conversion, split across threads, spent most of its time
   // waiting for those lines). Larger batches convert once, split across the threads.
-  const bool local = n_tokens <= kLocalActTokens && pool.n_threads() > 1 &&
-                     total * kPackRows >= kLocalActRowsPerThread * pool.n_threads();
+  const int n_thr = pool.n_threads();
+  const bool local = n_tokens <= kLocalActTokens && n_thr > 1 && n_thr <= kLocalActThreads &&
+                     total * kPackRows >= kLocalActRowsPerThread * n_thr;
   const void* shared = local ? nullptr : packed_activations(&pool, outs[0].w->type, x, n_tokens, K);
   thread_local std::vector<const void*> t_acts;
-  t_acts.assign(pool.n_threads(), shared);
+  t_acts.assign(n_thr, shared);
   const void** acts = t_acts.data();
   // Groups are independent: a thread that finishes early takes the rest of a slower one's (about 8 chunks each).
   const int64_t grain = std::max<int64_t>(1, total / (8 * pool.n_threads()));
