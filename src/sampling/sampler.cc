@@ -35,19 +35,20 @@ inline float exp_nonpositive(float x) {
   return tiny ? 0.0f : e * scale;
 }
 
-// Sum of w[i] (float) in double precision, vectorized: reassociation is allowed inside blocks of 4096
-// whose float partial sums are then added in double.
+// Sum of w[0..n) in float, vectorized (reassociation allowed: the lanes' order, the same on every call).
+float block_sum(const float* w, int64_t n) {
+  float part = 0.0f;
+  {
+#pragma clang fp reassociate(on)
+    for (int64_t i = 0; i < n; ++i) part += w[i];
+  }
+  return part;
+}
+
+// Sum of w[i] (float) in double precision, vectorized: block_sum over blocks of 4096, added in double.
 double sum_weights(const float* w, int64_t n) {
   double total = 0.0;
-  for (int64_t b = 0; b < n; b += 4096) {
-    const int64_t e = std::min(n, b + 4096);
-    float part = 0.0f;
-    {
-#pragma clang fp reassociate(on)
-      for (int64_t i = b; i < e; ++i) part += w[i];
-    }
-    total += part;
-  }
+  for (int64_t b = 0; b < n; b += 4096) total += block_sum(w + b, std::min<int64_t>(4096, n - b));
   return total;
 }
 
@@ -338,17 +339,30 @@ int32_t TokenDist::draw(double u) const {
     }
     return last;
   }
-  const double total = sum_weights(w_.data(), size());
-  const double target = u * total;
+  // Blocks of 64 tokens: a block whose sum (block_sum) leaves the running total short of the target is passed
+  // whole; the one it reaches is walked token by token from the total before it. Rounding can leave the walk
+  // short of the target inside that block: then it goes on past the block, and past the end to the last token
+  // with weight.
+  const int64_t n = size();
+  const float* w = w_.data();
+  const double target = u * sum_weights(w, n);
   double acc = 0.0;
-  int32_t last = -1;
-  for (int32_t i = 0; i < size(); ++i) {
-    if (w_[i] <= 0.0f) continue;
-    acc += w_[i];
-    last = i;
-    if (target < acc) return i;
+  for (int64_t b = 0; b < n; b += 64) {
+    const int64_t e = std::min<int64_t>(n, b + 64);
+    const double part = block_sum(w + b, e - b);
+    if (target < acc + part) {
+      double a = acc;
+      for (int64_t i = b; i < e; ++i) {
+        if (w[i] <= 0.0f) continue;
+        a += w[i];
+        if (target < a) return static_cast<int32_t>(i);
+      }
+    }
+    acc += part;
   }
-  return last;
+  for (int64_t i = n - 1; i >= 0; --i)
+    if (w[i] > 0.0f) return static_cast<int32_t>(i);
+  return -1;
 }
 
 int32_t TokenDist::best() const {
@@ -387,31 +401,31 @@ std::vector<int32_t> TokenDist::kept() const {
 
 Sampler::Sampler(SamplingParams params) : p_(std::move(params)), rng_(p_.seed) {}
 
-Status Sampler::prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt,
-                       float scale) {
-  if (int64_t n_nan = dist_.reset(logits, n_vocab, scale); n_nan > 0)
+Status Sampler::prepare(TokenDist& dist, const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                       int32_t n_prompt, float scale) {
+  if (int64_t n_nan = dist.reset(logits, n_vocab, scale); n_nan > 0)
     return invalid_argument("the logits contain " + std::to_string(n_nan) + " NaN value(s) (first at token " +
                             std::to_string(std::find_if(logits, logits + n_vocab, [](float x) { return x != x; }) -
                                            logits) +
                             "): the model produced invalid numbers");
   const size_t skip = p_.penalize_prompt ? 0 : std::min<size_t>(history.size(), std::max(0, n_prompt));
-  dist_.adjust(p_, logits, history.data() + skip, history.size() - skip, scale);
+  dist.adjust(p_, logits, history.data() + skip, history.size() - skip, scale);
   return Status::ok();
 }
 
-Result<int32_t> Sampler::chain(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
-                               int32_t n_prompt) {
+Result<int32_t> Sampler::chain(TokenDist& dist, const float* logits, int64_t n_vocab,
+                               std::span<const int32_t> history, int32_t n_prompt) {
   // Temperature is applied with the copy (1/T times each logit; greedy: times 1, the logits themselves).
   const bool greedy = p_.temperature <= 0.0f;
-  CACHET_RETURN_IF_ERROR(prepare(logits, n_vocab, history, n_prompt, greedy ? 1.0f : 1.0f / p_.temperature));
+  CACHET_RETURN_IF_ERROR(prepare(dist, logits, n_vocab, history, n_prompt, greedy ? 1.0f : 1.0f / p_.temperature));
   int32_t only = -1;
   if (greedy) {
-    only = dist_.best();
+    only = dist.best();
   } else {
-    dist_.top_k(p_.top_k);
-    if (dist_.compute_weights()) {
-      dist_.top_p(p_.top_p);
-      dist_.min_p(p_.min_p);
+    dist.top_k(p_.top_k);
+    if (dist.compute_weights()) {
+      dist.top_p(p_.top_p);
+      dist.min_p(p_.min_p);
       return -1;
     }
   }
@@ -420,9 +434,13 @@ Result<int32_t> Sampler::chain(const float* logits, int64_t n_vocab, std::span<c
 
 Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
                                      int32_t n_prompt) {
+  // The working distribution is the thread's, not the request's: nothing of it outlives the call, and one pair
+  // of vocabulary-sized arrays a thread stays in its cache from one request's draw to the next (a request's own
+  // pair, 64 of them at once, did not).
+  thread_local TokenDist scratch;
   SampleResult r;
-  CACHET_ASSIGN_OR_RETURN(r.id, chain(logits, n_vocab, history, n_prompt));
-  if (r.id < 0) r.id = dist_.draw(next_uniform());
+  CACHET_ASSIGN_OR_RETURN(r.id, chain(scratch, logits, n_vocab, history, n_prompt));
+  if (r.id < 0) r.id = scratch.draw(next_uniform());
   if (r.id < 0) r.id = argmax(logits, n_vocab);
   fill_logprobs(logits, n_vocab, &r);
   return r;
@@ -430,7 +448,7 @@ Result<SampleResult> Sampler::sample(const float* logits, int64_t n_vocab, std::
 
 Result<const TokenDist*> Sampler::distribution(const float* logits, int64_t n_vocab, std::span<const int32_t> history,
                                                int32_t n_prompt) {
-  CACHET_ASSIGN_OR_RETURN(int32_t only, chain(logits, n_vocab, history, n_prompt));
+  CACHET_ASSIGN_OR_RETURN(int32_t only, chain(dist_, logits, n_vocab, history, n_prompt));
   if (only >= 0) dist_.one_hot(only);
   return &dist_;
 }
@@ -440,10 +458,11 @@ void Sampler::fill_logprobs(const float* logits, int64_t n_vocab, SampleResult* 
   if (p_.logprobs >= 0) {
     // Log-softmax of the raw logits (before penalties, bias and temperature), as OpenAI reports them.
     const float mx = logits[argmax(logits, n_vocab)];
-    lp_w_.resize(n_vocab);
-    for (int64_t i = 0; i < n_vocab; ++i) lp_w_[i] = logits[i] == logits[i] ? logits[i] : kNegInf;
-    kernels().exp_sum(lp_w_.data(), n_vocab, mx);  // NaN and -inf -> 0
-    const double total = sum_weights(lp_w_.data(), n_vocab);
+    thread_local std::vector<float> lp_w;  // the normalizer's scratch, the thread's
+    lp_w.resize(n_vocab);
+    for (int64_t i = 0; i < n_vocab; ++i) lp_w[i] = logits[i] == logits[i] ? logits[i] : kNegInf;
+    kernels().exp_sum(lp_w.data(), n_vocab, mx);  // NaN and -inf -> 0
+    const double total = sum_weights(lp_w.data(), n_vocab);
     const double log_total = std::log(total);
     auto lp = [&](int32_t id) { return static_cast<float>(logits[id] - mx - log_total); };
     r.logprob = lp(r.id);

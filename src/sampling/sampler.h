@@ -109,15 +109,15 @@ class Sampler {
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
-  TokenDist dist_;
-  std::vector<float> lp_w_;  // scratch for the logprobs normalizer
+  TokenDist dist_;  // distribution()'s (sample() works in a per-thread one)
 
-  // Penalties and bias (every mode); NaN logits are an error.
-  Status prepare(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt,
-                 float scale);
-  // The whole chain into dist_: the one token it leaves (greedy; nothing left -> raw argmax), or -1 when dist_
+  // The logits copied into `dist` (times the temperature's 1/T), then penalties and bias; NaN logits are an error.
+  Status prepare(TokenDist& dist, const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                 int32_t n_prompt, float scale);
+  // The whole chain into `dist`: the one token it leaves (greedy; nothing left -> raw argmax), or -1 when `dist`
   // holds weights to draw from.
-  Result<int32_t> chain(const float* logits, int64_t n_vocab, std::span<const int32_t> history, int32_t n_prompt);
+  Result<int32_t> chain(TokenDist& dist, const float* logits, int64_t n_vocab, std::span<const int32_t> history,
+                        int32_t n_prompt);
 };
 
 }  // namespace cachet
