@@ -21,12 +21,6 @@ void rms_norm(const float* x, const float* w, float* y, int n_rows, int64_t n, f
 // y[t] = (x[t] - mean(x[t])) / sqrt(var(x[t]) + eps) * w + b, for t < n_rows; b may be null. y may alias x.
 void layer_norm(const float* x, const float* w, const float* b, float* y, int n_rows, int64_t n, float eps);
 
-// Rotates each head of x in place. x: [n_tokens, n_heads * head_dim]; cos_sin: [n_tokens, rope_dim]
-// holding (cos, sin) pairs for each rotated pair of the token's position.
-void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_dim, int rope_dim, bool neox);
-// cos_sin table for the given positions: [n_tokens, rope_dim] as (cos, sin) pairs. Pair i turns by
-// position * f.inv_freq[i] (angle in double); both scaled by f.mscale (model/rope_scaling.h).
-void rope_table(const int32_t* positions, int n_tokens, const RopeFreqs& f, float* cos_sin);
 
 // One K or V row of n values into the cache as type t: f32 / f16 through the kernel table, the others through
 // kv_quantize_row (portable, the same bits on every CPU).

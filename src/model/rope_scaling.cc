@@ -121,4 +121,35 @@ RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors) {
   return f;
 }
 
+void rope_table(const int32_t* positions, int n_tokens, const RopeFreqs& f, float* cos_sin) {
+  const int half = static_cast<int>(f.inv_freq.size());
+  const int rope_dim = 2 * half;
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double angle = positions[t] * f.inv_freq[i];
+      cos_sin[t * rope_dim + 2 * i] = static_cast<float>(std::cos(angle)) * static_cast<float>(f.mscale);
+      cos_sin[t * rope_dim + 2 * i + 1] = static_cast<float>(std::sin(angle)) * static_cast<float>(f.mscale);
+    }
+  }
+}
+
+void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_dim, int rope_dim, bool neox) {
+  const int half = rope_dim / 2;
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* cs = cos_sin + t * rope_dim;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        // Interleaved pairs (2i, 2i+1) or NeoX pairs (i, i + rope_dim/2).
+        int a = neox ? i : 2 * i;
+        int b = neox ? i + half : 2 * i + 1;
+        float c = cs[2 * i], s = cs[2 * i + 1];
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
 }  // namespace cachet

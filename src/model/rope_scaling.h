@@ -7,7 +7,7 @@
 //   ntk:    the "NTK-aware" base change theta' = theta * factor^(d / (d - 2)), no interpolation (a flag only;
 //           files carry it as a changed freq_base)
 // computed as llama.cpp computes them (ggml's rope_yarn, llama_context's attention factor), so a file behaves
-// the same in both engines (docs/rope.md).
+// the same in both engines (docs/rope.md); and their tables of (cos, sin) and the rotation of Q and K by them.
 #pragma once
 
 #include <cstdint>
@@ -40,5 +40,12 @@ struct RopeFreqs {
 // ones; Gemma 3's local layers do not scale, so YaRN leaves their angles alone). factors: rope_freqs divisors or
 // nullptr.
 RopeFreqs rope_freqs(const ModelConfig& c, bool swa, const float* factors);
+
+// Rotates each head of x in place. x: [n_tokens, n_heads * head_dim]; cos_sin: [n_tokens, rope_dim]
+// holding (cos, sin) pairs for each rotated pair of the token's position.
+void rope(float* x, const float* cos_sin, int n_tokens, int n_heads, int head_dim, int rope_dim, bool neox);
+// cos_sin table for the given positions: [n_tokens, rope_dim] as (cos, sin) pairs. Pair i turns by
+// position * f.inv_freq[i] (angle in double); both scaled by f.mscale.
+void rope_table(const int32_t* positions, int n_tokens, const RopeFreqs& f, float* cos_sin);
 
 }  // namespace cachet
