@@ -52,21 +52,9 @@ double sum_weights(const float* w, int64_t n) {
   return total;
 }
 
-float max_of(const float* x, int64_t n) {
-  float m[8];
-  for (float& v : m) v = kNegInf;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) m[j] = m[j] > x[i + j] ? m[j] : x[i + j];
-  float r = kNegInf;
-  for (float v : m) r = std::max(r, v);
-  for (; i < n; ++i) r = std::max(r, x[i]);
-  return r;
-}
-
 // The largest of x[0..n) that is not NaN (-inf when there is none), vectorized: a NaN never replaces a lane's
 // maximum.
-float max_not_nan(const float* x, int64_t n) {
+float max_of(const float* x, int64_t n) {
   float m[8];
   for (float& v : m) v = kNegInf;
   int64_t i = 0;
@@ -113,7 +101,7 @@ Status SamplingParams::validate(int64_t n_vocab) const {
 
 int32_t argmax(const float* logits, int64_t n) {
   // The largest value (a vectorized pass), then the first index holding it; all NaN -> 0.
-  const float mx = max_not_nan(logits, n);
+  const float mx = max_of(logits, n);
   for (int64_t i = 0; i < n; ++i)
     if (logits[i] == mx) return static_cast<int32_t>(i);
   return 0;
@@ -472,7 +460,7 @@ void Sampler::fill_logprobs(const float* logits, int64_t n_vocab, SampleResult* 
     const auto full = [&] { return static_cast<int32_t>(top.size()) == p_.logprobs; };
     for (int64_t b = 0; b < n_vocab && p_.logprobs > 0; b += 64) {
       const int64_t e = std::min<int64_t>(n_vocab, b + 64);
-      if (full() && !(max_not_nan(logits + b, e - b) > logits[top.back()])) continue;
+      if (full() && !(max_of(logits + b, e - b) > logits[top.back()])) continue;
       for (int32_t i = static_cast<int32_t>(b); i < e; ++i) {
         if (logits[i] != logits[i]) continue;
         if (full() && !ranks_before(logits[i], i, logits[top.back()], top.back())) continue;
